@@ -1,0 +1,37 @@
+# EvoPool Studio. `make run`: set up and open the studio on the bundled demo. `make test`: set up and run every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup browser lint bench clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian's headless Chromium for the end-to-end test (skipped where it cannot be installed).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "chromium not installed and no root apt-get: the browser test will skip"; fi; }
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/streamlit run streamlit_app.py --server.headless true
+
+test: $(STAMP) browser
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/quality.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,51 @@
+"""The proposer seam: what every agent (offline or LLM) receives and returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.types import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task
+
+
+@dataclass(frozen=True)
+class ProposalContext:
+    """Everything an agent may see. Never holds test (holdout) labels."""
+
+    task: Task
+    dev: tuple[Example, ...]  # labeled fitness split
+    pool_sample: tuple[Example, ...]  # unlabeled pool rows (label is None), a seeded sample
+    annotators: tuple[Annotator, ...]  # the current pool
+    scores: dict[str, AnnotatorScore]  # dev fitness of each pool annotator
+    dev_votes: np.ndarray  # (n_dev, n_pool) int, ABSTAIN = -1, columns in `annotators` order
+    generation: int
+    seed: int
+    excluded_ids: frozenset[str] = field(default_factory=frozenset)  # rejected by a human: never re-propose
+
+    @property
+    def dev_labels(self) -> np.ndarray:
+        return np.array([ex.label for ex in self.dev], dtype=np.int64)
+
+    def uncovered_dev(self) -> np.ndarray:
+        """Indices of dev rows on which every pool annotator abstains."""
+        if self.dev_votes.size == 0:
+            return np.arange(len(self.dev))
+        return np.flatnonzero((self.dev_votes == ABSTAIN).all(axis=1))
+
+    def conflicting_dev(self) -> np.ndarray:
+        """Indices of dev rows that receive votes for two or more different classes."""
+        out = []
+        for i, row in enumerate(self.dev_votes):
+            fired = row[row != ABSTAIN]
+            if fired.size and np.unique(fired).size > 1:
+                out.append(i)
+        return np.array(out, dtype=np.int64)
+
+
+class Proposer(Protocol):
+    """One seam for all agents. `role` is generator | improver | refiner."""
+
+    name: str
+
+    def propose(self, role: str, context: ProposalContext) -> list[Candidate]: ...

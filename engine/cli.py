@@ -1,0 +1,173 @@
+"""`evopool`: the headless contract. Progress goes to stderr; the last stdout line of each command is JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
+from engine.gate import GateConfig
+from engine.ingest import IngestError, IngestOptions, import_path
+from engine.store import Store, WorkspaceLocked
+
+
+def _progress(verbose: bool):
+    started = time.monotonic()
+
+    def on_event(kind: str, payload: dict[str, Any]) -> None:
+        stamp = f"[{time.monotonic() - started:7.1f}s]"
+        if kind == "generation_complete":
+            print(f"{stamp} generation {payload['generation']}: {payload['accepted']}/{payload['candidates']} "
+                  f"accepted, pool {payload['pool_size']}, dev macro-F1 {payload['dev_macro_f1']:.3f}"
+                  + (" (reverted)" if payload["reverted"] else ""), file=sys.stderr, flush=True)
+        elif kind in ("generation_started", "agent_finished", "executing", "embedding", "aggregating"):
+            detail = ", ".join(f"{k}={v}" for k, v in payload.items())
+            print(f"{stamp} {kind.replace('_', ' ')}: {detail}", file=sys.stderr, flush=True)
+        elif verbose and kind in ("candidate_dropped", "verdict"):
+            print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)
+
+    return on_event
+
+
+def make_proposer(agents: str, args: argparse.Namespace):
+    """offline | llm | mixed; the LLM agents read their endpoint from flags, env or secrets."""
+    from engine.agents.offline import OfflineProposer
+
+    if agents == "offline":
+        return OfflineProposer()
+    from engine.agents.llm import LLMProposer
+    from engine.llm import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
+
+    overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model}.items() if v}
+    config = LLMConfig.from_env(overrides)
+    budget = Budget(max_calls=args.max_calls, max_tokens=args.max_tokens, max_usd=args.max_usd)
+    client = OpenAICompatibleClient(config, store=args.store, prices=PriceTable.default(), budget=budget)
+    llm = LLMProposer(client)
+    if agents == "llm":
+        return llm
+    from engine.agents.mixed import MixedProposer
+
+    return MixedProposer(llm, OfflineProposer())
+
+
+def cmd_run(args: argparse.Namespace) -> dict:
+    from engine.sandbox import SandboxExecutor
+
+    store = args.store
+    if not store.has_data():
+        if not args.data:
+            raise SystemExit("error: the workspace is empty; give DATA to import")
+        opts = IngestOptions(dev_size=args.dev_size, seed=args.seed, text_column=args.text_column,
+                             label_column=args.label_column)
+        report = import_path(store, args.data, opts)
+        print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
+              file=sys.stderr, flush=True)
+    gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
+    config = EvolveConfig(gate=gate, seed=args.seed)
+    started = time.monotonic()
+    with SandboxExecutor() as executor:
+        done = evolve(store, make_proposer(args.agents, args), executor, args.generations, config,
+                      _progress(args.verbose))
+    return {
+        "workdir": str(args.workdir),
+        "generations_run": [g.number for g in done],
+        "generation": store.last_complete_generation(),
+        "pool_size": len(store.pool_ids()),
+        "dev_macro_f1": round(current_dev_macro_f1(store), 4),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def cmd_eval(args: argparse.Namespace) -> dict:
+    from engine.labeling import evaluate
+    from engine.sandbox import SandboxExecutor
+
+    with SandboxExecutor() as executor:
+        return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose))
+
+
+def cmd_export(args: argparse.Namespace) -> dict:
+    from engine.export import write_export
+    from engine.labeling import soft_labels
+    from engine.sandbox import SandboxExecutor
+
+    with SandboxExecutor() as executor:
+        result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose))
+    path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
+                                       args.format, extra={"dev_scores": result.dev_scores})
+    return {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
+            "aggregator": result.soft.aggregator}
+
+
+def cmd_pool(args: argparse.Namespace) -> None:
+    store = args.store
+    scores = store.scores()
+    for a in store.annotators(store.pool_ids()):
+        s = scores.get(a.id)
+        print(json.dumps({"id": a.id, "name": a.name, "agent": a.agent, "generation": a.generation,
+                          "author": a.author, "precision": s and round(s.precision, 4),
+                          "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evopool", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--workdir", required=True, type=Path, help="workspace folder (holds workspace.duckdb)")
+        p.add_argument("-v", "--verbose", action="store_true", help="also print every verdict and dropped candidate")
+
+    run = sub.add_parser("run", help="import DATA if the workspace is new, then evolve the pool")
+    run.add_argument("data", nargs="?", help="CSV / JSONL / Parquet file or WRENCH folder")
+    common(run)
+    run.add_argument("--generations", type=int, default=5, help="evolve until this many generations are complete")
+    run.add_argument("--agents", choices=("offline", "llm", "mixed"), default="offline")
+    run.add_argument("--dev-size", type=int, default=500)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--text-column", default="text")
+    run.add_argument("--label-column", default="label")
+    run.add_argument("--gate-config", help="JSON file overriding gate thresholds")
+    run.add_argument("--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)")
+    run.add_argument("--model", help="model name (else EVOPOOL_MODEL)")
+    run.add_argument("--max-calls", type=int, help="LLM budget: calls")
+    run.add_argument("--max-tokens", type=int, help="LLM budget: tokens")
+    run.add_argument("--max-usd", type=float, help="LLM budget: estimated dollars")
+    run.set_defaults(handler=cmd_run)
+
+    ev = sub.add_parser("eval", help="score the pool's labels on a labeled split")
+    common(ev)
+    ev.add_argument("--split", choices=("test", "dev"), default="test")
+    ev.add_argument("--aggregator", default="mv")
+    ev.set_defaults(handler=cmd_eval)
+
+    ex = sub.add_parser("export", help="write every example with its soft label")
+    common(ex)
+    ex.add_argument("--out", required=True, type=Path)
+    ex.add_argument("--format", choices=("csv", "jsonl", "parquet"))
+    ex.add_argument("--aggregator", default="mv")
+    ex.set_defaults(handler=cmd_export)
+
+    pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
+    common(pool)
+    pool.set_defaults(handler=cmd_pool)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.store = Store.open(args.workdir)
+        result = args.handler(args)
+    except (IngestError, WorkspaceLocked) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if result is not None:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""One generation = propose -> check -> execute (sandbox) -> score -> gate, persisted as it goes.
+
+Candidates, their dev votes and scores are written as they are produced (the studio shows them
+arriving); the gate's verdicts and the generation's `complete` mark are written in one transaction.
+A killed run therefore leaves at most a `running` generation, which the next run redoes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.agents.base import ProposalContext, Proposer
+from engine.code import CodeRejected, make_annotator
+from engine.gate import GateConfig, run_gate
+from engine.sandbox import Executor
+from engine.score import pool_macro_f1, score_annotator
+from engine.store import Store
+from engine.types import AGENT_ROLES, Annotator, Generation
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+def _quiet(kind: str, payload: dict[str, Any]) -> None:
+    """The default event sink: drop events."""
+
+
+@dataclass(frozen=True)
+class EvolveConfig:
+    gate: GateConfig = field(default_factory=GateConfig)
+    roles: tuple[str, ...] = AGENT_ROLES
+    pool_sample_size: int = 4000  # unlabeled rows an agent may read for word statistics
+    seed: int = 0
+
+
+def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,
+                 on_event: EventSink = _quiet) -> None:
+    """Run the sandbox for every annotator that has no stored votes on `split` yet."""
+    missing = [a for a in store.annotators(annotator_ids) if split not in store.voted_splits(a.id)]
+    if not missing:
+        return
+    task = store.load_task()
+    frame = store.examples_frame(split)
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"])]
+    on_event("executing", {"split": split, "annotators": len(missing), "examples": len(inputs)})
+
+    def progress(done: int, total: int) -> None:
+        on_event("execute_progress", {"split": split, "done": done, "total": total})
+
+    results = executor.run(missing, inputs, list(task.labels), on_progress=progress)
+    for annotator, result in zip(missing, results):
+        store.save_votes(annotator.id, split, list(frame["id"]), result.votes, result.faults,
+                         result.first_error, result.seconds)
+
+
+def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:
+    """What the agents may see: task, dev (labeled), a seeded pool sample (unlabeled), the pool's state."""
+    task = store.load_task()
+    dev = tuple(store.examples("dev"))
+    rng = np.random.default_rng(config.seed * 1_000_003 + generation)
+    pool_ids_all = store.example_ids("pool")
+    take = min(config.pool_sample_size, len(pool_ids_all))
+    sample_ids = sorted(rng.choice(len(pool_ids_all), size=take, replace=False)) if take else []
+    pool_sample = tuple(store.examples("pool", [pool_ids_all[i] for i in sample_ids]))
+    pool_ids = store.pool_ids()
+    excluded = frozenset(a for a, v in store.human_locked().items() if v == "reject")
+    return ProposalContext(
+        task=task, dev=dev, pool_sample=pool_sample, annotators=tuple(store.annotators(pool_ids)),
+        scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, "dev").votes,
+        generation=generation, seed=config.seed, excluded_ids=excluded,
+    )
+
+
+def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext, number: int,
+                      config: EvolveConfig, on_event: EventSink) -> list[Annotator]:
+    """Ask each role for candidates; keep those that pass the code checks and are new."""
+    judged = set(store.latest_verdicts())
+    seen: set[str] = set()
+    fresh: list[Annotator] = []
+    for role in config.roles:
+        on_event("agent_started", {"generation": number, "agent": role})
+        proposals = proposer.propose(role, context)
+        kept = 0
+        for candidate in proposals:
+            try:
+                annotator = make_annotator(candidate, number)
+            except CodeRejected as err:
+                on_event("candidate_dropped", {"agent": role, "name": candidate.name, "reason": err.reason})
+                continue
+            if annotator.id in seen or annotator.id in judged:
+                continue
+            seen.add(annotator.id)
+            store.save_annotator(annotator)
+            fresh.append(annotator)
+            kept += 1
+            on_event("candidate", {"generation": number, "agent": role, "annotator_id": annotator.id,
+                                   "name": annotator.name})
+        on_event("agent_finished", {"generation": number, "agent": role, "proposed": len(proposals),
+                                    "kept": kept})
+    return fresh
+
+
+def run_generation(store: Store, proposer: Proposer, executor: Executor, number: int,
+                   config: EvolveConfig = EvolveConfig(), on_event: EventSink = _quiet) -> Generation:
+    started = time.monotonic()
+    store.start_generation(number)
+    on_event("generation_started", {"generation": number})
+    task = store.load_task()
+    n_classes = len(task.labels)
+    y_dev = store.labels("dev")
+    context = build_context(store, number, config)
+    pool_ids = [a.id for a in context.annotators]
+    ensure_votes(store, executor, pool_ids, "dev", on_event)
+    pool_votes = store.vote_matrix(pool_ids, "dev").votes
+
+    fresh = _check_candidates(store, proposer, context, number, config, on_event)
+    ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
+    candidate_votes = store.vote_matrix([a.id for a in fresh], "dev").votes
+    candidates = []
+    for j, annotator in enumerate(fresh):
+        run = store.voted_splits(annotator.id)["dev"]
+        score = score_annotator(annotator.id, candidate_votes[:, j], y_dev, faults=run["faults"])
+        store.save_score(score)
+        candidates.append((annotator, candidate_votes[:, j], score))
+        on_event("scored", {"generation": number, "annotator_id": annotator.id, "name": annotator.name,
+                            "agent": annotator.agent, "precision": score.precision, "fires": score.fires,
+                            "coverage": score.coverage, "faults": score.faults,
+                            "first_error": run["first_error"]})
+
+    outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
+                       store.human_locked())
+    for decision in outcome.decisions:
+        on_event("verdict", {"generation": number, "annotator_id": decision.annotator_id,
+                             "verdict": decision.verdict, "reasons": list(decision.reasons)})
+    seconds = time.monotonic() - started
+    store.complete_generation(number, outcome.decisions, f1_before=outcome.f1_before, f1_after=outcome.f1_after,
+                              n_candidates=len(fresh), pool_size=len(outcome.pool_ids),
+                              reverted=outcome.reverted, seconds=seconds)
+    generation = Generation(number, tuple(outcome.pool_ids), outcome.f1_before, outcome.f1_after,
+                            tuple(outcome.decisions), len(fresh), outcome.reverted, seconds)
+    on_event("generation_complete", {"generation": number, "pool_size": len(outcome.pool_ids),
+                                     "dev_macro_f1": outcome.f1_after, "reverted": outcome.reverted,
+                                     "accepted": sum(d.verdict == "accept" for d in outcome.decisions),
+                                     "candidates": len(fresh), "seconds": round(seconds, 2)})
+    return generation
+
+
+def evolve(store: Store, proposer: Proposer, executor: Executor, generations: int,
+           config: EvolveConfig = EvolveConfig(), on_event: EventSink = _quiet,
+           should_stop: Callable[[], bool] = lambda: False) -> list[Generation]:
+    """Run until `generations` complete generations exist (so a rerun resumes where a killed run stopped)."""
+    done: list[Generation] = []
+    for number in range(store.last_complete_generation() + 1, generations + 1):
+        if should_stop():
+            on_event("stopped", {"generation": number})
+            break
+        done.append(run_generation(store, proposer, executor, number, config, on_event))
+    return done
+
+
+def current_dev_macro_f1(store: Store) -> float:
+    """Majority-vote macro-F1 of the current pool on the dev split."""
+    ids = store.pool_ids()
+    return pool_macro_f1(store.vote_matrix(ids, "dev").votes, store.labels("dev"), len(store.load_task().labels))

@@ -1,0 +1,146 @@
+"""Files out: the labeled dataset (with soft labels and provenance), a manifest, and the pool as a .py file."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engine.store import Store
+from engine.types import ABSTAIN, SoftLabels
+
+FORMATS = ("csv", "jsonl", "parquet")
+
+
+def probability_column(label: str) -> str:
+    return f"p_{label}"
+
+
+def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray) -> pd.DataFrame:
+    """One row per example: id, text, split, hard label, confidence, per-class probabilities, votes, provenance.
+
+    `hard` is ABSTAIN where the aggregator gives no label (a vote-only aggregator on a row nobody voted on).
+    """
+    task = store.load_task()
+    frame = store.examples_frame()
+    position = pd.Series(np.arange(len(soft.example_ids)), index=pd.Index(soft.example_ids))
+    order = position[frame["id"]].to_numpy()
+    probs, hard, n_votes = soft.probs[order], hard[order], n_votes[order]
+    out = pd.DataFrame({"id": frame["id"], "text": frame["text"], "split": frame["split"]})
+    for name in task.fields:
+        out[name] = [json.dumps(f.get(name)) if isinstance(f.get(name), (list, dict)) else f.get(name)
+                     for f in frame["fields"]]
+    out["label"] = [task.labels[h] if h != ABSTAIN else "" for h in hard]
+    out["confidence"] = np.where(hard != ABSTAIN, probs.max(axis=1), 0.0).round(6)
+    for k, label in enumerate(task.labels):
+        out[probability_column(label)] = probs[:, k].round(6)
+    out["n_votes"] = n_votes
+    out["aggregator"] = soft.aggregator
+    return out
+
+
+def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) -> Path:
+    out = Path(out)
+    fmt = (fmt or out.suffix.lstrip(".") or "csv").lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "csv":
+        frame.to_csv(out, index=False)
+    elif fmt == "jsonl":
+        frame.to_json(out, orient="records", lines=True, force_ascii=False)
+    else:
+        frame.to_parquet(out, index=False)
+    return out
+
+
+def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None) -> dict:
+    """Provenance of an export: which pool, which aggregator, when, and how many rows per split."""
+    pool = store.pool_ids()
+    return {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "workspace": str(store.path),
+        "task": store.load_task().name,
+        "labels": list(store.load_task().labels),
+        "aggregator": soft.aggregator,
+        "generation": store.last_complete_generation(),
+        "pool": [{"id": a.id, "name": a.name, "agent": a.agent, "author": a.author}
+                 for a in store.annotators(pool)],
+        "rows": int(len(frame)),
+        "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
+        "unlabeled_rows": int((frame["label"] == "").sum()),
+        **(extra or {}),
+    }
+
+
+def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray, out: str | Path,
+                 fmt: str | None = None, extra: dict | None = None) -> tuple[Path, Path]:
+    """Write the labeled dataset and a `<file>.manifest.json` beside it."""
+    frame = labeled_frame(store, soft, hard, n_votes)
+    path = write_frame(frame, out, fmt)
+    manifest_path = path.with_name(path.name + ".manifest.json")
+    manifest_path.write_text(json.dumps(manifest(store, soft, frame, extra), indent=2))
+    return path, manifest_path
+
+
+def pool_as_python(store: Store) -> str:
+    """The current pool as one runnable module: each annotator, plus majority-vote `label(example)`.
+
+    Each annotator's source is kept verbatim in its own namespace so helper names cannot collide.
+    """
+    task = store.load_task()
+    annotators = store.annotators(store.pool_ids())
+    lines = [
+        f'"""EvoPool annotator pool for task {task.name!r}: {len(annotators)} annotators.',
+        "",
+        "Exported by EvoPool Studio. Usage: python this_file.py < examples.jsonl > labels.jsonl",
+        '(each input line a JSON object with "text" and the task\'s fields)."""',
+        "import json",
+        "import sys",
+        "from collections import Counter",
+        "",
+        f"LABELS = {list(task.labels)!r}",
+        "SOURCES = {}",
+        "",
+    ]
+    for a in annotators:
+        lines.append(f"# {a.name} — {a.agent}, generation {a.generation}, author {a.author}, id {a.id}")
+        lines.append(f"SOURCES[{a.id!r}] = {a.source!r}")
+        lines.append("")
+    lines += [
+        "ANNOTATORS = {}",
+        "for _id, _src in SOURCES.items():",
+        "    _ns = {}",
+        "    exec(compile(_src, _id, 'exec'), _ns)",
+        "    ANNOTATORS[_id] = _ns['annotate']",
+        "",
+        "",
+        "def votes(example):",
+        '    """Each annotator\'s vote (a label name or None)."""',
+        "    out = {}",
+        "    for _id, fn in ANNOTATORS.items():",
+        "        try:",
+        "            out[_id] = fn(example)",
+        "        except Exception:",
+        "            out[_id] = None",
+        "    return out",
+        "",
+        "",
+        "def label(example):",
+        '    """Majority vote over the pool; ties go to the label listed first; None when all abstain."""',
+        "    counts = Counter(v for v in votes(example).values() if v in LABELS)",
+        "    if not counts:",
+        "        return None",
+        "    best = max(counts.values())",
+        "    return next(lab for lab in LABELS if counts.get(lab) == best)",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        "    for line in sys.stdin:",
+        "        if line.strip():",
+        "            example = json.loads(line)",
+        '            print(json.dumps({**example, "label": label(example)}))',
+    ]
+    return "\n".join(lines) + "\n"

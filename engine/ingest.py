@@ -1,0 +1,321 @@
+"""Reading user data into a workspace: validate, normalise, assign splits.
+
+Every rejection names the row and the reason. By default a file with any bad row imports nothing
+(`IngestError` lists every problem); with `skip_bad_rows=True` the good rows are imported and the
+bad ones are reported. Splits: `pool` (unlabeled work), `dev` (labeled fitness set) and `test`
+(holdout, only ever read by `evopool eval`).
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engine.store import Store
+from engine.types import Task
+
+SPLIT_ALIASES = {
+    "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",
+    "dev": "dev", "valid": "dev", "validation": "dev", "val": "dev",
+    "test": "test", "holdout": "test",
+}
+MAX_PROBLEMS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    row: int  # 1-based data row (CSV: line number minus the header)
+    reason: str
+
+    def __str__(self) -> str:
+        return f"row {self.row}: {self.reason}"
+
+
+class IngestError(ValueError):
+    """The input cannot be imported as it is; `problems` says where and why."""
+
+    def __init__(self, message: str, problems: list[RowProblem] | None = None):
+        self.problems = problems or []
+        shown = "\n".join(f"  - {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN])
+        more = len(self.problems) - MAX_PROBLEMS_SHOWN
+        if more > 0:
+            shown += f"\n  - … and {more} more"
+        super().__init__(message + (f"\n{shown}" if shown else ""))
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    text_column: str = "text"
+    label_column: str | None = "label"  # None or absent column: no labels in the file
+    split_column: str | None = "split"
+    id_column: str | None = "id"
+    field_columns: tuple[str, ...] | None = None  # None: every other column is kept as a field
+    labels: tuple[str, ...] | None = None  # None: the labels found in the data (sorted)
+    label_descriptions: dict[str, str] = field(default_factory=dict)
+    instructions: str = ""
+    task_name: str | None = None
+    dev_size: int = 500
+    seed: int = 0
+    skip_bad_rows: bool = False
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    dataset: str
+    n_rows: int
+    split_counts: dict[str, int]
+    labels: tuple[str, ...]
+    skipped: tuple[RowProblem, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+# ---- reading files -------------------------------------------------------------------------------
+def _decode(raw: bytes, name: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise IngestError(f"{name} is not UTF-8 text: byte 0x{raw[err.start]:02x} on line {line} "
+                          "cannot be decoded; save the file as UTF-8 and upload it again") from None
+
+
+def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
+    """Read CSV / JSONL / Parquet into a frame of strings (Parquet keeps its types).
+
+    `source` is a path or the raw bytes of an upload (then `name` gives the format by extension).
+    """
+    name = name or str(source)
+    suffix = Path(name).suffix.lower()
+    raw = Path(source).read_bytes() if not isinstance(source, bytes) else source
+    if suffix == ".parquet":
+        try:
+            return pd.read_parquet(io.BytesIO(raw))
+        except Exception as err:  # pyarrow raises several types for a corrupt file
+            raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
+    text = _decode(raw, name)
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        records, problems = [], []
+        for i, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                problems.append(RowProblem(i, f"not valid JSON ({err.msg} at column {err.colno})"))
+                continue
+            if not isinstance(record, dict):
+                problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
+                continue
+            records.append(record)
+        if problems:
+            raise IngestError(f"{name} has lines that are not JSON objects", problems)
+        return pd.DataFrame.from_records(records)
+    if suffix in (".csv", ".tsv", ".txt"):
+        sep = "\t" if suffix == ".tsv" else ","
+        try:
+            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False)
+        except pd.errors.ParserError as err:
+            raise IngestError(f"{name} is not a well-formed CSV: {err}") from None
+    raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
+                      "or a WRENCH folder)")
+
+
+def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
+
+    The `weak_labels` are dropped here: annotators and agents must never see them.
+    """
+    folder = Path(folder)
+    label_file = folder / "label.json"
+    if not label_file.exists():
+        raise IngestError(f"{folder} is not a WRENCH folder: label.json is missing")
+    names = json.loads(label_file.read_text())
+    labels = tuple(names[str(i)] for i in range(len(names)))
+    rows = []
+    for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
+        path = folder / f"{file_split}.json"
+        if not path.exists():
+            continue
+        for key, record in json.loads(path.read_text()).items():
+            data = dict(record.get("data", {}))
+            rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
+                         "label": record.get("label"), "split": split, **data})
+    if not rows:
+        raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
+    return pd.DataFrame.from_records(rows), labels
+
+
+# ---- validating ----------------------------------------------------------------------------------
+def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
+    """A cell's label name, or None when blank. Integer cells index into `labels` when names are known."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return None
+    text = str(value).strip()
+    if text == "":
+        return None
+    if labels is not None and text not in labels and text.lstrip("-").isdigit():
+        index = int(text)
+        return labels[index] if 0 <= index < len(labels) else text
+    return text
+
+
+def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
+    """Check and normalise a raw frame. Returns (clean frame, label names, problems)."""
+    if opts.text_column not in frame.columns:
+        raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
+    labels = tuple(opts.labels) if opts.labels else labels
+    has_labels = opts.label_column is not None and opts.label_column in frame.columns
+    has_split = opts.split_column is not None and opts.split_column in frame.columns
+    has_id = opts.id_column is not None and opts.id_column in frame.columns
+    reserved = {opts.text_column, opts.label_column, opts.split_column, opts.id_column}
+    field_cols = [c for c in (opts.field_columns if opts.field_columns is not None else frame.columns)
+                  if c not in reserved]
+    missing = [c for c in field_cols if c not in frame.columns]
+    if missing:
+        raise IngestError(f"field column(s) not in the file: {', '.join(missing)}")
+
+    raw_labels = [_label_of(v, labels) for v in frame[opts.label_column]] if has_labels else [None] * len(frame)
+    if labels is None:
+        labels = tuple(sorted({lab for lab in raw_labels if lab is not None}))
+    problems: list[RowProblem] = []
+    seen_ids: dict[str, int] = {}
+    keep, out = [], {"id": [], "text": [], "label": [], "split": [], "fields": []}
+    for i in range(len(frame)):
+        row_no = i + 1
+        text = frame[opts.text_column].iloc[i]
+        if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
+            problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}"))
+            continue
+        row_id = str(frame[opts.id_column].iloc[i]).strip() if has_id else str(row_no)
+        if not row_id:
+            problems.append(RowProblem(row_no, "empty id"))
+            continue
+        if row_id in seen_ids:
+            problems.append(RowProblem(row_no, f"duplicate id {row_id!r} (first seen on row {seen_ids[row_id]})"))
+            continue
+        label = raw_labels[i]
+        if label is not None and label not in labels:
+            problems.append(RowProblem(row_no, f"label {label!r} is not in the label set ({', '.join(labels)})"))
+            continue
+        split = None
+        if has_split:
+            cell = str(frame[opts.split_column].iloc[i]).strip().lower()
+            split = SPLIT_ALIASES.get(cell) if cell else None
+            if cell and split is None:
+                problems.append(RowProblem(row_no, f"unknown split {cell!r} (use pool, dev or test)"))
+                continue
+        if split in ("dev", "test") and label is None:
+            problems.append(RowProblem(row_no, f"a {split} row needs a label"))
+            continue
+        seen_ids[row_id] = row_no
+        keep.append(i)
+        out["id"].append(row_id)
+        out["text"].append(str(text))
+        out["label"].append(labels.index(label) if label is not None else None)
+        out["split"].append(split)
+        out["fields"].append({c: _plain(frame[c].iloc[i]) for c in field_cols})
+    if len(labels) < 2 and keep:
+        problems.append(RowProblem(0, f"need at least two labels, found {list(labels)}: give a label set"))
+    return pd.DataFrame(out), labels, problems
+
+
+def _plain(value):
+    """A field value as JSON-able plain Python (numpy arrays and scalars become lists / numbers)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    return value
+
+
+def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.DataFrame, list[str]]:
+    """Fill in missing splits and cap the dev split at `dev_size` (seeded, stratified by label).
+
+    Rows without a split: unlabeled → pool; labeled → a stratified dev sample, the rest → test.
+    Dev rows beyond `dev_size` move to the pool with their labels dropped (the pool is unlabeled).
+    Labels on pool rows are dropped too, so nothing downstream can lean on them.
+    """
+    rng = np.random.default_rng(seed)
+    frame = frame.copy()
+    notes = []
+    unassigned = frame["split"].isna()
+    labeled = frame["label"].notna()
+    frame.loc[unassigned & ~labeled, "split"] = "pool"
+    free = frame.index[unassigned & labeled]
+    if len(free):
+        picked = _stratified(frame.loc[free, "label"], dev_size - int((frame["split"] == "dev").sum()), rng)
+        frame.loc[picked, "split"] = "dev"
+        frame.loc[free.difference(picked), "split"] = "test"
+        notes.append(f"drew a stratified dev split of {len(picked)} labeled rows; {len(free) - len(picked)} "
+                     "other labeled rows became the test (holdout) split")
+    dev = frame.index[frame["split"] == "dev"]
+    if len(dev) > dev_size:
+        keep = _stratified(frame.loc[dev, "label"], dev_size, rng)
+        moved = dev.difference(keep)
+        frame.loc[moved, "split"] = "pool"
+        notes.append(f"dev split subsampled to {dev_size} rows (seeded, stratified); {len(moved)} rows moved to pool")
+    pool_labeled = (frame["split"] == "pool") & frame["label"].notna()
+    if pool_labeled.any():
+        notes.append(f"ignored the labels of {int(pool_labeled.sum())} pool rows (the pool is unlabeled work)")
+        frame.loc[pool_labeled, "label"] = None
+    return frame, notes
+
+
+def _stratified(labels: pd.Series, size: int, rng: np.random.Generator) -> pd.Index:
+    """A seeded sample of `size` index entries with class shares as in `labels` (each class ≥ 1 if possible)."""
+    size = max(0, min(size, len(labels)))
+    if size == len(labels):
+        return labels.index
+    picked = []
+    groups = {k: rng.permutation(v.to_numpy()) for k, v in labels.groupby(labels).groups.items()}
+    quotas = {k: max(1, int(round(size * len(v) / len(labels)))) for k, v in groups.items()}
+    while sum(quotas.values()) > size:  # rounding overshoot: trim the largest classes
+        quotas[max(quotas, key=quotas.get)] -= 1
+    for k, members in groups.items():
+        picked.extend(members[: quotas[k]])
+    leftover = rng.permutation(np.setdiff1d(labels.index.to_numpy(), np.array(picked, dtype=labels.index.dtype)))
+    picked.extend(leftover[: size - len(picked)])
+    return pd.Index(sorted(picked))
+
+
+# ---- importing -----------------------------------------------------------------------------------
+def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
+                 labels: tuple[str, ...] | None = None) -> ImportReport:
+    if store.has_data():
+        raise IngestError(f"workspace {store.path.parent} already holds data; use a new workspace")
+    clean, labels, problems = validate(frame, opts, labels)
+    fatal = [p for p in problems if p.row == 0]
+    if fatal or (problems and not opts.skip_bad_rows):
+        raise IngestError(f"{source}: {len(problems)} problem(s); nothing was imported", problems)
+    if clean.empty:
+        raise IngestError(f"{source}: no usable rows")
+    clean, notes = assign_splits(clean, opts.dev_size, opts.seed)
+    if not (clean["split"] == "dev").any():
+        raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
+                          "add a label column with at least a few labeled rows per class")
+    field_names = tuple(sorted({k for f in clean["fields"] for k in f}))
+    task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=opts.label_descriptions,
+                instructions=opts.instructions, fields=field_names)
+    store.add_examples(dataset, source, clean)
+    store.save_task(task)
+    store.set_meta("ingest", {"dev_size": opts.dev_size, "seed": opts.seed, "source": source})
+    return ImportReport(dataset, len(clean), store.split_counts(), labels, tuple(problems), tuple(notes))
+
+
+def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOptions()) -> ImportReport:
+    """Import a CSV / JSONL / Parquet file or a WRENCH folder into an empty workspace."""
+    path = Path(path)
+    if not path.exists():
+        raise IngestError(f"{path} does not exist")
+    if path.is_dir():
+        frame, labels = read_wrench(path)
+        opts = IngestOptions(**{**opts.__dict__, "id_column": "id", "label_column": "label",
+                                "split_column": "split", "text_column": "text"})
+        return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels)
+    return import_frame(store, read_table(path), opts, dataset=path.stem, source=str(path))

@@ -1,0 +1,58 @@
+"""Named, append-only schema migrations for the DuckDB workspace.
+
+Never edit or reorder an applied migration: add a new one at the end.
+"""
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "001_core",
+        """
+        CREATE SEQUENCE IF NOT EXISTS seq_verdicts;
+        CREATE SEQUENCE IF NOT EXISTS seq_events;
+        CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+        CREATE TABLE datasets (
+            name VARCHAR PRIMARY KEY, source VARCHAR, imported_at TIMESTAMP, n_rows INTEGER);
+        CREATE TABLE task (
+            name VARCHAR, labels VARCHAR, label_descriptions VARCHAR, instructions VARCHAR,
+            fields VARCHAR, multi_label BOOLEAN);
+        CREATE TABLE examples (
+            id VARCHAR PRIMARY KEY, ord INTEGER, text VARCHAR, fields VARCHAR,
+            split VARCHAR, label INTEGER, dataset VARCHAR);
+        CREATE TABLE annotators (
+            id VARCHAR PRIMARY KEY, name VARCHAR, source VARCHAR, agent VARCHAR, generation INTEGER,
+            parent_ids VARCHAR, author VARCHAR, rationale VARCHAR, created_at TIMESTAMP);
+        CREATE TABLE scores (
+            annotator_id VARCHAR PRIMARY KEY, fires INTEGER, coverage DOUBLE, precision DOUBLE,
+            label INTEGER, correct INTEGER, faults INTEGER);
+        CREATE TABLE votes (annotator_id VARCHAR, example_id VARCHAR, vote INTEGER);
+        CREATE TABLE vote_runs (
+            annotator_id VARCHAR, split VARCHAR, n INTEGER, faults INTEGER, first_error VARCHAR,
+            seconds DOUBLE, PRIMARY KEY (annotator_id, split));
+        CREATE TABLE generations (
+            number INTEGER PRIMARY KEY, status VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP,
+            dev_macro_f1_before DOUBLE, dev_macro_f1_after DOUBLE, n_candidates INTEGER,
+            n_accepted INTEGER, pool_size INTEGER, reverted BOOLEAN, seconds DOUBLE);
+        CREATE TABLE verdicts (
+            seq BIGINT DEFAULT nextval('seq_verdicts'), annotator_id VARCHAR, generation INTEGER,
+            verdict VARCHAR, reasons VARCHAR, decided_by VARCHAR, note VARCHAR, recorded_at TIMESTAMP);
+        CREATE TABLE events (
+            seq BIGINT DEFAULT nextval('seq_events'), run_id VARCHAR, recorded_at TIMESTAMP, kind VARCHAR,
+            payload VARCHAR);
+        """,
+    ),
+    (
+        "002_llm_embeddings_jobs",
+        """
+        CREATE TABLE llm_calls (
+            request_hash VARCHAR, role VARCHAR, model VARCHAR, prompt_hash VARCHAR, request VARCHAR,
+            reply VARCHAR, tokens_in INTEGER, tokens_out INTEGER, latency_s DOUBLE, cost_usd DOUBLE,
+            error VARCHAR, recorded_at TIMESTAMP);
+        CREATE TABLE embeddings (
+            model VARCHAR, text_hash VARCHAR, vector FLOAT[], PRIMARY KEY (model, text_hash));
+        CREATE TABLE jobs (
+            id VARCHAR PRIMARY KEY, kind VARCHAR, status VARCHAR, params VARCHAR, progress DOUBLE,
+            message VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP, error VARCHAR);
+        """,
+    ),
+]

@@ -1,0 +1,151 @@
+"""Frozen domain values passed between the engine's stages.
+
+Labels travel as integer class indices into `Task.labels`; `ABSTAIN` (-1) means "no vote".
+Annotator code itself returns label *names*; the sandbox maps them to indices.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+ABSTAIN = -1
+SPLITS = ("pool", "dev", "test")  # pool: unlabeled work; dev: fitness; test: holdout, only `evopool eval`
+AGENT_ROLES = ("generator", "improver", "refiner")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What is being labeled: the label set and the words an expert (or agent) reads about it."""
+
+    name: str
+    labels: tuple[str, ...]
+    label_descriptions: Mapping[str, str] = field(default_factory=dict)
+    instructions: str = ""
+    fields: tuple[str, ...] = ()  # extra example fields besides `text`, e.g. ("entity1", "entity2")
+    multi_label: bool = False
+
+    def label_index(self, name: str) -> int:
+        return self.labels.index(name)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One row to label. `label` is a class index, or None where unknown (pool rows)."""
+
+    id: str
+    text: str
+    split: str
+    label: int | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_input(self) -> dict[str, Any]:
+        """The dict an annotator receives: `text` plus the other fields, never the label."""
+        return {**self.fields, "text": self.text}
+
+
+def code_hash(normalised_source: str) -> str:
+    """Annotator id: the same normalised code always gets the same id."""
+    return hashlib.sha256(normalised_source.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Annotator:
+    """An executable labeling function: Python source defining `annotate(example) -> str | None`."""
+
+    id: str  # code_hash(source)
+    name: str
+    source: str  # normalised source
+    agent: str  # generator | improver | refiner | human
+    generation: int
+    parent_ids: tuple[str, ...] = ()
+    author: str = "agent"  # agent | human
+    rationale: str = ""  # why the proposer wrote it (shown to the expert)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A proposer's output before checking: raw source plus where it came from."""
+
+    source: str
+    agent: str
+    name: str = ""
+    parent_ids: tuple[str, ...] = ()
+    rationale: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """One annotator run over a batch of examples inside the sandbox."""
+
+    annotator_id: str
+    votes: np.ndarray  # (n_examples,) int, ABSTAIN = -1
+    faults: int = 0  # crashes, timeouts, labels outside the label set
+    first_error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class VoteMatrix:
+    votes: np.ndarray  # (n_examples, n_annotators) int, ABSTAIN = -1
+    example_ids: tuple[str, ...]
+    annotator_ids: tuple[str, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.votes.shape  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class AnnotatorScore:
+    """Fitness of one annotator on the dev split."""
+
+    annotator_id: str
+    fires: int  # dev rows where it voted
+    coverage: float  # fires / n_dev
+    precision: float  # correct / fires (0 when it never fires)
+    label: int  # the class it votes most often, ABSTAIN if it never fires
+    correct: int
+    faults: int = 0
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """A verdict on one annotator, with the reasons that produced it and who decided."""
+
+    annotator_id: str
+    verdict: str  # gate: accept | reject | prune; human: approve | reject
+    reasons: tuple[str, ...]
+    decided_by: str = "gate"  # gate | human
+    note: str = ""  # a human's free-text reason
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The outcome of one propose -> execute -> score -> gate round."""
+
+    number: int
+    pool_ids: tuple[str, ...]  # the pool after the gate
+    dev_macro_f1_before: float
+    dev_macro_f1_after: float
+    decisions: tuple[GateDecision, ...]
+    n_candidates: int
+    reverted: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class SoftLabels:
+    probs: np.ndarray  # (n_examples, n_classes), rows sum to 1
+    example_ids: tuple[str, ...]
+    aggregator: str
+
+    @property
+    def hard(self) -> np.ndarray:
+        return self.probs.argmax(axis=1)
+
+    @property
+    def confidence(self) -> np.ndarray:
+        return self.probs.max(axis=1)

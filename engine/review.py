@@ -1,0 +1,111 @@
+"""The expert's hand on the pool: approve, reject (disable), restore, and edit-and-rescore.
+
+Every action is an engine call that leaves a logged human verdict with a reason; later generations
+respect it (the gate never prunes a human-approved annotator nor re-admits a human-rejected one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from engine.code import CodeRejected, make_annotator
+from engine.evolve import ensure_votes
+from engine.sandbox import Executor
+from engine.score import pool_macro_f1, score_annotator
+from engine.store import Store
+from engine.types import ABSTAIN, Annotator, AnnotatorScore, Candidate
+
+
+@dataclass(frozen=True)
+class EditPreview:
+    """An edited annotator measured on dev beside the version it came from."""
+
+    annotator: Annotator | None  # None when the code failed its checks
+    error: str | None  # why the code was refused, or the first runtime fault
+    score: AnnotatorScore | None
+    parent_score: AnnotatorScore | None
+    contribution: float | None  # pool dev macro-F1 with the new version minus without it
+    parent_contribution: float | None
+    fired_rows: pd.DataFrame  # dev rows it fires on: id, text, label, vote, correct (wrong first)
+
+
+def approve(store: Store, annotator_id: str, note: str) -> None:
+    """Put an annotator in the pool (or restore a disabled one), against the gate if need be."""
+    store.record_human_verdict(annotator_id, "approve", note)
+
+
+def reject(store: Store, annotator_id: str, note: str) -> None:
+    """Take an annotator out of the pool (disable); `approve` undoes it."""
+    store.record_human_verdict(annotator_id, "reject", note)
+
+
+def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:
+    """Pool dev macro-F1 with `votes` added, minus without; `exclude` (the parent) is left out of both."""
+    task = store.load_task()
+    y = store.labels("dev")
+    others = [a for a in store.pool_ids() if a != exclude]
+    base = store.vote_matrix(others, "dev").votes
+    with_it = np.column_stack([base, votes]) if base.size else votes[:, None]
+    return pool_macro_f1(with_it, y, len(task.labels)) - pool_macro_f1(base, y, len(task.labels))
+
+
+def fired_rows(store: Store, votes: np.ndarray) -> pd.DataFrame:
+    """The dev rows an annotator fires on, wrong votes first."""
+    task = store.load_task()
+    frame = store.examples_frame("dev")
+    mask = votes != ABSTAIN
+    out = pd.DataFrame({"id": frame["id"][mask], "text": frame["text"][mask],
+                        "label": [task.labels[int(v)] for v in frame["label"][mask]],
+                        "vote": [task.labels[int(v)] for v in votes[mask]]})
+    out["correct"] = out["label"] == out["vote"]
+    return out.sort_values("correct", kind="stable").reset_index(drop=True)
+
+
+def preview_edit(store: Store, executor: Executor, source: str, parent_id: str | None = None) -> EditPreview:
+    """Check and run edited code on dev in the sandbox without saving anything."""
+    parent = store.annotator(parent_id) if parent_id else None
+    parent_score = store.scores([parent_id]).get(parent_id) if parent_id else None
+    parent_contribution = None
+    if parent is not None:
+        ensure_votes(store, executor, [parent.id], "dev")
+        parent_votes = store.vote_matrix([parent.id], "dev").votes[:, 0]
+        parent_contribution = _contribution(store, parent_votes, exclude=parent.id)
+    empty = pd.DataFrame(columns=["id", "text", "label", "vote", "correct"])
+    try:
+        annotator = make_annotator(Candidate(source, "human", parent.name if parent else "",
+                                             (parent.id,) if parent else ()), store.last_complete_generation(),
+                                   author="human")
+    except CodeRejected as err:
+        return EditPreview(None, err.reason, None, parent_score, None, parent_contribution, empty)
+    task = store.load_task()
+    frame = store.examples_frame("dev")
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"])]
+    result = executor.run([annotator], inputs, list(task.labels))[0]
+    score = score_annotator(annotator.id, result.votes, store.labels("dev"), faults=result.faults)
+    contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)
+    return EditPreview(annotator, result.first_error, score, parent_score, contribution, parent_contribution,
+                       fired_rows(store, result.votes))
+
+
+def save_edit(store: Store, executor: Executor, source: str, parent_id: str | None, note: str) -> Annotator:
+    """Save edited code as a new human-authored version, approve it, and retire its parent.
+
+    Raises CodeRejected when the code fails its checks; nothing is saved then.
+    """
+    parent = store.annotator(parent_id) if parent_id else None
+    annotator = make_annotator(Candidate(source, "human", parent.name if parent else "",
+                                         (parent.id,) if parent else ()), store.last_complete_generation(),
+                               author="human")
+    if annotator.id == parent_id:
+        raise CodeRejected("the edited code is the same as the original (after normalising)")
+    store.save_annotator(annotator)
+    ensure_votes(store, executor, [annotator.id], "dev")
+    run = store.voted_splits(annotator.id)["dev"]
+    votes = store.vote_matrix([annotator.id], "dev").votes[:, 0]
+    store.save_score(score_annotator(annotator.id, votes, store.labels("dev"), faults=run["faults"]))
+    approve(store, annotator.id, note or "edited by hand")
+    if parent is not None and parent.id in store.pool_ids():
+        reject(store, parent.id, f"replaced by edited version {annotator.id}")
+    return annotator

@@ -1,0 +1,127 @@
+"""Ingest: formats, split assignment, and row-level rejections that import nothing."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from engine.ingest import IngestError, IngestOptions, import_path, read_table
+from engine.store import Store
+
+
+def write_csv(path, rows, columns=("id", "text", "label", "split")):
+    pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False)
+    return path
+
+
+def test_demo_imports_with_its_splits(tmp_path, demo_csv):
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, demo_csv)
+    assert report.split_counts == {"dev": 120, "pool": 1686, "test": 250}
+    assert report.labels == ("HAM", "SPAM")
+    assert store.count_examples() == 2056
+    # pool rows are unlabeled work: no label survives there
+    assert (store.labels("pool") == -1).all()
+    assert set(store.labels("dev")) == {0, 1}
+
+
+def test_bad_rows_are_named_and_nothing_is_imported(tmp_path):
+    path = write_csv(tmp_path / "bad.csv", [
+        ("a", "fine text", "pos", "dev"),
+        ("b", "", "neg", "dev"),            # empty text
+        ("a", "dup id", "neg", "dev"),      # duplicate id
+        ("c", "odd split", "neg", "later"),  # unknown split
+        ("d", "no label on dev", "", "dev"),
+    ])
+    store = Store.open(tmp_path / "ws")
+    with pytest.raises(IngestError) as err:
+        import_path(store, path, IngestOptions(labels=("pos", "neg")))
+    rows = {p.row: p.reason for p in err.value.problems}
+    assert set(rows) == {2, 3, 4, 5}
+    assert "empty text" in rows[2]
+    assert "duplicate id 'a'" in rows[3] and "row 1" in rows[3]
+    assert "unknown split 'later'" in rows[4]
+    assert "needs a label" in rows[5]
+    assert "nothing was imported" in str(err.value)
+    assert store.count_examples() == 0
+
+
+def test_label_outside_label_set_and_skip_bad_rows(tmp_path):
+    path = write_csv(tmp_path / "d.csv", [
+        ("1", "good one", "pos", "dev"), ("2", "good two", "neg", "dev"), ("3", "weird", "maybe", "dev"),
+    ])
+    with pytest.raises(IngestError, match=r"row 3: label 'maybe' is not in the label set"):
+        import_path(Store.open(tmp_path / "a"), path, IngestOptions(labels=("pos", "neg")))
+    store = Store.open(tmp_path / "b")
+    report = import_path(store, path, IngestOptions(labels=("pos", "neg"), skip_bad_rows=True))
+    assert report.n_rows == 2 and [p.row for p in report.skipped] == [3]
+
+
+def test_non_utf8_names_the_line(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,text,label\n1,ok,a\n2,caf\xe9,b\n".encode("latin-1"))
+    with pytest.raises(IngestError, match="line 3"):
+        read_table(path)
+
+
+def test_missing_text_column_lists_columns(tmp_path):
+    path = write_csv(tmp_path / "x.csv", [("1", "hi", "a", "dev")], ("id", "body", "label", "split"))
+    with pytest.raises(IngestError, match="no text column 'text'.*body"):
+        import_path(Store.open(tmp_path / "ws"), path)
+
+
+def test_no_split_column_draws_stratified_dev_rest_to_test(tmp_path):
+    rows = [(str(i), f"text {i}", "pos" if i % 4 == 0 else "neg") for i in range(40)]
+    rows += [(f"u{i}", f"unlabeled {i}", "") for i in range(10)]
+    path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label"))
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, path, IngestOptions(dev_size=20, seed=3))
+    assert report.split_counts == {"dev": 20, "pool": 10, "test": 20}
+    dev = store.labels("dev")
+    assert (dev == 1).sum() == 5  # 'pos' is a quarter of the labeled rows, and a quarter of dev
+    # seeded: the same seed draws the same dev rows
+    again = Store.open(tmp_path / "ws2")
+    import_path(again, path, IngestOptions(dev_size=20, seed=3))
+    assert again.example_ids("dev") == store.example_ids("dev")
+
+
+def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
+    good = [{"id": "r1", "text": "A binds B", "label": "bind", "split": "dev", "entity1": "A"},
+            {"id": "r2", "text": "A blocks B", "label": "block", "split": "dev", "entity1": "B"}]
+    path = tmp_path / "rel.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in good) + "\n")
+    store = Store.open(tmp_path / "ws")
+    import_path(store, path)
+    assert store.load_task().fields == ("entity1",)
+    assert store.examples("dev")[0].as_input() == {"entity1": "A", "text": "A binds B"}
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(good[0]) + "\n{not json\n")
+    with pytest.raises(IngestError, match="row 2: not valid JSON"):
+        read_table(broken)
+
+
+def test_parquet_round_trip(tmp_path):
+    frame = pd.DataFrame({"text": ["one", "two", "three", "four"], "label": ["a", "b", "a", "b"],
+                          "split": ["dev", "dev", "pool", "test"]})
+    frame.to_parquet(tmp_path / "d.parquet")
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, tmp_path / "d.parquet")
+    assert report.split_counts == {"dev": 2, "pool": 1, "test": 1}
+
+
+def test_second_import_into_same_workspace_is_refused(tmp_path, demo_csv):
+    store = Store.open(tmp_path / "ws")
+    import_path(store, demo_csv)
+    with pytest.raises(IngestError, match="already holds data"):
+        import_path(store, demo_csv)
+    assert store.count_examples() == 2056
+
+
+def test_wrench_folder_hides_weak_labels_and_caps_dev(tmp_path, shared_data):
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, shared_data / "youtube", IngestOptions(dev_size=100))
+    assert report.split_counts == {"dev": 100, "pool": 1686 + 20, "test": 250}
+    example = store.examples("dev")[0]
+    assert "weak_labels" not in example.fields and "weak_labels" not in example.as_input()
+    assert "label" not in example.as_input()

@@ -1,0 +1,133 @@
+"""The DuckDB workspace on a real file: migrations, votes, verdict history, locking."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.store import Store, WorkspaceLocked
+from engine.types import ABSTAIN, Annotator, GateDecision
+
+
+def seeded(tmp_path) -> Store:
+    store = Store.open(tmp_path / "ws")
+    frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["w", "x", "y", "z"],
+                          "fields": [{}, {"k": 1}, {}, {}], "split": ["dev", "dev", "pool", "test"],
+                          "label": [0, 1, None, 1]})
+    store.add_examples("toy", "memory", frame)
+    return store
+
+
+def ann(i: int, generation: int = 1) -> Annotator:
+    return Annotator(id=f"id{i}", name=f"a{i}", source=f"def annotate(example):\n    return {i}",
+                     agent="generator", generation=generation)
+
+
+def test_migrations_apply_once_and_reopen_keeps_data(tmp_path):
+    store = seeded(tmp_path)
+    Store.close_all()
+    again = Store.open(tmp_path / "ws")
+    assert again.count_examples() == 4
+    assert again._q("SELECT count(*) FROM _migrations")[0][0] == 2
+
+
+def test_votes_are_sparse_and_dense_matrix_is_ordered(tmp_path):
+    store = seeded(tmp_path)
+    store.save_annotator(ann(1))
+    store.save_annotator(ann(1))  # idempotent: same id
+    store.save_annotator(ann(2))
+    store.save_votes("id1", "dev", ["a", "b"], np.array([1, ABSTAIN]))
+    store.save_votes("id2", "dev", ["a", "b"], np.array([0, 0]), faults=1, first_error="boom")
+    assert store._q("SELECT count(*) FROM votes")[0][0] == 3  # abstain is not a row
+    vm = store.vote_matrix(["id2", "id1"], "dev")
+    assert vm.example_ids == ("a", "b")
+    np.testing.assert_array_equal(vm.votes, [[0, 1], [0, ABSTAIN]])
+    assert store.voted_splits("id2")["dev"]["first_error"] == "boom"
+    # re-running an annotator on a split replaces its votes there
+    store.save_votes("id1", "dev", ["a", "b"], np.array([ABSTAIN, 0]))
+    np.testing.assert_array_equal(store.vote_matrix(["id1"], "dev").votes[:, 0], [ABSTAIN, 0])
+    assert len(store.annotators()) == 2
+
+
+def test_pool_follows_latest_verdict_and_humans_lock(tmp_path):
+    store = seeded(tmp_path)
+    for i in (1, 2, 3):
+        store.save_annotator(ann(i))
+    store.start_generation(1)
+    store.complete_generation(1, [GateDecision("id1", "accept", ("ok",)), GateDecision("id2", "accept", ("ok",)),
+                                  GateDecision("id3", "reject", ("precision 0.1 < 0.3",))],
+                              f1_before=0.0, f1_after=0.5, n_candidates=3, pool_size=2, reverted=False,
+                              seconds=0.1)
+    assert store.pool_ids() == ["id1", "id2"]
+    store.record_human_verdict("id3", "approve", "I checked these fires by hand")
+    store.record_human_verdict("id1", "reject", "fires on sarcasm")
+    assert store.pool_ids() == ["id2", "id3"]
+    assert store.human_locked() == {"id3": "approve", "id1": "reject"}
+    with pytest.raises(ValueError, match="needs a reason"):
+        store.record_human_verdict("id2", "reject", "  ")
+    history = store.verdicts("id3")
+    assert list(history["verdict"]) == ["reject", "approve"]
+    assert history["reasons"].iloc[0] == ["precision 0.1 < 0.3"]
+
+
+def test_incomplete_generation_is_not_counted(tmp_path):
+    store = seeded(tmp_path)
+    store.start_generation(1)
+    store.complete_generation(1, [], f1_before=0, f1_after=0, n_candidates=0, pool_size=0, reverted=False,
+                              seconds=0)
+    store.start_generation(2)  # a run killed here leaves generation 2 'running'
+    assert store.last_complete_generation() == 1
+    store.start_generation(2)  # a resumed run restarts it cleanly
+    assert list(store.generations()["status"]) == ["complete", "running"]
+
+
+def test_failed_transaction_leaves_nothing(tmp_path):
+    store = seeded(tmp_path)
+    store.save_annotator(ann(1))
+    store.start_generation(1)
+    bad = GateDecision("id1", "accept", (object(),))  # reasons that cannot be serialised
+    with pytest.raises(TypeError):
+        store.complete_generation(1, [GateDecision("id1", "accept", ("ok",)), bad], f1_before=0, f1_after=0,
+                                  n_candidates=1, pool_size=1, reverted=False, seconds=0)
+    assert store.pool_ids() == [] and store.last_complete_generation() == 0
+
+
+def test_threads_share_a_workspace(tmp_path):
+    store = seeded(tmp_path)
+    errors = []
+
+    def writer(i: int) -> None:
+        try:
+            for j in range(20):
+                store.add_event(f"run{i}", "tick", {"j": j})
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors
+    assert len(store.events(limit=1000)) == 80
+    assert [e["j"] for e in store.events("run2")] == list(range(20))
+
+
+def test_second_process_gets_a_clear_lock_error(tmp_path):
+    seeded(tmp_path)
+    code = ("import sys; from engine.store import Store, WorkspaceLocked\n"
+            "try:\n    Store.open(sys.argv[1])\nexcept WorkspaceLocked as e:\n    print('LOCKED', e); sys.exit(3)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ws")], capture_output=True, text=True)
+    assert out.returncode == 3 and "in use by another process" in out.stdout
+
+
+def test_embedding_and_llm_caches(tmp_path):
+    store = seeded(tmp_path)
+    store.save_embeddings("m", ["h1", "h2"], np.array([[1, 0], [0, 1]], dtype=np.float32))
+    got = store.cached_embeddings("m", ["h2", "h3"])
+    assert set(got) == {"h2"} and got["h2"].tolist() == [0.0, 1.0]
+    store.record_llm_call(request_hash="r", role="generator", model="m", prompt_hash="p", request="{}",
+                          reply="```python\n```", tokens_in=3, tokens_out=4, latency_s=0.1, cost_usd=0.0)
+    assert store.cached_llm_reply("r") == "```python\n```" and store.cached_llm_reply("other") is None

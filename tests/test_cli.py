@@ -1,0 +1,51 @@
+"""`evopool` as other tools call it: a real subprocess, JSON on the last stdout line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+
+
+def evopool(*args: str) -> tuple[dict | None, subprocess.CompletedProcess]:
+    out = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=600)
+    lines = out.stdout.strip().splitlines()
+    return (json.loads(lines[-1]) if lines else None), out
+
+
+def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
+    ws = str(tmp_path / "ws")
+    summary, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "2", "--seed", "0")
+    assert out.returncode == 0, out.stderr
+    assert summary["generation"] == 2 and summary["pool_size"] > 0
+    assert "generation 2:" in out.stderr  # progress goes to stderr
+
+    result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "mv")
+    assert out.returncode == 0, out.stderr
+    assert result["split"] == "test" and result["aggregator"] == "mv" and result["n"] == 250
+    assert 0.0 <= result["coverage"] <= 1.0 and 0.0 < result["macro_f1"] <= 1.0
+
+    csv = tmp_path / "labels.csv"
+    result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(csv, keep_default_na=False)
+    assert len(frame) == 2056 and result["rows"] == 2056
+    assert {"id", "text", "label", "split", "p_HAM", "p_SPAM", "n_votes", "confidence"} <= set(frame.columns)
+    labeled = frame[frame["label"] != ""]
+    assert ((labeled["p_HAM"] + labeled["p_SPAM"]).round(4) == 1).all()
+    assert set(frame["split"]) == {"pool", "dev", "test"}
+
+    lines = subprocess.run([sys.executable, "-m", "engine.cli", "pool", "--workdir", ws], capture_output=True,
+                           text=True).stdout.strip().splitlines()
+    members = [json.loads(line) for line in lines]
+    assert len(members) == summary["pool_size"]
+    assert {"id", "name", "agent", "generation", "author", "precision", "coverage", "fires", "source"} <= set(members[0])
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,text,label\n1,hello,a\n1,again,b\n")
+    _, out = evopool("run", str(bad), "--workdir", str(tmp_path / "ws"))
+    assert out.returncode == 2
+    assert "row 2: duplicate id '1'" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,270 @@
+"""LLM or human text -> checked, normalised annotator source.
+
+The checks here are the first line of defence (the sandbox is the second): they reject code that
+could reach outside the annotator's job before it is stored or run, with a reason a person can read.
+This module must stay free of numpy: the sandbox worker imports it and runs under a memory limit.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.types import Annotator, Candidate
+
+ALLOWED_IMPORTS: frozenset[str] = frozenset(
+    {"re", "math", "string", "collections", "itertools", "functools", "unicodedata"}
+)
+FORBIDDEN_NAMES: frozenset[str] = frozenset({
+    "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "getattr", "setattr",
+    "delattr", "input", "breakpoint", "exit", "quit", "memoryview", "help",
+})
+# Attributes that reach interpreter internals without a leading underscore (frames, code objects) or that
+# resolve attribute paths from strings (string.Formatter.get_field is a getattr in disguise).
+FORBIDDEN_ATTRIBUTES: frozenset[str] = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals",
+    "f_locals", "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "Formatter", "get_field",
+    "vformat", "mro",
+})
+# Calls allowed in module-level constant tables (besides methods of constants and module functions).
+_STATIC_CALLS = frozenset({
+    "frozenset", "set", "tuple", "list", "dict", "sorted", "str", "len", "range", "zip", "enumerate",
+    "reversed", "min", "max", "sum", "int", "float", "bool", "any", "all",
+})
+MAX_SOURCE_CHARS = 100_000
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+_DEFINES_ANNOTATE = re.compile(r"^\s*def\s+annotate\s*\(", re.MULTILINE)
+_PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
+
+
+class CodeRejected(ValueError):
+    """Source that will not become an annotator; `reason` says why in one line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def extract_code(text: str) -> str:
+    """Pull the annotator source out of an LLM reply.
+
+    Fenced blocks tagged python (or untagged) win; among several, the last one defining `annotate`
+    (a reply's revised version usually comes last). Unfenced text is taken as-is when it parses as code.
+    """
+    blocks = [body for tag, body in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS and body.strip()]
+    if blocks:
+        with_annotate = [b for b in blocks if _DEFINES_ANNOTATE.search(b)]
+        chosen = with_annotate[-1] if with_annotate else blocks[0]
+        return chosen.strip("\n") + "\n"
+    if "```" not in text and _looks_like_code(text):
+        return text.strip("\n") + "\n"
+    raise CodeRejected("no code block found")
+
+
+def _looks_like_code(text: str) -> bool:
+    """Prose can parse as Python (`hello`), so require a definition, import or assignment."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    kinds = (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
+    return any(isinstance(node, kinds) for node in tree.body)
+
+
+def check_source(source: str) -> str:
+    """Check annotator source and return it normalised (`ast.unparse`: comments and layout dropped)."""
+    return ast.unparse(_checked_tree(source)) + "\n"
+
+
+def _checked_tree(source: str) -> ast.Module:
+    if len(source) > MAX_SOURCE_CHARS:
+        raise CodeRejected(f"source is {len(source)} characters; the limit is {MAX_SOURCE_CHARS}")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise CodeRejected(f"syntax error line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise CodeRejected(f"cannot parse source: {type(exc).__name__}") from None
+    _check_top_level(tree)
+    _check_annotate(tree)
+    for node in ast.walk(tree):
+        _check_node(node)
+    return tree
+
+
+def _check_top_level(tree: ast.Module) -> None:
+    """Module level may only import, define functions and build constant tables."""
+    for stmt in tree.body:
+        where = f"line {stmt.lineno}"
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
+            stmt.value.value, str
+        ):
+            continue  # docstring
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if not all(_is_plain_target(t) for t in targets):
+                raise CodeRejected(f"{where}: module-level assignment must bind plain names")
+            if stmt.value is None or not _is_static(stmt.value):
+                raise CodeRejected(
+                    f"{where}: module-level assignments may only hold constants, literals, "
+                    "comprehensions or compiled regexes"
+                )
+            continue
+        if isinstance(stmt, ast.AsyncFunctionDef):
+            raise CodeRejected(f"{where}: async functions are not allowed")
+        raise CodeRejected(
+            f"{where}: `{type(stmt).__name__}` is not allowed at module level "
+            "(only imports, function definitions, constants and a docstring)"
+        )
+
+
+def _is_plain_target(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return True
+    return isinstance(node, (ast.Tuple, ast.List)) and all(_is_plain_target(e) for e in node.elts)
+
+
+def _is_static(node: ast.AST) -> bool:
+    """True for expressions that only build data: literals, names, comprehensions, safe calls."""
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, ast.Lambda):  # the body runs later, inside annotate; defaults run now
+        return all(_is_static(d) for d in node.args.defaults + [d for d in node.args.kw_defaults if d])
+    if isinstance(node, ast.Call):
+        func = node.func
+        ok_func = (isinstance(func, ast.Name) and func.id in _STATIC_CALLS) or (
+            isinstance(func, ast.Attribute) and _is_static(func.value)
+        )
+        return ok_func and all(_is_static(a) for a in node.args) and all(
+            _is_static(k.value) for k in node.keywords
+        )
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for gen in node.generators:
+            parts += [gen.iter, *gen.ifs]
+        return all(_is_static(p) for p in parts)
+    if isinstance(node, ast.Dict):
+        return all(k is None or _is_static(k) for k in node.keys) and all(_is_static(v) for v in node.values)
+    simple = (ast.Attribute, ast.Tuple, ast.List, ast.Set, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+              ast.IfExp, ast.Subscript, ast.Slice, ast.Starred, ast.JoinedStr, ast.FormattedValue)
+    if isinstance(node, simple):
+        children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.operator, ast.cmpop,
+                    ast.unaryop, ast.boolop, ast.expr_context))]
+        return all(_is_static(c) for c in children)
+    return False
+
+
+def _check_annotate(tree: ast.Module) -> None:
+    defs = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "annotate"]
+    if not defs:
+        raise CodeRejected("no function `annotate(example)` defined")
+    if len(defs) > 1:
+        raise CodeRejected(f"`annotate` is defined {len(defs)} times; define it once")
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "annotate" for t in targets):
+            raise CodeRejected(f"line {stmt.lineno}: `annotate` is reassigned; it must be a plain function")
+    fn = defs[0]
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    if len(positional) != 1 or args.vararg or args.kwarg or args.kwonlyargs:
+        raise CodeRejected("`annotate` must take exactly one positional argument (example)")
+    if fn.decorator_list:
+        raise CodeRejected("`annotate` must not be decorated")
+
+
+def _check_node(node: ast.AST) -> None:
+    line = f"line {getattr(node, 'lineno', '?')}"
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        _check_import(node, line)
+    elif isinstance(node, ast.Name):
+        _check_name(node.id, line)
+    elif isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            raise CodeRejected(f"{line}: accesses attribute `{node.attr}`; underscore attributes are not allowed")
+        if node.attr in FORBIDDEN_ATTRIBUTES:
+            raise CodeRejected(f"{line}: accesses attribute `{node.attr}`, which is not allowed")
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if _is_dunder(node.name):
+            raise CodeRejected(f"{line}: function name `{node.name}` is not allowed")
+        if isinstance(node, ast.AsyncFunctionDef):
+            raise CodeRejected(f"{line}: async functions are not allowed")
+    elif isinstance(node, ast.ClassDef):
+        raise CodeRejected(f"{line}: class definitions are not allowed")
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        for name in node.names:
+            _check_name(name, line)
+    elif isinstance(node, ast.arg):
+        _check_name(node.arg, line)
+    elif isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
+        raise CodeRejected(f"{line}: async code is not allowed")
+
+
+def _check_name(name: str, line: str) -> None:
+    if name in FORBIDDEN_NAMES:
+        raise CodeRejected(f"{line}: uses `{name}`, which is not allowed")
+    if _is_dunder(name):
+        raise CodeRejected(f"{line}: uses `{name}`; dunder names are not allowed")
+
+
+def _check_import(node: ast.Import | ast.ImportFrom, line: str) -> None:
+    allowed = ", ".join(sorted(ALLOWED_IMPORTS))
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            raise CodeRejected(f"{line}: relative imports are not allowed")
+        modules = [node.module or ""]
+        for alias in node.names:
+            if alias.name == "*":
+                raise CodeRejected(f"{line}: `from {node.module} import *` is not allowed; name what you use")
+            if alias.name.startswith("_") or alias.name in FORBIDDEN_ATTRIBUTES:
+                raise CodeRejected(f"{line}: imports `{alias.name}`, which is not allowed")
+    else:
+        modules = [alias.name for alias in node.names]
+    for module in modules:
+        parts = module.split(".")
+        if parts[0] not in ALLOWED_IMPORTS or any(p.startswith("_") for p in parts):
+            raise CodeRejected(f"imports '{module}', which is not allowed (allowed: {allowed})")
+    for alias in node.names:
+        if alias.asname:
+            _check_name(alias.asname, line)
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and len(name) > 4
+
+
+def make_annotator(candidate: Candidate, generation: int, author: str = "agent") -> Annotator:
+    """Check and normalise a proposer's candidate into an `Annotator` whose id is its code hash."""
+    from engine.types import Annotator, code_hash  # runtime import: keeps numpy out of the worker
+
+    source = candidate.source
+    if "```" in source:
+        source = extract_code(source)
+    tree = _checked_tree(source)
+    normalised = ast.unparse(tree) + "\n"
+    annotator_id = code_hash(normalised)
+    name = candidate.name.strip() or _docstring_title(tree) or f"{candidate.agent}-{annotator_id[:6]}"
+    return Annotator(
+        id=annotator_id,
+        name=name,
+        source=normalised,
+        agent=candidate.agent,
+        generation=generation,
+        parent_ids=tuple(candidate.parent_ids),
+        author=author,
+        rationale=candidate.rationale,
+    )
+
+
+def _docstring_title(tree: ast.Module) -> str:
+    """First non-empty line of `annotate`'s docstring, trimmed to a short name."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "annotate":
+            doc = ast.get_docstring(stmt) or ""
+            for text_line in doc.splitlines():
+                if text_line.strip():
+                    return text_line.strip()[:80]
+    return ""

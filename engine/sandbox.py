@@ -1,0 +1,226 @@
+"""Running untrusted annotator code: never in this process, always in limited worker processes.
+
+`SandboxExecutor` keeps a small pool of `python -m engine.sandbox_worker` processes (each handled through
+`engine.sandbox_process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example chunk) tasks; each worker receives a chunk's examples once and
+then runs annotators over it. Failures are data: a crash, timeout or bad return value becomes a counted
+fault with a reason on that annotator, never an exception out of `run()`.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Self
+
+import numpy as np
+
+from engine.sandbox_process import WorkerFailed, WorkerProcess, shutdown
+from engine.types import ABSTAIN, Annotator, ExecutionResult
+
+Progress = Callable[[int, int], None]
+
+
+class Executor(Protocol):
+    """Runs annotators over examples; one result per annotator, votes are indices into `labels`."""
+
+    def run(self, annotators: Sequence[Annotator], examples: Sequence[dict], labels: Sequence[str],
+            on_progress: Progress | None = None) -> list[ExecutionResult]: ...
+
+
+def _jsonable(value: Any) -> Any:
+    """Numpy scalars/arrays and other odd field values become plain JSON values."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
+
+
+class _RunState:
+    """What one `run()` call shares between its worker threads."""
+
+    def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], batch_size: int):
+        self.run_id = run_id
+        n = len(examples)
+        self.chunks = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+        self.loads = [
+            (json.dumps({"op": "load", "offset": s, "labels": labels, "examples": list(examples[s:e])},
+                        default=_jsonable) + "\n").encode("utf-8")
+            for s, e in self.chunks
+        ]
+        self.stopped_at: dict[int, int] = {}  # annotator index -> first chunk where its run was stopped
+        self.lock = threading.Lock()
+
+    def mark_stopped(self, ai: int, ci: int) -> None:
+        with self.lock:
+            self.stopped_at[ai] = min(ci, self.stopped_at.get(ai, ci))
+
+    def is_stopped_before(self, ai: int, ci: int) -> bool:
+        with self.lock:
+            return self.stopped_at.get(ai, ci) < ci
+
+
+class SandboxExecutor:
+    """The real `Executor`: a reusable pool of limited worker processes.
+
+    Time budget per annotator per chunk of `batch_size` examples: `time_budget_s + per_example_s * len(chunk)`
+    CPU seconds, enforced by an alarm in the worker, by RLIMIT_CPU, and (wall clock, 2x budget + `grace_s`)
+    by the parent, which kills and replaces a worker that does not answer.
+    """
+
+    def __init__(self, workers: int = 2, time_budget_s: float = 2.0, per_example_s: float = 0.002,
+                 memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0):
+        if workers < 1 or batch_size < 1:
+            raise ValueError("workers and batch_size must be at least 1")
+        self.n_workers = workers
+        self.time_budget_s = time_budget_s
+        self.per_example_s = per_example_s
+        self.memory_mb = memory_mb
+        self.batch_size = batch_size
+        self.grace_s = grace_s
+        self.load_timeout_s = load_timeout_s
+        self._workers: list[WorkerProcess | None] = [None] * workers
+        self._lock = threading.Lock()
+        self._run_id = 0
+        self._finalizer = weakref.finalize(self, shutdown, self._workers)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes; a later `run()` starts fresh ones."""
+        with self._lock:
+            shutdown(self._workers)
+
+    def run(self, annotators: Sequence[Annotator], examples: Sequence[dict], labels: Sequence[str],
+            on_progress: Progress | None = None) -> list[ExecutionResult]:
+        """Votes of every annotator on every example. `on_progress(done, total)` counts annotator-example
+        pairs and is called from this thread."""
+        annotators = list(annotators)
+        n = len(examples)
+        if not annotators:
+            return []
+        if n == 0:
+            return [ExecutionResult(a.id, np.full(0, ABSTAIN, dtype=np.int64)) for a in annotators]
+        with self._lock:
+            self._run_id += 1
+            state = _RunState(self._run_id, examples, [str(label) for label in labels], self.batch_size)
+            tasks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+            for ci in range(len(state.chunks)):  # chunk-major: each worker loads each chunk at most once
+                for ai in range(len(annotators)):
+                    tasks.put((ci, ai))
+            outcomes = self._execute(annotators, state, tasks, on_progress)
+        return [self._assemble(ai, a, state, outcomes) for ai, a in enumerate(annotators)]
+
+    def _execute(self, annotators: list[Annotator], state: _RunState, tasks: queue.SimpleQueue,
+                 on_progress: Progress | None) -> dict[tuple[int, int], dict]:
+        n_tasks = len(state.chunks) * len(annotators)
+        results: queue.SimpleQueue = queue.SimpleQueue()
+        threads = [threading.Thread(target=self._drain, args=(slot, annotators, state, tasks, results),
+                                    daemon=True) for slot in range(min(self.n_workers, n_tasks))]
+        for thread in threads:
+            thread.start()
+        outcomes: dict[tuple[int, int], dict] = {}
+        total, done, failure = len(annotators) * state.chunks[-1][1], 0, None
+        try:
+            while len(outcomes) < n_tasks and failure is None:
+                item = results.get()
+                if isinstance(item, BaseException):
+                    failure = item
+                    break
+                ci, ai, outcome = item
+                outcomes[(ci, ai)] = outcome
+                done += state.chunks[ci][1] - state.chunks[ci][0]
+                if on_progress is not None:
+                    on_progress(done, total)
+        finally:
+            if failure is not None or len(outcomes) < n_tasks:
+                while not tasks.empty():  # let the threads finish their current task and stop
+                    tasks.get_nowait()
+            for thread in threads:
+                thread.join()
+        if failure is not None:
+            raise RuntimeError(f"sandbox infrastructure failure: {failure}") from failure
+        return outcomes
+
+    def _drain(self, slot: int, annotators: list[Annotator], state: _RunState, tasks: queue.SimpleQueue,
+               results: queue.SimpleQueue) -> None:
+        while True:
+            try:
+                ci, ai = tasks.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results.put((ci, ai, self._run_task(slot, annotators[ai], ai, ci, state)))
+            except BaseException as exc:  # noqa: BLE001 - not the annotator's fault: re-raised by run()
+                results.put(exc)
+                return
+
+    def _worker(self, slot: int) -> WorkerProcess:
+        worker = self._workers[slot]
+        if worker is None or not worker.alive():
+            if worker is not None:
+                worker.close()
+            worker = self._workers[slot] = WorkerProcess(self.memory_mb)
+        return worker
+
+    def _load(self, slot: int, state: _RunState, ci: int) -> WorkerProcess:
+        key = (state.run_id, ci)
+        worker = self._worker(slot)
+        if worker.chunk_key == key:
+            return worker
+        try:
+            worker.request(state.loads[ci], self.load_timeout_s)
+        except WorkerFailed:
+            worker = self._worker(slot)  # one retry on a fresh process, then it is an infrastructure failure
+            worker.request(state.loads[ci], self.load_timeout_s)
+        worker.chunk_key = key
+        return worker
+
+    def _run_task(self, slot: int, annotator: Annotator, ai: int, ci: int, state: _RunState) -> dict:
+        start, end = state.chunks[ci]
+        size = end - start
+        if state.is_stopped_before(ai, ci):
+            return {"votes": None, "faults": size, "first_error": None, "stopped": True, "seconds": 0.0}
+        worker = self._load(slot, state, ci)
+        budget = self.time_budget_s + self.per_example_s * size
+        payload = (json.dumps({"op": "run", "source": annotator.source, "budget_s": budget}) + "\n").encode()
+        began = time.perf_counter()
+        try:
+            reply = worker.request(payload, 2 * budget + self.grace_s)
+            if len(reply["votes"]) != size:
+                raise WorkerFailed(f"worker returned {len(reply['votes'])} votes for {size} examples")
+        except WorkerFailed as exc:
+            worker.kill()
+            text = f"timeout after {budget:.1f}s: {exc}" if exc.timed_out else str(exc)
+            reply = {"votes": None, "faults": size, "first_error": f"{text} (examples {start}-{end - 1})",
+                     "stopped": True, "seconds": time.perf_counter() - began}
+        if reply["stopped"]:
+            state.mark_stopped(ai, ci)
+        return reply
+
+    @staticmethod
+    def _assemble(ai: int, annotator: Annotator, state: _RunState,
+                  outcomes: dict[tuple[int, int], dict]) -> ExecutionResult:
+        """Stitch chunk outcomes together; once a run was stopped, its later chunks are void faults."""
+        n = state.chunks[-1][1]
+        votes = np.full(n, ABSTAIN, dtype=np.int64)
+        faults, first_error, seconds = 0, None, 0.0
+        stop = state.stopped_at.get(ai)
+        for ci, (start, end) in enumerate(state.chunks):
+            outcome = outcomes[(ci, ai)]
+            if stop is not None and ci > stop:
+                faults += end - start
+                continue
+            if outcome["votes"] is not None:
+                votes[start:end] = outcome["votes"]
+            faults += int(outcome["faults"])
+            first_error = first_error or outcome["first_error"]
+            seconds += float(outcome["seconds"])
+        return ExecutionResult(annotator.id, votes, faults=faults, first_error=first_error, seconds=seconds)

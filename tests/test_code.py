@@ -1,0 +1,204 @@
+"""engine.code: extracting annotator source from LLM text, checking it, normalising and naming it."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from engine.code import ALLOWED_IMPORTS, CodeRejected, check_source, extract_code, make_annotator
+from engine.types import Candidate, code_hash
+
+GOOD = textwrap.dedent('''
+    """Spam words."""
+    import re
+    from collections import Counter
+
+    WORDS = ("free", "win")
+    PATTERN = re.compile(r"\\b(" + "|".join(re.escape(w) for w in WORDS) + r")\\b", re.IGNORECASE)
+    TABLE = {w: len(w) for w in WORDS}
+    LOWER = lambda text, words=WORDS: text.lower()
+    NEGATIVE = -1
+
+
+    def _count(text):
+        return Counter(text.split())
+
+
+    def annotate(example):
+        """Flags texts that mention a prize."""
+        if PATTERN.search(example["text"]):
+            return "spam"
+        return None
+''')
+
+
+def rejected(source: str) -> str:
+    with pytest.raises(CodeRejected) as info:
+        check_source(source)
+    assert str(info.value) == info.value.reason
+    return info.value.reason
+
+
+def fn(body: str) -> str:
+    """A minimal annotator whose body is `body`."""
+    return "def annotate(example):\n" + textwrap.indent(textwrap.dedent(body), "    ") + "\n"
+
+
+# --- extract_code -----------------------------------------------------------------------------------------
+
+def test_extract_fenced_python_block():
+    reply = "Here is my annotator:\n```python\ndef annotate(example):\n    return None\n```\nHope it helps."
+    assert extract_code(reply) == "def annotate(example):\n    return None\n"
+
+
+def test_extract_plain_fence_and_unterminated_fence():
+    assert extract_code("```\nx = 1\n```") == "x = 1\n"
+    assert extract_code("Sure.\n```py\ndef annotate(e):\n    return 'a'") == "def annotate(e):\n    return 'a'\n"
+
+
+def test_extract_prefers_block_defining_annotate():
+    reply = (
+        "Helpers first:\n```python\nWORDS = ['x']\n```\n"
+        "Then:\n```python\ndef annotate(example):\n    return 'ham'\n```\n"
+        "Usage:\n```python\nprint(annotate({'text': 'hi'}))\n```"
+    )
+    assert extract_code(reply) == "def annotate(example):\n    return 'ham'\n"
+
+
+def test_extract_takes_last_revision_and_skips_other_languages():
+    reply = (
+        "```json\n{\"def annotate(\": 1}\n```\n"
+        "```python\ndef annotate(example):\n    return 'v1'\n```\nRevised:\n"
+        "```python\ndef annotate(example):\n    return 'v2'\n```"
+    )
+    assert "'v2'" in extract_code(reply)
+
+
+def test_extract_raw_code_without_fences():
+    raw = "import re\n\ndef annotate(example):\n    return None\n"
+    assert extract_code(raw) == raw
+
+
+@pytest.mark.parametrize("text", ["", "I cannot help with that.", "hello", "```json\n{\"a\": 1}\n```"])
+def test_extract_rejects_text_without_code(text):
+    with pytest.raises(CodeRejected, match="no code block found"):
+        extract_code(text)
+
+
+# --- check_source: what passes -----------------------------------------------------------------------------
+
+def test_good_source_passes_and_keeps_docstrings():
+    out = check_source(GOOD)
+    assert out.startswith(("'Spam words.'", '"""Spam words."""'))
+    assert "def annotate(example):" in out and "Flags texts" in out
+    assert ALLOWED_IMPORTS == {"re", "math", "string", "collections", "itertools", "functools", "unicodedata"}
+
+
+def test_allowed_imports_inside_functions_pass():
+    check_source(fn("import math\nfrom itertools import chain\nimport collections.abc\nreturn None"))
+
+
+# --- check_source: what is rejected, with which reason -----------------------------------------------------
+
+@pytest.mark.parametrize("source, expected", [
+    ("import os\n" + fn("return None"), "imports 'os', which is not allowed (allowed: collections, functools"),
+    ("from os import path\n" + fn("return None"), "imports 'os', which is not allowed"),
+    ("import re, subprocess\n" + fn("return None"), "imports 'subprocess'"),
+    (fn("import socket\nreturn None"), "imports 'socket'"),
+    ("from . import helpers\n" + fn("return None"), "relative imports are not allowed"),
+    ("from re import _compiler\n" + fn("return None"), "imports `_compiler`"),
+    ("from string import *\n" + fn("return None"), "import *"),
+    ("from string import Formatter\n" + fn("return None"), "imports `Formatter`"),
+    ("import re as eval\n" + fn("return None"), "uses `eval`"),
+    (fn("return __import__('os').name"), "uses `__import__`"),
+    (fn("return open('/etc/passwd').read()"), "uses `open`"),
+    (fn("return eval('1')"), "uses `eval`"),
+    (fn("exec('x = 1')"), "uses `exec`"),
+    (fn("return getattr(example, 'x')"), "uses `getattr`"),
+    (fn("return globals()"), "uses `globals`"),
+    (fn("return ().__class__.__subclasses__()"), "accesses attribute `__"),
+    (fn("return example.__globals__"), "accesses attribute `__globals__`"),
+    (fn("return __builtins__"), "uses `__builtins__`"),
+    (fn("g = (x for x in [])\nreturn g.gi_frame.f_back"), "accesses attribute `"),
+    ("import string\n" + fn("return string.Formatter().get_field('0', [1], {})"), "which is not allowed"),
+    (fn("class A:\n    pass\nreturn None"), "class definitions are not allowed"),
+    ("async def annotate(example):\n    return None\n", "async"),
+])
+def test_forbidden_code_is_rejected_with_a_reason(source, expected):
+    assert expected in rejected(source)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("x = 1\n", "no function `annotate(example)` defined"),
+    (fn("return None") + fn("return 'a'"), "`annotate` is defined 2 times"),
+    ("def annotate(example, other):\n    return None\n", "exactly one positional argument"),
+    ("def annotate(*examples):\n    return None\n", "exactly one positional argument"),
+    ("def annotate():\n    return None\n", "exactly one positional argument"),
+    ("import functools\n@functools.lru_cache\n" + fn("return None"), "must not be decorated"),
+    (fn("return None") + "annotate = len\n", "`annotate` is reassigned"),
+    ("while True:\n    pass\n" + fn("return None"), "`While` is not allowed at module level"),
+    ("print('hi')\n" + fn("return None"), "`Expr` is not allowed at module level"),
+    ("def helper():\n    return 1\nX = helper()\n" + fn("return None"), "module-level assignments may only"),
+    ("example.x = 1\n" + fn("return None"), "must bind plain names"),
+    ("def helper():\n    return 1\nF = lambda x=helper(): x\n" + fn("return None"), "module-level assignments"),
+])
+def test_structure_rules(source, expected):
+    assert expected in rejected(source)
+
+
+def test_syntax_error_names_the_line():
+    reason = rejected("import re\n\ndef annotate(example:\n    return None\n")
+    assert reason.startswith("syntax error line 3:")
+
+
+def test_oversized_source_is_rejected():
+    assert "limit is" in rejected("X = 1\n" * 30_000 + fn("return None"))
+
+
+# --- normalisation and hashing ------------------------------------------------------------------------------
+
+def test_reformatted_code_normalises_to_the_same_hash():
+    a = "import re\ndef annotate(example):\n    # look for money\n    if re.search('win', example['text']): return 'spam'\n"
+    b = textwrap.dedent('''
+        import re
+
+
+        def annotate( example ):
+            if re.search("win", example["text"]):  # money
+                return 'spam'
+    ''')
+    assert check_source(a) == check_source(b)
+    assert code_hash(check_source(a)) == code_hash(check_source(b))
+    c = a.replace("'spam'", "'ham'")
+    assert code_hash(check_source(c)) != code_hash(check_source(a))
+
+
+def test_normalisation_is_idempotent_and_drops_comments():
+    once = check_source(GOOD + "# trailing comment\n")
+    assert "#" not in once.replace("'#'", "")
+    assert check_source(once) == once
+
+
+# --- make_annotator -----------------------------------------------------------------------------------------
+
+def test_make_annotator_uses_candidate_name_and_keeps_provenance():
+    cand = Candidate(source=GOOD, agent="improver", name="prize words", parent_ids=("p1", "p2"), rationale="why")
+    ann = make_annotator(cand, generation=3)
+    assert ann.id == code_hash(check_source(GOOD)) and len(ann.id) == 16
+    assert (ann.name, ann.agent, ann.generation, ann.parent_ids, ann.rationale, ann.author) == (
+        "prize words", "improver", 3, ("p1", "p2"), "why", "agent")
+    assert ann.source == check_source(GOOD)
+
+
+def test_make_annotator_names_from_docstring_then_from_agent_and_hash():
+    assert make_annotator(Candidate(source=GOOD, agent="generator"), 1).name == "Flags texts that mention a prize."
+    bare = make_annotator(Candidate(source=fn("return None"), agent="refiner"), 2, author="human")
+    assert bare.name == f"refiner-{bare.id[:6]}"
+    assert bare.author == "human"
+
+
+def test_make_annotator_accepts_a_fenced_reply_and_rejects_bad_code():
+    ann = make_annotator(Candidate(source="Here:\n```python\n" + fn("return 'spam'") + "```", agent="generator"), 0)
+    assert ann.source == "def annotate(example):\n    return 'spam'\n"
+    with pytest.raises(CodeRejected, match="imports 'os'"):
+        make_annotator(Candidate(source="import os\n" + fn("return None"), agent="generator"), 0)

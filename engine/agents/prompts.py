@@ -1,0 +1,256 @@
+"""Prompt builders for the three LLM roles, from the task, a few dev examples and the pool's state.
+
+Each builder returns chat messages: a system message stating the annotator contract (the same for every
+role) and a user message with what that role should look at. Only the dev split (labeled fitness set)
+is ever quoted; holdout rows never reach a prompt.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.agents.base import ProposalContext
+from engine.code import ALLOWED_IMPORTS
+from engine.score import majority_vote, per_class_f1
+from engine.types import ABSTAIN, Annotator, Example, Task
+
+MAX_TEXT_CHARS = 280
+WEAK_F1 = 0.40
+_WORD = re.compile(r"[a-z][a-z0-9']{2,}")
+_STOP_TEXT = (
+    "the and for are but not you your yours with this that these those from have has had was were will would "
+    "can could should shall may might must its it's our ours their theirs they them there here what which who "
+    "whom whose when where why how all any both each few more most other some such only own same than too very "
+    "just into over under again further then once about above below between through during before after off "
+    "out also been being does did doing him his her hers she he i'm i've don't isn't"
+)
+STOPWORDS = frozenset(_STOP_TEXT.split())
+
+
+def annotator_contract(task: Task) -> str:
+    """The rules every annotator must follow; quoted in every prompt."""
+    keys = ", ".join(f'"{k}"' for k in ("text", *task.fields))
+    keys = f"keys {keys} (all strings)" if task.fields else 'key "text" (a string)'
+    labels = ", ".join(json.dumps(label) for label in task.labels)
+    return (
+        "An annotator is a small Python module defining exactly one entry point:\n\n"
+        "    def annotate(example: dict) -> str | None:\n\n"
+        f"- `example` is a dict with the {keys}.\n"
+        f"- It returns exactly one of these label names: {labels}, or None to abstain.\n"
+        "- Be precise: fire only on a clear cue and return None otherwise. An annotator that covers a slice "
+        "of the data correctly is worth more than one that guesses everywhere.\n"
+        f"- Allowed imports: {', '.join(sorted(ALLOWED_IMPORTS))}. Nothing else.\n"
+        "- No I/O of any kind (files, network, processes, printing), no eval/exec/open, no classes, no "
+        "dunder names. Module level holds only imports, constants, compiled regexes and functions.\n"
+        "- It must be fast: a few string or regex tests per example, no heavy loops.\n"
+        "- Give `annotate` a one-line docstring naming the cue it uses.\n"
+        "- Answer with one ```python fenced block per annotator, each a complete module."
+    )
+
+
+def describe_task(task: Task) -> str:
+    lines = [f"Task: {task.name}"]
+    if task.instructions.strip():
+        lines.append(f"Instructions: {task.instructions.strip()}")
+    lines.append("Labels:")
+    for label in task.labels:
+        desc = str(task.label_descriptions.get(label, "")).strip()
+        lines.append(f"- {json.dumps(label)}" + (f": {desc}" if desc else ""))
+    return "\n".join(lines)
+
+
+def system_message(task: Task) -> dict[str, str]:
+    return {"role": "system", "content": (
+        "You write labeling functions (annotators) in Python for a weak-supervision pool.\n\n"
+        + describe_task(task) + "\n\n" + annotator_contract(task))}
+
+
+def assert_no_holdout(context: ProposalContext) -> None:
+    """Holdout rows and pool labels must never reach a prompt; fail loudly if a caller slipped one in."""
+    if any(ex.split == "test" for ex in (*context.dev, *context.pool_sample)):
+        raise ValueError("a holdout (split 'test') example reached the proposal context")
+    if any(ex.label is not None for ex in context.pool_sample):
+        raise ValueError("labeled rows reached the proposal context's unlabeled pool sample")
+
+
+def render_example(ex: Example, task: Task, label: bool = True) -> str:
+    shown = {"text": _truncate(ex.text)}
+    shown.update({k: _truncate(str(ex.fields.get(k, ""))) for k in task.fields})
+    line = json.dumps(shown, ensure_ascii=False)
+    return f"{line} -> {json.dumps(task.labels[ex.label])}" if label and ex.label is not None else line
+
+
+def _truncate(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
+
+
+def _distinct(context: ProposalContext, rows: np.ndarray | tuple[int, ...]) -> np.ndarray:
+    """`rows` without repeated texts (dev splits often hold duplicates), first occurrence kept."""
+    first: dict[str, int] = {}
+    for i in rows:
+        first.setdefault(context.dev[int(i)].text, int(i))
+    return np.array(sorted(first.values()), dtype=np.int64)
+
+
+def examples_per_class(context: ProposalContext, rng: np.random.Generator, per_class: int = 3,
+                       max_total: int = 36) -> list[Example]:
+    """A seeded handful of dev examples of each class (fewer per class when there are many classes)."""
+    k = len(context.task.labels)
+    take = max(1, min(per_class, max_total // max(k, 1)))
+    labels = context.dev_labels
+    chosen: list[Example] = []
+    for c in range(k):
+        rows = _distinct(context, np.flatnonzero(labels == c))
+        if rows.size:
+            chosen += [context.dev[i] for i in sorted(rng.choice(rows, min(take, rows.size), replace=False))]
+    return chosen
+
+
+def dev_class_f1(context: ProposalContext) -> np.ndarray:
+    """(k,) per-class dev F1 of the pool's majority vote (all zeros for an empty pool)."""
+    k = len(context.task.labels)
+    if context.dev_votes.size == 0:
+        return np.zeros(k)
+    return per_class_f1(context.dev_labels, majority_vote(context.dev_votes, k), k)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS}
+
+
+def salient_words(context: ProposalContext, rows: np.ndarray, top: int = 5, min_rows: int = 2) -> list[str]:
+    """Words shared by `rows` that are over-represented there relative to the whole dev split."""
+    bags = [_words(ex.text) for ex in context.dev]
+    df_all = Counter(w for bag in bags for w in bag)
+    df_sub = Counter(w for i in rows for w in bags[i])
+    n_all, n_sub = len(bags), max(len(rows), 1)
+    ratio = {w: (c / n_sub) / ((df_all[w] + 1) / (n_all + 1)) for w, c in df_sub.items() if c >= min_rows}
+    ranked = sorted((w for w, r in ratio.items() if r > 1.0), key=lambda w: (-ratio[w], -df_sub[w], w))
+    return ranked[:top]
+
+
+@dataclass(frozen=True)
+class WordCluster:
+    words: tuple[str, ...]  # salient words the rows share
+    rows: tuple[int, ...]  # dev row indices
+
+
+def word_clusters(context: ProposalContext, rows: np.ndarray, max_clusters: int = 4,
+                  min_size: int = 2) -> list[WordCluster]:
+    """Greedy grouping of `rows` by their most salient shared word; what no word groups is left out."""
+    bags = {int(i): _words(context.dev[int(i)].text) for i in rows}
+    left = sorted(bags)
+    clusters: list[WordCluster] = []
+    for word in salient_words(context, np.array(left, dtype=np.int64), top=50, min_rows=min_size):
+        members = [i for i in left if word in bags[i]]
+        if len(members) < min_size:
+            continue
+        shared = salient_words(context, np.array(members), top=4, min_rows=len(members))
+        clusters.append(WordCluster(tuple(dict.fromkeys([word, *shared])), tuple(members)))
+        left = [i for i in left if i not in set(members)]
+        if len(clusters) == max_clusters:
+            break
+    return clusters
+
+
+def _cluster_lines(context: ProposalContext, clusters: list[WordCluster], rng: np.random.Generator,
+                   show_votes: bool, per_cluster: int = 3) -> list[str]:
+    task, labels = context.task, context.dev_labels
+    lines = []
+    for cl in clusters:
+        counts = Counter(task.labels[labels[i]] for i in cl.rows)
+        mix = ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+        lines.append(f"* group sharing {', '.join(cl.words)} ({len(cl.rows)} rows; gold: {mix})")
+        rows = _distinct(context, cl.rows)
+        for i in sorted(rng.choice(rows, min(per_cluster, rows.size), replace=False)):
+            line = "    " + render_example(context.dev[i], task)
+            if show_votes:
+                votes = sorted({task.labels[v] for v in context.dev_votes[i] if v != ABSTAIN})
+                line += f"   (pool votes: {', '.join(votes)})"
+            lines.append(line)
+    return lines
+
+
+def _ask(n: int, what: str) -> str:
+    return f"Write {n} new annotator{'s' if n != 1 else ''} {what}. One ```python block per annotator."
+
+
+def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int) -> list[dict]:
+    assert_no_holdout(context)
+    shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
+    user = (f"Labeled examples from the dev split:\n{shown}\n\n"
+            + _ask(n, "for this task, each using a different cue and together covering several labels"))
+    return [system_message(context.task), {"role": "user", "content": user}]
+
+
+def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int) -> list[dict]:
+    assert_no_holdout(context)
+    task, f1 = context.task, dev_class_f1(context)
+    weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
+    parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
+    parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
+              for c, label in enumerate(task.labels)]
+    for a in context.annotators[:12]:
+        s = context.scores.get(a.id)
+        if s is not None and s.label != ABSTAIN:
+            parts.append(f"  existing: {a.name!r} votes {task.labels[s.label]!r}, precision {s.precision:.2f}, "
+                         f"coverage {s.coverage:.1%}")
+    grouped = False
+    for title, rows, votes in (("Dev rows no annotator covers", context.uncovered_dev(), False),
+                               ("Dev rows the annotators disagree on", context.conflicting_dev(), True)):
+        clusters = word_clusters(context, rows)
+        if clusters:
+            grouped = True
+            parts.append(f"\n{title} ({len(rows)} of {len(context.dev)}), grouped by shared words:")
+            parts += _cluster_lines(context, clusters, rng, votes)
+    if not grouped:
+        parts.append("\nSome labeled examples:")
+        parts += [render_example(ex, task) for ex in examples_per_class(context, rng, per_class=2)]
+    where = "the groups above" if grouped else "the examples above"
+    if weak:
+        focus = ", ".join(json.dumps(task.labels[c]) for c in weak)
+        target = f"that fix the weak labels ({focus}), using {where} where they help"
+    else:
+        target = f"that cover {where}, or cue the labels with the lowest F1 in new ways"
+    parts.append("\n" + _ask(n, target) + " Do not repeat the existing annotators' cues.")
+    return [system_message(task), {"role": "user", "content": "\n".join(parts)}]
+
+
+def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.random.Generator,
+                     n: int, max_missed: int = 6) -> list[dict]:
+    """Ask for broader variants of one precise-but-narrow annotator, showing dev rows of its class it misses."""
+    assert_no_holdout(context)
+    task, score = context.task, context.scores[annotator.id]
+    label = task.labels[score.label] if score.label != ABSTAIN else None
+    parts = [f"This annotator is precise but narrow. On the dev split it fires on {score.fires} of "
+             f"{len(context.dev)} rows (coverage {score.coverage:.1%}) with precision {score.precision:.2f}"
+             + (f", voting {json.dumps(label)}." if label else "."),
+             f"```python\n{annotator.source.rstrip()}\n```"]
+    ids = [a.id for a in context.annotators]
+    if label is not None:
+        missed = context.dev_labels == score.label
+        if annotator.id in ids and context.dev_votes.size:
+            missed &= context.dev_votes[:, ids.index(annotator.id)] == ABSTAIN
+        missed = _distinct(context, np.flatnonzero(missed))
+        if missed.size:
+            parts.append(f"Dev rows labeled {json.dumps(label)} that it misses:")
+            picks = sorted(rng.choice(missed, min(max_missed, missed.size), replace=False))
+            parts += [render_example(context.dev[i], task) for i in picks]
+    parts.append("\n" + _ask(n, "that are broader variants of it: keep its precision but fire on more "
+                             "examples (synonyms, related phrasings, looser patterns)"))
+    return [system_message(task), {"role": "user", "content": "\n".join(parts)}]
+
+
+def repair_messages(messages: list[dict], reply: str, errors: list[str]) -> list[dict]:
+    """One follow-up turn quoting why the previous answer was rejected."""
+    listed = "\n".join(f"- {e}" for e in errors)
+    return [*messages, {"role": "assistant", "content": reply},
+            {"role": "user", "content": (
+                f"Your answer could not be used:\n{listed}\n\nFix these problems and reply again: one complete "
+                "```python block per annotator, each defining `def annotate(example: dict) -> str | None` and "
+                "following every rule above.")}]

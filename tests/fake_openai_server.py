@@ -1,0 +1,213 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1, for driving the real `openai` client over HTTP.
+
+Each test queues what the server should do with the next requests: answer with a text, fail with an HTTP
+status (and headers such as Retry-After), or hang for a while. A queued step may carry `when`, a substring
+the request body must contain, so parallel callers still get the step meant for them. Every request body
+and its headers are recorded for assertions. An empty queue answers 500 with a message saying so.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+import pytest
+
+
+@dataclass
+class Step:
+    """What the server does with one request."""
+
+    text: str | None = None  # the assistant message, for a 200 reply
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str | None = None  # the error message of a failing step
+    hang_s: float = 0.0  # wait this long before answering (clients with a shorter timeout give up)
+    usage: dict[str, int] | None | bool = True  # True: counted from the text; None/False: no usage field
+    when: str | None = None  # only for a request whose body contains this substring
+
+
+@dataclass
+class Recorded:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]  # names in lower case
+    at: float  # time.monotonic() on arrival
+
+    @property
+    def last_user_message(self) -> str:
+        users = [m["content"] for m in self.body.get("messages", []) if m.get("role") == "user"]
+        return users[-1] if users else ""
+
+
+class FakeOpenAIServer:
+    """Start with `with FakeOpenAIServer() as server:`; point clients at `server.base_url`."""
+
+    def __init__(self) -> None:
+        self._steps: list[Step] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # most chat requests being handled at the same moment
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-openai",
+                                        daemon=True)
+
+    # ---- scripting -----------------------------------------------------------------------------
+    def reply(self, text: str, *, usage: dict[str, int] | None | bool = True, when: str | None = None) -> None:
+        self._push(Step(text=text, usage=usage, when=when))
+
+    def fail(self, status: int, *, headers: dict[str, str] | None = None, message: str | None = None,
+             when: str | None = None) -> None:
+        self._push(Step(status=status, headers=dict(headers or {}), message=message, when=when))
+
+    def hang(self, seconds: float, *, then: str | None = None, when: str | None = None) -> None:
+        self._push(Step(text=then if then is not None else "", hang_s=seconds, when=when))
+
+    def _push(self, step: Step) -> None:
+        with self._lock:
+            self._steps.append(step)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._steps)
+
+    def _next_step(self, raw_body: str) -> Step | None:
+        with self._lock:
+            for i, step in enumerate(self._steps):
+                if step.when is None or step.when in raw_body:
+                    return self._steps.pop(i)
+        return None
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes hanging handlers
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ---- HTTP ----------------------------------------------------------------------------------
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the recorded requests are the log."""
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model",
+                                                                 "created": 0, "owned_by": "tests"}]})
+                else:
+                    self._json(404, _error("not found", "invalid_request_error"))
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length).decode("utf-8")
+                try:
+                    body = json.loads(raw) if raw else {}
+                except json.JSONDecodeError:
+                    self._json(400, _error("request body is not JSON", "invalid_request_error"))
+                    return
+                with server._lock:
+                    server.requests.append(Recorded(self.path, body, {k.lower(): v for k, v in self.headers.items()},
+                                                    time.monotonic()))
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._json(404, _error(f"no route {self.path}", "invalid_request_error"))
+                    return
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(body, server._next_step(raw))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, body: dict, step: Step | None) -> None:
+                if step is None:
+                    self._json(500, _error("fake server: no scripted reply left for this request", "server_error"))
+                    return
+                if step.hang_s and server._stopping.wait(step.hang_s):
+                    return
+                if step.status != 200:
+                    message = step.message or f"scripted HTTP {step.status}"
+                    self._json(step.status, _error(message, _error_type(step.status)), step.headers)
+                    return
+                self._json(200, server._completion(body, step))
+
+            def _json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode("utf-8")
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout) before the answer came
+
+        return Handler
+
+    def _completion(self, body: dict, step: Step) -> dict[str, Any]:
+        text = step.text or ""
+        prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop", "logprobs": None}],
+        }
+        if step.usage is True:
+            prompt, completion = max(1, prompt_chars // 4), max(1, len(text) // 4)
+            out["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion}
+        elif isinstance(step.usage, dict):
+            out["usage"] = {**step.usage, "total_tokens": sum(step.usage.values())}
+        return out
+
+
+def _error(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _error_type(status: int) -> str:
+    return {401: "invalid_api_key", 403: "permission_denied", 429: "rate_limit_exceeded"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAIServer]:
+    """A running scripted server, stopped after the test."""
+    with FakeOpenAIServer() as server:
+        yield server

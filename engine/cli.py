@@ -11,6 +11,7 @@ from typing import Any
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
 from engine.ingest import IngestError, IngestOptions, import_path
+from engine.llm import LLMError
 from engine.store import Store, WorkspaceLocked
 
 
@@ -26,13 +27,15 @@ def _progress(verbose: bool):
         elif kind in ("generation_started", "agent_finished", "executing", "embedding", "aggregating"):
             detail = ", ".join(f"{k}={v}" for k, v in payload.items())
             print(f"{stamp} {kind.replace('_', ' ')}: {detail}", file=sys.stderr, flush=True)
-        elif verbose and kind in ("candidate_dropped", "verdict"):
+        elif kind == "budget_exhausted":
+            print(f"{stamp} LLM budget spent: the agents stop proposing", file=sys.stderr, flush=True)
+        elif verbose and kind in ("candidate_dropped", "verdict", "llm_call", "llm_repair"):
             print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)
 
     return on_event
 
 
-def make_proposer(agents: str, args: argparse.Namespace):
+def make_proposer(agents: str, args: argparse.Namespace, on_event=None):
     """offline | llm | mixed; the LLM agents read their endpoint from flags, env or secrets."""
     from engine.agents.offline import OfflineProposer
 
@@ -44,8 +47,9 @@ def make_proposer(agents: str, args: argparse.Namespace):
     overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model}.items() if v}
     config = LLMConfig.from_env(overrides)
     budget = Budget(max_calls=args.max_calls, max_tokens=args.max_tokens, max_usd=args.max_usd)
-    client = OpenAICompatibleClient(config, store=args.store, prices=PriceTable.default(), budget=budget)
-    llm = LLMProposer(client)
+    prices = PriceTable.from_file(args.prices) if args.prices else PriceTable.default()
+    client = OpenAICompatibleClient(config, store=args.store, prices=prices, budget=budget)
+    llm = LLMProposer(client, on_event=on_event)
     if agents == "llm":
         return llm
     from engine.agents.mixed import MixedProposer
@@ -68,9 +72,10 @@ def cmd_run(args: argparse.Namespace) -> dict:
     gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
     config = EvolveConfig(gate=gate, seed=args.seed)
     started = time.monotonic()
+    on_event = _progress(args.verbose)
     with SandboxExecutor() as executor:
-        done = evolve(store, make_proposer(args.agents, args), executor, args.generations, config,
-                      _progress(args.verbose))
+        done = evolve(store, make_proposer(args.agents, args, on_event), executor, args.generations, config,
+                      on_event)
     return {
         "workdir": str(args.workdir),
         "generations_run": [g.number for g in done],
@@ -135,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-calls", type=int, help="LLM budget: calls")
     run.add_argument("--max-tokens", type=int, help="LLM budget: tokens")
     run.add_argument("--max-usd", type=float, help="LLM budget: estimated dollars")
+    run.add_argument("--prices", help="JSON/TOML price table (model -> USD per 1M input/output tokens)")
     run.set_defaults(handler=cmd_run)
 
     ev = sub.add_parser("eval", help="score the pool's labels on a labeled split")
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.store = Store.open(args.workdir)
         result = args.handler(args)
-    except (IngestError, WorkspaceLocked) as err:
+    except (IngestError, WorkspaceLocked, LLMError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if result is not None:

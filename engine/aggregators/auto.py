@@ -1,0 +1,104 @@
+"""AutoAggregator: let honest dev scores pick the aggregator.
+
+Every candidate is scored by out-of-fold macro-F1 on dev, with the same seeded folds for all:
+majority vote, weighted MV, Dawid-Skene, EvoAgg on votes only, and for each named feature matrix in X
+(e.g. "embedding", "tfidf") the text-only model ("<name>-only") and EvoAgg over it ("evoagg[<name>]").
+The best wins (ties go to the simpler, earlier candidate); an average of the top 2..top_k candidates'
+probabilities replaces it only if that scores strictly higher out-of-fold. So on dev OOF the choice is
+never worse than the best single ingredient.
+
+The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
+and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,
+but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers for a single model).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from engine.aggregators.base import (
+    Aggregator,
+    BaseAggregator,
+    Features,
+    check_votes,
+    feature_dict,
+    make_folds,
+    oof_proba,
+)
+from engine.aggregators.dawid_skene import DawidSkene
+from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
+from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
+from engine.score import macro_f1
+
+
+class AutoAggregator(BaseAggregator):
+    """Fitted on labeled dev rows. X: a dict of named feature matrices (a bare matrix is named "x")."""
+
+    def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
+                 top_k: int = 3):
+        self.n_classes = n_classes
+        self.seed = seed
+        self.n_splits = n_splits
+        self.Cs = Cs
+        self.top_k = top_k
+
+    def candidates(self, X: Features) -> list[tuple[str, Callable[[float], Aggregator], bool]]:
+        """(name, factory of C, whether C matters) of every ingredient for these features, simplest first."""
+        k, seed = self.n_classes, self.seed
+        out: list[tuple[str, Callable[[float], Aggregator], bool]] = [
+            ("mv", lambda C: MajorityVote(k), False),
+            ("wmv", lambda C: WeightedMajorityVote(k), False),
+            ("ds", lambda C: DawidSkene(k), False),
+            ("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), True),
+        ]
+        for name in feature_dict(X):
+            out.append((f"{name}-only", lambda C, name=name: EmbeddingOnly(k, feature=name, Cs=(C,), seed=seed),
+                        True))
+            out.append((f"evoagg[{name}]", lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
+                        True))
+        return out
+
+    def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None) -> AutoAggregator:
+        if y is None:
+            raise ValueError("AutoAggregator chooses by dev scores: y is required")
+        v = check_votes(votes, self.n_classes)
+        y = np.asarray(y, dtype=np.int64)
+        feats = feature_dict(X) or None
+        keep = np.flatnonzero(y >= 0)
+        v, y = v[keep], y[keep]
+        feats = None if feats is None else {name: mat[keep] for name, mat in feats.items()}
+        folds = make_folds(y, self.n_splits, self.seed)
+        oof: dict[str, np.ndarray] = {}
+        scores: dict[str, float] = {}
+        makers: dict[str, Callable[[], Aggregator]] = {}
+        self.C_ = {}
+        for name, make, tuned in self.candidates(feats):
+            for C in (self.Cs if tuned else (1.0,)):
+                proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)
+                score = macro_f1(y, proba.argmax(axis=1), self.n_classes)
+                if name not in scores or score > scores[name]:  # ties keep the earlier (smaller) C
+                    oof[name], scores[name] = proba, score
+                    makers[name] = lambda make=make, C=C: make(C)
+                    if tuned:
+                        self.C_[name] = float(C)
+        ranked = sorted(scores, key=lambda name: -scores[name])  # stable: ties keep the simpler first
+        chosen, members = ranked[0], [ranked[0]]
+        for top in range(2, min(self.top_k, len(ranked)) + 1):
+            names = ranked[:top]
+            name = "avg(" + ",".join(names) + ")"
+            oof[name] = np.mean([oof[n] for n in names], axis=0)
+            scores[name] = macro_f1(y, oof[name].argmax(axis=1), self.n_classes)
+            if scores[name] > scores[chosen] + 1e-12:
+                chosen, members = name, names
+        self.oof_scores_ = scores
+        self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
+        self.chosen_ = chosen
+        self.members_ = [makers[n]().fit(v, y, feats) for n in members]
+        self.n_annotators_ = v.shape[1]
+        return self
+
+    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
+        v = self._votes_for_predict(votes)
+        feats = feature_dict(X) or None
+        return np.mean([m.predict_proba(v, feats) for m in self.members_], axis=0)

@@ -1,0 +1,60 @@
+"""TF-IDF text features, a cheap alternative to sentence embeddings that dev cross-validation can pick."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import sparse
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+
+class TfidfFeatures:
+    """Word n-grams (and optionally char n-grams) TF-IDF; rows are L2-normalised sparse vectors.
+
+    Fit on the texts of every split you will predict on (dev + pool): TF-IDF uses no labels, so
+    seeing unlabeled text is fine and keeps the vocabulary the same for fit and predict.
+    """
+
+    def __init__(self, word_ngrams: tuple[int, int] | None = (1, 2), char_ngrams: tuple[int, int] | None = None,
+                 min_df: int = 2, max_features: int | None = 50_000, sublinear_tf: bool = True):
+        if word_ngrams is None and char_ngrams is None:
+            raise ValueError("TfidfFeatures needs word_ngrams, char_ngrams or both")
+        self.word_ngrams = word_ngrams
+        self.char_ngrams = char_ngrams
+        self.min_df = min_df
+        self.max_features = max_features
+        self.sublinear_tf = sublinear_tf
+
+    def _vectorizers(self) -> list[TfidfVectorizer]:
+        out = []
+        common = {"min_df": self.min_df, "max_features": self.max_features, "sublinear_tf": self.sublinear_tf,
+                  "lowercase": True, "dtype": np.float64}
+        if self.word_ngrams is not None:
+            out.append(TfidfVectorizer(analyzer="word", ngram_range=self.word_ngrams, **common))
+        if self.char_ngrams is not None:
+            out.append(TfidfVectorizer(analyzer="char_wb", ngram_range=self.char_ngrams, **common))
+        return out
+
+    def fit_transform(self, texts: Sequence[str]) -> sparse.csr_matrix:
+        texts = list(texts)
+        self.vectorizers_ = self._vectorizers()
+        blocks = []
+        for vec in self.vectorizers_:
+            try:
+                blocks.append(vec.fit_transform(texts))
+            except ValueError:  # vocabulary empty after min_df: retry keeping every term
+                vec.set_params(min_df=1)
+                blocks.append(vec.fit_transform(texts))
+        return self._join(blocks)
+
+    def transform(self, texts: Sequence[str]) -> sparse.csr_matrix:
+        if not hasattr(self, "vectorizers_"):
+            raise RuntimeError("TfidfFeatures is not fitted yet: call fit_transform(texts) first")
+        return self._join([vec.transform(list(texts)) for vec in self.vectorizers_])
+
+    @staticmethod
+    def _join(blocks: list[sparse.spmatrix]) -> sparse.csr_matrix:
+        """Stack word and char blocks, scaled so each row keeps unit norm."""
+        if len(blocks) == 1:
+            return sparse.csr_matrix(blocks[0])
+        return sparse.hstack(blocks, format="csr") / np.sqrt(len(blocks))

@@ -1,0 +1,152 @@
+"""Dev-split fitness: per-annotator scores, pool macro-F1 and the pairwise analytics the studio shows.
+
+Pure numpy and deterministic. Votes are integer class ids with `ABSTAIN` (-1) for "no vote";
+an abstaining *prediction* always counts as wrong, so a pool cannot look better by staying silent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.types import ABSTAIN, AnnotatorScore
+
+
+def _as_votes(votes: np.ndarray) -> np.ndarray:
+    v = np.asarray(votes, dtype=np.int64)
+    if v.ndim == 1:
+        v = v[:, None]
+    if v.ndim != 2:
+        raise ValueError(f"votes must be a (n, m) matrix, got shape {v.shape}")
+    return v
+
+
+def vote_counts(votes: np.ndarray, n_classes: int) -> np.ndarray:
+    """(n, k) number of non-abstaining votes each row gives each class."""
+    v = _as_votes(votes)
+    if v.size and (v.max() >= n_classes or v.min() < ABSTAIN):
+        raise ValueError(f"votes must lie in [-1, {n_classes - 1}]")
+    return np.stack([(v == c).sum(axis=1) for c in range(n_classes)], axis=1).reshape(v.shape[0], n_classes)
+
+
+def majority_vote(votes: np.ndarray, n_classes: int) -> np.ndarray:
+    """(n,) most-voted class per row; ties go to the lowest class id; rows without votes ABSTAIN."""
+    counts = vote_counts(votes, n_classes)
+    out = counts.argmax(axis=1).astype(np.int64)
+    out[counts.sum(axis=1) == 0] = ABSTAIN
+    return out
+
+
+def per_class_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) F1 of each class; ABSTAIN predictions are false negatives; undefined F1 (no support) is 0."""
+    y_true = np.asarray(y_true, dtype=np.int64)
+    y_pred = np.asarray(y_pred, dtype=np.int64)
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"y_true {y_true.shape} and y_pred {y_pred.shape} differ in shape")
+    f1 = np.zeros(n_classes)
+    for c in range(n_classes):
+        tp = np.sum((y_pred == c) & (y_true == c))
+        denom = np.sum(y_pred == c) + np.sum(y_true == c)  # 2tp + fp + fn
+        f1[c] = 2.0 * tp / denom if denom else 0.0
+    return f1
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
+    """Mean F1 over the classes present in gold or predictions (0.0 when there are none)."""
+    y_true = np.asarray(y_true, dtype=np.int64)
+    y_pred = np.asarray(y_pred, dtype=np.int64)
+    present = np.zeros(n_classes, dtype=bool)
+    for arr in (y_true, y_pred):
+        seen = arr[(arr >= 0) & (arr < n_classes)]
+        present[seen] = True
+    if not present.any():
+        return 0.0
+    return float(per_class_f1(y_true, y_pred, n_classes)[present].mean())
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Share of rows predicted correctly; an abstention is wrong; 0.0 for no rows."""
+    y_true = np.asarray(y_true, dtype=np.int64)
+    y_pred = np.asarray(y_pred, dtype=np.int64)
+    if y_true.size == 0:
+        return 0.0
+    return float(np.mean((y_pred == y_true) & (y_pred != ABSTAIN)))
+
+
+def score_annotator(annotator_id: str, votes: np.ndarray, y: np.ndarray, faults: int = 0) -> AnnotatorScore:
+    """Fitness of one annotator from its (n,) dev votes and the (n,) gold labels."""
+    v = np.asarray(votes, dtype=np.int64).ravel()
+    y = np.asarray(y, dtype=np.int64).ravel()
+    if v.shape != y.shape:
+        raise ValueError(f"votes {v.shape} and labels {y.shape} differ in shape")
+    fired = v != ABSTAIN
+    fires = int(fired.sum())
+    correct = int(np.sum(fired & (v == y)))
+    if fires:
+        classes, counts = np.unique(v[fired], return_counts=True)
+        label = int(classes[counts.argmax()])  # np.unique sorts, so ties go to the lowest id
+    else:
+        label = ABSTAIN
+    return AnnotatorScore(
+        annotator_id=annotator_id,
+        fires=fires,
+        coverage=fires / v.size if v.size else 0.0,
+        precision=correct / fires if fires else 0.0,
+        label=label,
+        correct=correct,
+        faults=int(faults),
+    )
+
+
+def pool_macro_f1(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+    """Dev macro-F1 of the pool's majority vote (an empty pool abstains everywhere)."""
+    return macro_f1(np.asarray(y, dtype=np.int64), majority_vote(votes, n_classes), n_classes)
+
+
+def overlap_matrix(votes: np.ndarray) -> np.ndarray:
+    """(m, m) share of rows on which both annotators fire; the diagonal is each one's coverage."""
+    v = _as_votes(votes)
+    fired = (v != ABSTAIN).astype(np.float64)
+    return fired.T @ fired / v.shape[0] if v.shape[0] else np.zeros((v.shape[1], v.shape[1]))
+
+
+def conflict_matrix(votes: np.ndarray) -> np.ndarray:
+    """(m, m) share of rows on which both annotators fire but vote for different classes."""
+    v = _as_votes(votes)
+    n, m = v.shape
+    if n == 0:
+        return np.zeros((m, m))
+    fired = (v != ABSTAIN).astype(np.float64)
+    same = np.zeros((m, m))
+    for c in np.unique(v[v != ABSTAIN]):
+        onehot = (v == c).astype(np.float64)
+        same += onehot.T @ onehot
+    return (fired.T @ fired - same) / n
+
+
+def coverage_per_class(votes: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) share of rows that receive at least one vote for each class: which classes the pool reaches."""
+    counts = vote_counts(votes, n_classes)
+    if counts.shape[0] == 0:
+        return np.zeros(n_classes)
+    return (counts > 0).mean(axis=0)
+
+
+def disagreement(votes: np.ndarray) -> np.ndarray:
+    """(n,) entropy in bits of each row's non-abstaining votes: 0 for unanimous or silent rows."""
+    v = _as_votes(votes)
+    out = np.zeros(v.shape[0])
+    classes = np.unique(v[v != ABSTAIN])
+    if classes.size == 0:
+        return out
+    counts = np.stack([(v == c).sum(axis=1) for c in classes], axis=1).astype(np.float64)
+    total = counts.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total > 0, counts / np.maximum(total, 1), 0.0)
+        terms = np.where(p > 0, -p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
+    return terms.sum(axis=1) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def marginal_contributions(votes: np.ndarray, y: np.ndarray, n_classes: int) -> np.ndarray:
+    """(m,) pool MV macro-F1 minus the MV macro-F1 of the pool without each annotator."""
+    v = _as_votes(votes)
+    full = pool_macro_f1(v, y, n_classes)
+    return np.array([full - pool_macro_f1(np.delete(v, j, axis=1), y, n_classes) for j in range(v.shape[1])])

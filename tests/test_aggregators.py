@@ -1,0 +1,255 @@
+"""Aggregators: one contract suite over every aggregator, then hand-computed and synthetic behaviour."""
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+from scipy import sparse
+from sklearn.base import clone
+
+from engine.aggregate import (
+    AGGREGATORS,
+    AutoAggregator,
+    DawidSkene,
+    EmbeddingOnly,
+    EvoAgg,
+    MajorityVote,
+    MultiLabelEvoAgg,
+    TfidfFeatures,
+    WeightedMajorityVote,
+    expected_calibration_error,
+    make_aggregator,
+    predict_labels,
+    reliability,
+)
+from engine.score import accuracy, macro_f1
+from engine.types import ABSTAIN
+
+K = 3
+
+
+def synthetic(seed: int, n: int, m: int, accuracies=None, cover: float = 0.7, silent_rows: int = 3):
+    """Labels, noisy votes (first `silent_rows` rows all-abstain) and a dict of text-like features."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, n)
+    accuracies = accuracies if accuracies is not None else np.linspace(0.8, 0.5, m)
+    wrong = (y[:, None] + rng.integers(1, K, (n, m))) % K
+    votes = np.where(rng.random((n, m)) < accuracies, y[:, None], wrong)
+    votes[rng.random((n, m)) > cover] = ABSTAIN
+    votes[:silent_rows] = ABSTAIN
+    embedding = np.eye(K)[y] @ rng.normal(size=(K, 5)) + rng.normal(0, 0.8, (n, 5))
+    tfidf = sparse.csr_matrix(np.abs(embedding) * (rng.random((n, 5)) < 0.6))
+    return y, votes, {"embedding": embedding, "tfidf": tfidf}
+
+
+def _take(X, rows):
+    return {name: mat[rows] for name, mat in X.items()}
+
+
+Y_B, VOTES_B, X_B = synthetic(1, 75, 4)
+FIT, TEST = np.arange(60), np.arange(60, 75)
+TEST = np.r_[np.arange(3), TEST]  # include the all-abstain rows in the prediction rows too
+Y_A, VOTES_A, X_A = synthetic(2, 40, 3)
+
+CASES = {name: (lambda name=name: make_aggregator(name, K, seed=0)) for name in AGGREGATORS}
+CASES["evoagg[votes]"] = lambda: EvoAgg(K, feature=None)
+CASES["evoagg[tfidf]"] = lambda: EvoAgg(K, feature="tfidf")
+CASES["ds[unlabeled]"] = lambda: DawidSkene(K)
+
+
+def fit_b(name: str):
+    y = None if name == "ds[unlabeled]" else Y_B[FIT]
+    return CASES[name]().fit(VOTES_B[FIT], y, _take(X_B, FIT))
+
+
+@cache
+def fitted_b(name: str):
+    return fit_b(name)
+
+
+def predict_b(model) -> np.ndarray:
+    return model.predict_proba(VOTES_B[TEST], _take(X_B, TEST))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+class TestContract:
+    def test_probabilities_have_shape_n_by_k_and_rows_sum_to_one(self, name):
+        proba = predict_b(fitted_b(name))
+        assert proba.shape == (TEST.size, K)
+        assert np.all(np.isfinite(proba)) and np.all(proba >= 0)
+        assert proba.sum(axis=1) == pytest.approx(np.ones(TEST.size))
+
+    def test_all_abstain_rows_get_a_distribution(self, name):
+        silent = np.full((4, VOTES_B.shape[1]), ABSTAIN)
+        proba = fitted_b(name).predict_proba(silent, _take(X_B, np.arange(4)))
+        assert proba.shape == (4, K) and proba.sum(axis=1) == pytest.approx(np.ones(4))
+
+    def test_refit_forgets_the_previous_fit(self, name):
+        model = CASES[name]()
+        y_a = None if name == "ds[unlabeled]" else Y_A
+        model.fit(VOTES_A, y_a, X_A)  # other rows, other annotator count
+        model.fit(VOTES_B[FIT], None if y_a is None else Y_B[FIT], _take(X_B, FIT))
+        np.testing.assert_allclose(predict_b(model), predict_b(fitted_b(name)), rtol=0, atol=1e-12)
+
+    def test_deterministic(self, name):
+        assert np.array_equal(predict_b(fit_b(name)), predict_b(fitted_b(name)))
+
+    def test_scikit_learn_estimator_contract(self, name):
+        model = fitted_b(name)
+        params = model.get_params()
+        assert params["n_classes"] == K
+        learned = set(vars(model)) - set(params)
+        assert learned and all(attr.endswith("_") for attr in learned), learned
+        fresh = clone(model)
+        assert not any(attr.endswith("_") for attr in vars(fresh))
+        with pytest.raises(RuntimeError, match="not fitted"):
+            fresh.predict_proba(VOTES_B[TEST], _take(X_B, TEST))
+        with pytest.raises(ValueError, match="annotators"):
+            model.predict_proba(VOTES_B[TEST, :2], _take(X_B, TEST))
+
+
+def test_majority_vote_probabilities_hand_computed():
+    votes = np.array([[0, 0, 1], [ABSTAIN, ABSTAIN, ABSTAIN]])
+    mv = MajorityVote(3, smoothing=0.1).fit(np.array([[0, 0, 0]] * 3), np.array([0, 0, 1]))
+    proba = mv.predict_proba(votes)
+    assert proba[0] == pytest.approx(np.array([2.1, 1.1, 0.1]) / 3.3)
+    assert proba[1] == pytest.approx([3 / 6, 2 / 6, 1 / 6])  # Laplace-smoothed dev prior (2, 1, 0)
+
+
+def test_weighted_majority_vote_weights_hand_computed():
+    y = np.array([0, 1, 0, 1, 0, 1])
+    votes = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [ABSTAIN, ABSTAIN], [ABSTAIN, ABSTAIN]])
+    wmv = WeightedMajorityVote(2, smoothing=2.0).fit(votes, y)
+    # a0: 4 fires, 4 correct; a1: 4 fires, 2 correct; pooled precision (6 + 1) / (8 + 2) = 0.7
+    acc0, acc1 = (4 + 1.4) / 6, (2 + 1.4) / 6
+    assert wmv.weights_ == pytest.approx([np.log(acc0 / (1 - acc0)), np.log(acc1 / (1 - acc1))])
+    proba = wmv.predict_proba(np.array([[1, 0]]))[0]
+    odds0, odds1 = acc0 / (1 - acc0), acc1 / (1 - acc1)
+    assert proba[1] == pytest.approx(odds0 / (odds0 + odds1))
+
+
+def test_dawid_skene_trusts_the_good_annotator_without_labels():
+    rng = np.random.default_rng(7)
+    n = 600
+    y = rng.integers(0, K, n)
+    columns = []
+    for acc in (0.95, 0.5, 0.5, 0.5, 0.5):
+        wrong = (y + rng.integers(1, K, n)) % K
+        columns.append(np.where(rng.random(n) < acc, y, wrong))
+    votes = np.column_stack(columns)
+    ds = DawidSkene(K).fit(votes)  # unlabeled
+    mv_acc = accuracy(y, MajorityVote(K).fit(votes).predict(votes))
+    ds_acc = accuracy(y, ds.predict(votes))
+    assert ds_acc >= 0.9 and ds_acc > mv_acc + 0.1
+    diag = [np.diag(conf[:, :K]).mean() for conf in ds.confusion_]
+    assert diag[0] > 0.85 and max(diag[1:]) < 0.7
+
+
+def test_dawid_skene_reads_single_class_annotators_through_abstention():
+    # each annotator only ever votes one class: the information is in whether it fires
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 400)
+    votes = np.full((400, 4), ABSTAIN)
+    for j, cls in enumerate((0, 0, 1, 1)):
+        fires = rng.random(400) < np.where(y == cls, 0.7, 0.1)
+        votes[fires, j] = cls
+    ds = DawidSkene(2).fit(votes)
+    assert macro_f1(y, ds.predict(votes), 2) > 0.75
+
+
+def test_evoagg_out_of_fold_differs_from_in_sample():
+    y, votes, X = synthetic(5, 90, 4)
+    model = EvoAgg(K).fit(votes, y, X)
+    before = model.predict_proba(votes, X)
+    oof = model.oof_predict_proba(votes, y, X)
+    assert oof.shape == before.shape and oof.sum(axis=1) == pytest.approx(np.ones(len(y)))
+    assert not np.allclose(oof, before, atol=1e-3)
+    assert accuracy(y, before.argmax(axis=1)) >= accuracy(y, oof.argmax(axis=1))
+    np.testing.assert_array_equal(model.predict_proba(votes, X), before)  # the oof fits left self alone
+
+
+def test_feature_convention_dict_or_bare_matrix():
+    y, votes, X = synthetic(6, 60, 3)
+    by_dict = EvoAgg(K, feature="embedding").fit(votes, y, X).predict_proba(votes, X)
+    bare = EvoAgg(K).fit(votes, y, X["embedding"]).predict_proba(votes, X["embedding"])
+    np.testing.assert_allclose(by_dict, bare)
+    with pytest.raises(KeyError, match="no feature 'bert'"):
+        EvoAgg(K, feature="bert").fit(votes, y, X)
+    with pytest.raises(ValueError, match="pass X"):
+        EvoAgg(K).fit(votes, y, X).predict_proba(votes)
+    with pytest.raises(ValueError, match="no input"):
+        EmbeddingOnly(K).fit(votes, y)
+    # votes only: X is ignored
+    votes_only = EvoAgg(K, feature=None).fit(votes, y, X)
+    np.testing.assert_array_equal(votes_only.predict_proba(votes), votes_only.predict_proba(votes, X))
+
+
+def test_auto_chooses_embedding_only_when_votes_are_noise():
+    rng = np.random.default_rng(11)
+    n = 150
+    y = rng.integers(0, K, n)
+    votes = rng.integers(ABSTAIN, K, (n, 8))  # pure noise
+    embedding = 2.0 * np.eye(K)[y] + rng.normal(0, 0.5, (n, K))
+    auto = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding})
+    assert auto.chosen_ == "embedding-only"
+    assert auto.oof_scores_["embedding-only"] > auto.oof_scores_["mv"] + 0.4
+    assert macro_f1(y, auto.oof_proba_.argmax(axis=1), K) == pytest.approx(auto.oof_scores_["embedding-only"])
+
+
+def test_auto_is_never_worse_on_dev_oof_than_its_best_ingredient():
+    y, votes, X = synthetic(8, 90, 5, cover=0.5)
+    auto = AutoAggregator(K, seed=1).fit(votes, y, X)
+    singles = {name: s for name, s in auto.oof_scores_.items() if not name.startswith("avg(")}
+    assert set(singles) == {"mv", "wmv", "ds", "evoagg[votes]", "embedding-only", "evoagg[embedding]",
+                            "tfidf-only", "evoagg[tfidf]"}
+    assert auto.oof_scores_[auto.chosen_] >= max(singles.values())
+    # without features only the vote-based ingredients compete
+    votes_only = AutoAggregator(K).fit(votes, y)
+    assert set(votes_only.oof_scores_) >= {"mv", "wmv", "ds", "evoagg[votes]"}
+    assert not any("embedding" in name for name in votes_only.oof_scores_)
+
+
+def test_registry():
+    assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto")
+    assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3
+    with pytest.raises(ValueError, match="unknown aggregator 'vote'"):
+        make_aggregator("vote", 2)
+    with pytest.raises(ValueError, match="y is required"):
+        make_aggregator("evoagg", 2).fit(np.zeros((3, 1), dtype=int), None)
+
+
+def test_multi_label_evoagg_and_thresholds():
+    rng = np.random.default_rng(4)
+    n = 120
+    Y = (rng.random((n, K)) < 0.4).astype(int)
+    votes = np.where(rng.random((n, K)) < 0.8, np.where(Y == 1, np.arange(K), ABSTAIN), ABSTAIN)
+    X = Y + rng.normal(0, 0.3, (n, K))
+    model = MultiLabelEvoAgg(K).fit(votes, Y, X)
+    proba = model.predict_proba(votes, X)
+    assert proba.shape == (n, K) and np.all((proba >= 0) & (proba <= 1))
+    assert (predict_labels(proba) == Y).mean() > 0.9
+    assert predict_labels(np.array([[0.5, 0.49, 0.9]]), threshold=0.5).tolist() == [[1, 0, 1]]
+
+
+def test_reliability_and_ece_hand_computed():
+    proba = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.45, 0.55]])
+    y = np.array([0, 0, 0, 1])  # right, wrong, right, right
+    table = reliability(y, proba, n_bins=5)
+    assert table["count"].tolist() == [0, 0, 2, 1, 1]
+    assert table.loc[2, "confidence"] == pytest.approx(0.575) and table.loc[2, "accuracy"] == 1.0
+    assert table.loc[3, "accuracy"] == 0.0 and table.loc[4, "confidence"] == pytest.approx(0.9)
+    assert np.isnan(table.loc[0, "accuracy"])
+    assert expected_calibration_error(y, proba, n_bins=5) == pytest.approx((2 * 0.425 + 0.8 + 0.1) / 4)
+
+
+def test_tfidf_features():
+    texts = ["free prize call now", "call me later", "win a free prize", "see you later", "free call"]
+    words = TfidfFeatures(min_df=1)
+    T = words.fit_transform(texts)
+    assert T.shape[0] == 5 and sparse.issparse(T)
+    assert np.asarray(sparse.linalg.norm(T, axis=1)) == pytest.approx(np.ones(5))
+    assert words.transform(["free prize"]).shape[1] == T.shape[1]
+    both = TfidfFeatures(min_df=1, char_ngrams=(2, 4)).fit_transform(texts)
+    assert both.shape[1] > T.shape[1]
+    assert np.asarray(sparse.linalg.norm(both, axis=1)) == pytest.approx(np.ones(5))

@@ -1,0 +1,184 @@
+"""Each gate rule on its own, on a 20-row dev split: rows 0-9 are class 0, rows 10-19 class 1."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.gate import GateConfig, GateOutcome, run_gate
+from engine.score import score_annotator
+from engine.types import ABSTAIN, Annotator
+
+Y = np.array([0] * 10 + [1] * 10)
+K = 2
+
+
+def votes(**spans: list[int]) -> np.ndarray:
+    """A dev vote column: votes(c0=[rows voting 0], c1=[rows voting 1]); other rows abstain."""
+    out = np.full(Y.shape[0], ABSTAIN)
+    for name, rows in spans.items():
+        out[list(rows)] = int(name[1:])
+    return out
+
+
+def cand(cid: str, v: np.ndarray, agent: str = "generator", faults: int = 0):
+    annotator = Annotator(id=cid, name=cid, source="", agent=agent, generation=1)
+    return annotator, v, score_annotator(cid, v, Y, faults=faults)
+
+
+def gate(pool: dict[str, np.ndarray], candidates, **kwargs) -> GateOutcome:
+    ids = list(pool)
+    matrix = np.column_stack([pool[i] for i in ids]) if ids else np.zeros((Y.shape[0], 0), dtype=int)
+    scores = {i: score_annotator(i, pool[i], Y) for i in ids}
+    return run_gate(ids, matrix, scores, candidates, Y, K, **kwargs)
+
+
+def decision(outcome: GateOutcome, cid: str, verdict: str | None = None):
+    found = [d for d in outcome.decisions if d.annotator_id == cid and (verdict is None or d.verdict == verdict)]
+    assert len(found) == 1, outcome.decisions
+    return found[0]
+
+
+def reasons(outcome: GateOutcome, cid: str, verdict: str | None = None) -> str:
+    return " | ".join(decision(outcome, cid, verdict).reasons)
+
+
+P = votes(c0=range(10))  # perfect on class 0, silent on class 1
+R = votes(c1=range(10, 20))  # perfect on class 1
+
+
+def test_viability_threshold_depends_on_the_role():
+    weak = votes(c1=[10, 11], c0=range(12, 17))  # fires 7, 2 correct: precision 0.2857
+    as_generator = gate({"P": P}, [cand("G", weak, "generator")])
+    assert decision(as_generator, "G").verdict == "reject"
+    assert "precision 0.29 < 0.30 (generator)" in reasons(as_generator, "G")
+    assert as_generator.pool_ids == ("P",)
+
+    as_improver = gate({"P": P}, [cand("I", weak, "improver")])
+    assert decision(as_improver, "I").verdict == "accept"
+    assert "precision 0.29 >= 0.25 (improver)" in reasons(as_improver, "I")
+    assert as_improver.pool_ids == ("P", "I")
+    # MV with I: class 0 F1 20/25 = 0.8, class 1 F1 4/12; before: class 0 F1 1, class 1 F1 0
+    assert as_improver.f1_before == pytest.approx(0.5)
+    assert as_improver.f1_after == pytest.approx((0.8 + 1 / 3) / 2)
+
+
+def test_viability_rejects_few_fires_and_mostly_faulting():
+    rare = gate({}, [cand("F", votes(c1=[10, 11, 12, 13]))])
+    assert decision(rare, "F").verdict == "reject" and "fires 4 < 5" in reasons(rare, "F")
+    faulty = gate({}, [cand("X", R, faults=11)])
+    assert decision(faulty, "X").verdict == "reject"
+    assert "faults on 11 of 20 dev rows" in reasons(faulty, "X")
+    strict = gate({}, [cand("S", votes(c1=range(10, 15)))], config=GateConfig(min_fires=6))
+    assert "fires 5 < 6" in reasons(strict, "S")
+
+
+def test_near_copy_of_a_pool_member_is_rejected_by_jaccard():
+    out = gate({"P": P}, [cand("copy", P.copy(), "improver")])
+    assert decision(out, "copy").verdict == "reject"
+    assert "too similar to P: Jaccard 1.00 > 0.95" in reasons(out, "copy")
+    assert out.pool_ids == ("P",) and not out.pruned_ids
+
+
+def test_near_copy_of_an_earlier_newcomer_is_rejected():
+    out = gate({"P": P}, [cand("R1", R), cand("R2", R.copy())])
+    assert decision(out, "R1").verdict == "accept"
+    assert "max Jaccard 0.00 <= 0.95" in reasons(out, "R1")
+    assert decision(out, "R2").verdict == "reject" and "too similar to R1" in reasons(out, "R2")
+    assert out.pool_ids == ("P", "R1") and out.f1_after == pytest.approx(1.0)
+
+
+def test_newcomer_covering_a_pool_member_with_higher_precision_prunes_it():
+    Q = votes(c0=list(range(10)) + [10, 11])  # fires 12, 10 correct: precision 0.833
+    N = votes(c0=range(10), c1=[10, 11])  # same rows, all correct: precision 1.0
+    out = gate({"Q": Q}, [cand("N", N, "improver")])
+    assert decision(out, "N").verdict == "accept"
+    assert decision(out, "Q", "prune").reasons[0].startswith("covered by N: 1.00 >= 0.95 of its fired dev rows")
+    assert "precision 1.00 >= 0.83 + 0.05" in reasons(out, "Q", "prune")
+    assert out.pool_ids == ("N",) and out.pruned_ids == ("Q",)
+    assert out.f1_before == pytest.approx((20 / 22) / 2)
+    assert out.f1_after == pytest.approx((1.0 + 4 / 12) / 2)
+
+    # a human-approved member is never pruned, so the newcomer is then a near-copy of it
+    locked = gate({"Q": Q}, [cand("N", N, "improver")], human_locked={"Q": "approve"})
+    assert not locked.pruned_ids and locked.pool_ids == ("Q",)
+    assert "too similar to Q" in reasons(locked, "N")
+
+    # not precise enough by the margin: no prune, and the near-copy is rejected
+    small_gain = gate({"Q": Q}, [cand("N", N)], config=GateConfig(prune_precision_margin=0.2))
+    assert not small_gain.pruned_ids and decision(small_gain, "N").verdict == "reject"
+
+
+def test_marginal_step_drops_a_newcomer_whose_removal_raises_f1():
+    W = votes(c0=list(range(5)) + list(range(10, 15)))  # precision 0.5, ties R down to class 0 on rows 10-14
+    out = gate({"P": P, "R": R}, [cand("W", W)])
+    assert decision(out, "W").verdict == "reject"
+    # with W: class 0 F1 20/25 = 0.8, class 1 F1 10/15 -> 0.733
+    assert "removing it raises pool dev macro-F1 0.733 -> 1.000" in reasons(out, "W")
+    assert out.pool_ids == ("P", "R") and out.f1_after == pytest.approx(1.0) and not out.reverted
+
+
+def test_marginal_step_keeps_a_neutral_newcomer():
+    neutral = votes(c1=range(12, 20))  # agrees with R where it fires
+    out = gate({"P": P, "R": R}, [cand("ok", neutral)])
+    assert decision(out, "ok").verdict == "accept"
+    assert "marginal: pool dev macro-F1 1.000 without it, 1.000 with it" in reasons(out, "ok")
+
+
+def test_do_no_harm_reverts_the_generation():
+    # each harms only together with the other: removing either alone leaves a 1-1 tie that still says 0
+    W1 = votes(c0=list(range(5)) + list(range(10, 15)))
+    W2 = votes(c0=list(range(5, 10)) + list(range(10, 15)))
+    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)])
+    assert out.reverted
+    for cid in ("W1", "W2"):
+        assert decision(out, cid).verdict == "reject"
+        assert reasons(out, cid).startswith("generation reverted: pool dev macro-F1 would fall 1.000 -> 0.733")
+    assert out.pool_ids == ("P", "R")
+    assert out.f1_before == pytest.approx(1.0) and out.f1_after == pytest.approx(1.0)
+
+    # with a looser tolerance the same generation stands
+    loose = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)], config=GateConfig(harm_tolerance=0.5))
+    assert not loose.reverted and loose.pool_ids == ("P", "R", "W1", "W2")
+
+
+def test_revert_keeps_human_approved_newcomers():
+    W1 = votes(c0=list(range(5)) + list(range(10, 15)))
+    W2 = votes(c0=list(range(5, 10)) + list(range(10, 15)))
+    H = votes(c1=range(15, 20))
+    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("H", H), cand("W2", W2)], human_locked={"H": "approve"})
+    assert out.reverted and out.pool_ids == ("P", "R", "H")
+    assert decision(out, "H").verdict == "approve" and decision(out, "H").decided_by == "human"
+
+
+def test_human_locks_override_the_checks():
+    useless = votes(c0=[10])  # 1 fire, precision 0: would fail viability
+    good = R
+    out = gate({"P": P}, [cand("U", useless), cand("G", good)], human_locked={"U": "approve", "G": "reject"})
+    u, g = decision(out, "U"), decision(out, "G")
+    assert (u.verdict, u.decided_by, u.reasons) == ("approve", "human", ("approved by a human earlier",))
+    assert (g.verdict, g.decided_by, g.reasons) == ("reject", "human", ("rejected by a human earlier",))
+    assert out.pool_ids == ("P", "U")
+    assert out.accepted_ids == ("U",)
+
+
+def test_candidate_already_in_the_pool_keeps_its_place():
+    out = gate({"P": P, "R": R}, [cand("P", P.copy())])
+    assert decision(out, "P").verdict == "accept" and out.pool_ids == ("P", "R")
+
+
+def test_every_decision_has_reasons_and_candidates_come_first():
+    W = votes(c0=list(range(5)) + list(range(10, 15)))
+    N = votes(c0=range(10), c1=[10, 11])
+    Q = votes(c0=list(range(10)) + [10, 11])
+    out = gate({"Q": Q, "R": R}, [cand("W", W), cand("N", N), cand("F", votes(c1=[10]))])
+    assert [d.annotator_id for d in out.decisions][:3] == ["W", "N", "F"]
+    assert all(d.reasons for d in out.decisions)
+
+
+def test_gate_config_from_dict():
+    cfg = GateConfig.from_dict({"min_fires": "3", "max_jaccard": 0.9})
+    assert cfg.min_fires == 3 and isinstance(cfg.min_fires, int) and cfg.max_jaccard == 0.9
+    assert cfg.min_precision("generator") == 0.30 and cfg.min_precision("refiner") == 0.25
+    assert GateConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown gate setting"):
+        GateConfig.from_dict({"min_firez": 3})

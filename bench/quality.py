@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aggregators", nargs="*", default=list(AGGREGATORS))
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp")
-    parser.add_argument("--reuse", action="store_true", help="keep existing workspaces (resume) instead of starting fresh")
+    parser.add_argument("--reuse", action="store_true", help="resume existing workspaces instead of starting fresh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.md")
     args = parser.parse_args()
     if not SHARED.is_dir():

@@ -43,14 +43,14 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
         return
     task = store.load_task()
     frame = store.examples_frame(split)
-    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"])]
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
     on_event("executing", {"split": split, "annotators": len(missing), "examples": len(inputs)})
 
     def progress(done: int, total: int) -> None:
         on_event("execute_progress", {"split": split, "done": done, "total": total})
 
     results = executor.run(missing, inputs, list(task.labels), on_progress=progress)
-    for annotator, result in zip(missing, results):
+    for annotator, result in zip(missing, results, strict=False):
         store.save_votes(annotator.id, split, list(frame["id"]), result.votes, result.faults,
                          result.first_error, result.seconds)
 

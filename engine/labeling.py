@@ -135,7 +135,7 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         raise ValueError("evaluate on 'test' or 'dev'")
     result = fit_and_predict(store, executor, aggregator, ("dev", split) if split != "dev" else ("dev",), seed,
                              on_event)
-    gold_by_id = dict(zip(store.example_ids(split), store.labels(split)))
+    gold_by_id = dict(zip(store.example_ids(split), store.labels(split), strict=False))
     rows = np.array([i for i, ex in enumerate(result.soft.example_ids) if ex in gold_by_id], dtype=int)
     y = np.array([gold_by_id[result.soft.example_ids[i]] for i in rows])
     hard = result.hard[rows]

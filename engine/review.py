@@ -81,7 +81,7 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
         return EditPreview(None, err.reason, None, parent_score, None, parent_contribution, empty)
     task = store.load_task()
     frame = store.examples_frame("dev")
-    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"])]
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
     result = executor.run([annotator], inputs, list(task.labels))[0]
     score = score_annotator(annotator.id, result.votes, store.labels("dev"), faults=result.faults)
     contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)

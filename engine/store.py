@@ -410,7 +410,7 @@ class Store:
     def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
         frame = self._df("SELECT text_hash, vector FROM embeddings WHERE model = ? AND text_hash IN "
                          "(SELECT unnest(?))", [model, list(text_hashes)])
-        return {h: np.asarray(v, dtype=np.float32) for h, v in zip(frame["text_hash"], frame["vector"])}
+        return {h: np.asarray(v, dtype=np.float32) for h, v in zip(frame["text_hash"], frame["vector"], strict=False)}
 
     def save_embeddings(self, model: str, text_hashes: Sequence[str], vectors: np.ndarray) -> None:
         rows = pd.DataFrame({"model": model, "text_hash": list(text_hashes),

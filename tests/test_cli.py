@@ -40,7 +40,8 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
                            text=True).stdout.strip().splitlines()
     members = [json.loads(line) for line in lines]
     assert len(members) == summary["pool_size"]
-    assert {"id", "name", "agent", "generation", "author", "precision", "coverage", "fires", "source"} <= set(members[0])
+    expected = {"id", "name", "agent", "generation", "author", "precision", "coverage", "fires", "source"}
+    assert expected <= set(members[0])
 
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):

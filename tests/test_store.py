@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.store import Store, WorkspaceLocked
+from engine.store import Store
 from engine.types import ABSTAIN, Annotator, GateDecision
 
 
@@ -28,7 +28,7 @@ def ann(i: int, generation: int = 1) -> Annotator:
 
 
 def test_migrations_apply_once_and_reopen_keeps_data(tmp_path):
-    store = seeded(tmp_path)
+    seeded(tmp_path)
     Store.close_all()
     again = Store.open(tmp_path / "ws")
     assert again.count_examples() == 4

@@ -1,0 +1,195 @@
+"""Cue mining for the offline proposer: which words, in which part of an example, point to which class.
+
+A *view* is one part of an example reduced to lower-case words (the whole sentence, the words between two
+entity mentions, the first words of a question, ...). A *cue* is a word (`bind`), a word prefix (`inhibit*`)
+or a two-word phrase (`binds to`). The view functions here compute exactly what the emitted annotator code
+computes (templates.py renders the same logic), so a cue's fired rows can be counted without running code.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import sparse
+
+WORD = re.compile(r"[a-z0-9]+")
+WINDOW = 3  # words kept on each side of an entity pair ("before" / "after" views)
+LEAD = 4  # words kept at the start of the text ("lead" view: question words and their head noun)
+MIN_PREFIX = 4  # shortest word prefix a cue may use ("bind*")
+SUFFIX_LENGTHS = (3, 4)  # word endings mined on entity views ("*ase")
+SUFFIX_VIEWS = ("entity1", "entity2")
+SUFFIXES = (
+    "ations", "ation", "ions", "ion", "ings", "ing", "ors", "or", "ers", "er", "ies", "es", "ed", "s",
+    "ists", "ist", "isms", "ism", "ity", "ive", "ory", "ic", "al", "ly", "ment", "ments", "able", "e",
+)
+RELATION_VIEWS = ("between", "sentence", "before", "after", "entity1", "entity2")
+TEXT_VIEWS = ("sentence", "lead")
+
+
+def normalise(text: object) -> str:
+    """Lower-case words joined by single spaces (what every cue regex is matched against)."""
+    return " ".join(WORD.findall(str(text or "").lower()))
+
+
+def _ordered_spans(example: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The two entity spans sorted by start; raises like the emitted code does when they are unusable."""
+    first, second = sorted([tuple(example["span1"]), tuple(example["span2"])])
+    return first, second
+
+
+def view_text(example: dict[str, Any], view: str) -> str:
+    """The normalised words of one view of an example ('' where the view does not exist)."""
+    text = str(example.get("text") or "")
+    if view == "sentence":
+        return normalise(text)
+    if view == "lead":
+        return " ".join(normalise(text).split()[:LEAD])
+    if view in ("entity1", "entity2"):
+        return normalise(example.get(view))
+    try:
+        (first_start, first_end), (second_start, second_end) = _ordered_spans(example)
+        if view == "between":
+            return normalise(text[first_end:second_start])
+        if view == "before":
+            return " ".join(normalise(text[:first_start]).split()[-WINDOW:])
+        if view == "after":
+            return " ".join(normalise(text[second_end:]).split()[:WINDOW])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    raise ValueError(f"unknown view {view!r}")
+
+
+def task_views(fields: Sequence[str]) -> tuple[str, ...]:
+    """Relation tasks (two entity spans) get entity-context views; others get sentence and lead."""
+    return RELATION_VIEWS if {"span1", "span2"} <= set(fields) else TEXT_VIEWS
+
+
+def stems(word: str) -> set[str]:
+    """Prefix cues a word suggests: the word itself and the word minus a common English suffix."""
+    out = {word + "*"} if len(word) >= MIN_PREFIX else set()
+    for suffix in SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= MIN_PREFIX:
+            out.add(word[: -len(suffix)] + "*")
+    return out
+
+
+def word_endings(word: str) -> list[str]:
+    """Suffix cues a word suggests on entity views (`*ase` for enzymes, `*ine` for amines)."""
+    return [f"*{word[-n:]}" for n in SUFFIX_LENGTHS if len(word) >= n + 2]
+
+
+def cue_matches(cue: str, words: Sequence[str], joined: str) -> bool:
+    """Reference semantics of one cue on a view (slow; used by tests and for foreign rows)."""
+    if cue.startswith("*"):
+        return any(w.endswith(cue[1:]) for w in words)
+    if cue.endswith("*"):
+        return any(w.startswith(cue[:-1]) for w in words)
+    return f" {cue} " in f" {joined} "
+
+
+class ViewIndex:
+    """Binary row x cue matrices, one per view, over a fixed list of examples.
+
+    Columns are exact words, two-word phrases and (when `with_prefixes`) word prefixes and, on entity
+    views, word endings; a prefix column marks every row with a word starting with it (an ending column:
+    ending with it), so column sums are exact fired counts of the cue regex.
+    """
+
+    def __init__(self, examples: Sequence[dict[str, Any]], views: Sequence[str], with_prefixes: bool = True):
+        self.n_rows = len(examples)
+        self.views = tuple(views)
+        self.texts: dict[str, list[str]] = {v: [view_text(ex, v) for ex in examples] for v in self.views}
+        self.cues: dict[str, list[str]] = {}
+        self.matrix: dict[str, sparse.csc_matrix] = {}
+        self._vocab: dict[str, list[str]] = {}
+        self._column: dict[str, dict[str, int]] = {}
+        for view in self.views:
+            self._build(view, with_prefixes)
+
+    def _build(self, view: str, with_prefixes: bool) -> None:
+        rows_words = [t.split() for t in self.texts[view]]
+        vocab = sorted({w for ws in rows_words for w in ws})
+        phrases = sorted({f"{a} {b}" for ws in rows_words for a, b in zip(ws, ws[1:])})
+        prefixes = sorted({s for w in vocab for s in stems(w)}) if with_prefixes else []
+        endings = sorted({e for w in vocab for e in word_endings(w)}) \
+            if with_prefixes and view in SUFFIX_VIEWS else []
+        cues = vocab + phrases + prefixes + endings
+        col = {c: i for i, c in enumerate(cues)}
+        r_idx: list[int] = []
+        c_idx: list[int] = []
+        for r, ws in enumerate(rows_words):
+            feats = {col[w] for w in ws} | {col[f"{a} {b}"] for a, b in zip(ws, ws[1:])}
+            r_idx.extend([r] * len(feats))
+            c_idx.extend(feats)
+        full = sparse.csr_matrix(
+            (np.ones(len(r_idx), dtype=np.int32), (r_idx, c_idx)), shape=(self.n_rows, len(cues))
+        )
+        if prefixes or endings:  # derived column = OR over the vocabulary words the cue matches
+            expand_r: list[int] = []
+            expand_c: list[int] = []
+            for p in prefixes:
+                for i in self._prefix_range(vocab, p[:-1]):
+                    expand_r.append(i)
+                    expand_c.append(col[p])
+            ending_set = set(endings)
+            for i, w in enumerate(vocab):
+                for n in range(1, len(w) + 1):
+                    if f"*{w[-n:]}" in ending_set:
+                        expand_r.append(i)
+                        expand_c.append(col[f"*{w[-n:]}"])
+            expand = sparse.csr_matrix(
+                (np.ones(len(expand_r), dtype=np.int32), (expand_r, expand_c)), shape=(len(vocab), len(cues))
+            )
+            full = full + full[:, : len(vocab)] @ expand
+            full.data[:] = 1
+        self.cues[view] = cues
+        self._vocab[view] = vocab
+        self._column[view] = col
+        self.matrix[view] = full.tocsc().astype(bool)
+
+    @staticmethod
+    def _prefix_range(vocab: list[str], stem: str) -> range:
+        start = bisect.bisect_left(vocab, stem)
+        end = bisect.bisect_left(vocab, stem + "\U0010ffff")
+        return range(start, end)
+
+    def column(self, view: str, cue: str) -> np.ndarray:
+        """(n_rows,) bool fired mask of one cue, exact for any word, phrase or prefix cue."""
+        out = np.zeros(self.n_rows, dtype=bool)
+        col = self._column.get(view)
+        if col is None:
+            return out
+        j = col.get(cue)
+        if j is not None:
+            out[self.matrix[view][:, j].indices] = True
+        elif cue.startswith("*"):
+            for i, w in enumerate(self._vocab[view]):
+                if w.endswith(cue[1:]):
+                    out[self.matrix[view][:, i].indices] = True
+        elif cue.endswith("*"):
+            for i in self._prefix_range(self._vocab[view], cue[:-1]):
+                out[self.matrix[view][:, i].indices] = True
+        elif " " in cue.strip() and cue.count(" ") > 1:
+            texts = self.texts[view]
+            out |= np.array([cue_matches(cue, t.split(), t) for t in texts], dtype=bool)
+        return out  # an unseen word or two-word phrase fires nowhere
+
+    def fires(self, view: str, cues: Sequence[str]) -> np.ndarray:
+        """(n_rows,) bool: rows where any of `cues` matches the view."""
+        out = np.zeros(self.n_rows, dtype=bool)
+        for cue in cues:
+            out |= self.column(view, cue)
+        return out
+
+
+def class_counts(index: ViewIndex, view: str, onehot: np.ndarray) -> np.ndarray:
+    """(n_cues, k) number of rows of each class on which each cue of `view` fires."""
+    return np.asarray(index.matrix[view].T.astype(np.int32) @ onehot.astype(np.int32))
+
+
+def smoothed_precision(correct: np.ndarray, fires: np.ndarray, prior: np.ndarray | float,
+                       strength: float = 2.0) -> np.ndarray:
+    """Precision shrunk toward the class prior, so a cue seen on few rows does not look perfect."""
+    return (correct + strength * prior) / (fires + strength)

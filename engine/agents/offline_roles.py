@@ -1,0 +1,161 @@
+"""What each offline role mines: the generator from all of dev, the improver from the pool's failures,
+the refiner from the pool's precise-but-narrow members."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from engine.agents import offline_surface as surface
+from engine.agents.base import ProposalContext
+from engine.agents.mining import stems
+from engine.agents.offline_mine import OfflineWorkspace, cue_proposals, keyword_banks, surface_proposals
+from engine.agents.offline_select import Proposal, class_f1, predictions, vote_counts
+from engine.agents.templates import AnnotatorSpec, parse_spec
+
+WEAK_F1 = 0.40
+NARROW_COVERAGE = 0.08
+PRECISE = 0.55
+
+
+def _jitter(proposals: list[Proposal], rng: np.random.Generator, scale: float = 0.15) -> list[Proposal]:
+    """Seeded noise on the ranking prior, so generations explore different near-equal candidates."""
+    for p in proposals:
+        p.prior *= float(1.0 + scale * rng.normal())
+    return proposals
+
+
+def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator, min_precision: float) -> list[Proposal]:
+    singles = cue_proposals(ws, min_precision=min_precision)
+    banks = keyword_banks(ws, singles, min_precision=min_precision)
+    return _jitter(singles + banks + surface_proposals(ws, min_precision=min_precision), rng)
+
+
+def pool_predictions(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
+    votes = np.asarray(context.dev_votes, dtype=np.int64)
+    if votes.ndim != 2 or votes.shape[0] != len(ws.y):
+        votes = np.zeros((len(ws.y), 0), dtype=np.int64)
+    return predictions(vote_counts(votes, ws.n_classes, len(ws.y)))
+
+
+def weak_classes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
+    """Class ids whose pool majority-vote F1 on dev is below WEAK_F1 (and that occur in dev)."""
+    f1 = class_f1(ws.y, pool_predictions(ws, context), ws.n_classes)
+    present = np.bincount(ws.y, minlength=ws.n_classes) > 0
+    return np.flatnonzero((f1 < WEAK_F1) & present)
+
+
+def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.random.Generator,
+                       min_precision: float) -> list[Proposal]:
+    """Cues mined on the rows the pool leaves uncovered, disputes or gets wrong, boosted for weak classes."""
+    n = len(ws.y)
+    focus = np.zeros(n, dtype=bool)
+    focus[context.uncovered_dev()] = True
+    conflicts = context.conflicting_dev() if context.dev_votes.size else np.array([], dtype=np.int64)
+    focus[conflicts] = True
+    pred = pool_predictions(ws, context)
+    weak = weak_classes(ws, context)
+    focus |= np.isin(ws.y, weak) & (pred != ws.y)
+    if not focus.any():
+        return []
+    weight = np.ones(ws.n_classes)
+    weight[weak] = 2.0
+    singles = cue_proposals(ws, rows=focus, min_precision=min_precision, weight=weight)
+    for p in singles:
+        p.note = "mined on uncovered / disputed / misclassified dev rows"
+    banks = keyword_banks(ws, singles, min_precision=min_precision)
+    conj = conjunctions(ws, singles, weak, min_precision)
+    return _jitter(singles + banks + conj, rng)
+
+
+def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndarray,
+                 min_precision: float, top: int = 12) -> list[Proposal]:
+    """A cue plus a second, whole-text cue of the same class: higher precision for classes that need it."""
+    out: list[Proposal] = []
+    for label in classes:
+        ranked = sorted([p for p in singles if p.label == label and p.spec.kind == "cue"], key=lambda p: -p.prior)
+        ranked = ranked[:top]
+        sentence_cues = [p for p in ranked if p.spec.view == "sentence"]
+        for a in ranked:
+            for b in sentence_cues:
+                if b is a or set(b.spec.cues) & set(a.spec.cues):
+                    continue
+                fired = a.fired & b.fired
+                if fired.sum() < 5:
+                    continue
+                prec = float(np.mean(ws.y[fired] == label))
+                base = max(float(np.mean(ws.y[a.fired] == label)), min_precision)
+                if prec <= base + 0.05:
+                    continue
+                spec = replace(a.spec, also=b.spec.cues)
+                correct = int(np.count_nonzero(fired & (ws.y == label)))
+                prior = (prec - ws.class_prior[label]) * np.sqrt(correct)
+                out.append(Proposal(spec, int(label), fired, prior=float(prior), note="conjunction"))
+    return out
+
+
+def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precision: float) -> list[Proposal]:
+    """Broader versions of precise, narrow pool members; each keeps its parent's id."""
+    out: list[Proposal] = []
+    for annotator in context.annotators:
+        score = context.scores.get(annotator.id)
+        if score is None or score.precision < PRECISE or score.coverage > NARROW_COVERAGE:
+            continue
+        spec = parse_spec(annotator.source)
+        if spec is None or spec.label not in ws.task.labels:
+            continue  # foreign code (LLM or human): nothing safe to widen mechanically
+        label = ws.task.labels.index(spec.label)
+        for wider, how in broaden(ws, spec, label, min_precision):
+            fired = ws.fires(wider)
+            if fired.sum() < 5:
+                continue
+            correct = int(np.count_nonzero(fired & (ws.y == label)))
+            prec = correct / max(int(fired.sum()), 1)
+            prior = (prec - ws.class_prior[label]) * np.sqrt(correct)
+            out.append(Proposal(wider, label, fired, prior=float(prior), parent_ids=(annotator.id,),
+                                note=f"refines {annotator.name or annotator.id}: {how}"))
+    return out
+
+
+def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
+            min_precision: float) -> list[tuple[AnnotatorSpec, str]]:
+    """Wider variants: drop conditions, widen the view, stem the cues, add co-firing cues of the class."""
+    out: list[tuple[AnnotatorSpec, str]] = []
+    if spec.kind == "surface":
+        grid = surface.threshold_grid(ws.dev_surface.get(spec.feature, np.array([spec.threshold])))
+        looser = [t for t in grid if (t < spec.threshold if spec.op == ">=" else t > spec.threshold)]
+        if looser:
+            step = max(looser) if spec.op == ">=" else min(looser)
+            out.append((replace(spec, threshold=step), "looser threshold"))
+        return out
+    if spec.also or spec.unless:
+        out.append((replace(spec, also=(), unless=()), "dropped the extra conditions"))
+    if spec.view not in ("sentence", "lead") and "sentence" in ws.dev.views:
+        out.append((replace(spec, view="sentence", also=(), unless=()), "anywhere in the text, not only "
+                    f"{spec.view}"))
+    stemmed = tuple(sorted({s for cue in spec.cues if "*" not in cue and " " not in cue for s in stems(cue)}
+                           | {c for c in spec.cues}, key=len))
+    if stemmed != spec.cues and len(stemmed) <= 10:
+        out.append((replace(spec, cues=_dedupe_prefixes(stemmed)), "word stems instead of exact words"))
+    base = ws.fires(spec)
+    extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.y[base] == label)))
+                          if base.any() else min_precision, per_class=15, classes=[label])
+    added = [p for p in extra if p.spec.view == spec.view and not set(p.spec.cues) & set(spec.cues)]
+    added.sort(key=lambda p: -p.prior)
+    grown = list(spec.cues)
+    fired = base.copy()
+    for p in added[:8]:
+        if np.count_nonzero(p.fired & ~fired & (ws.y == label)) >= 1 and len(grown) < len(spec.cues) + 4:
+            grown += list(p.spec.cues)
+            fired |= p.fired
+            if len(grown) > len(spec.cues):
+                out.append((replace(spec, cues=tuple(grown)), f"added cues {', '.join(grown[len(spec.cues):])}"))
+    return out
+
+
+def _dedupe_prefixes(cues: tuple[str, ...]) -> tuple[str, ...]:
+    """Drop cues another prefix cue already covers (inhibitor when inhibit* is there)."""
+    prefixes = [c[:-1] for c in cues if c.endswith("*")]
+    kept = [c for c in cues if not any(c != p + "*" and c.startswith(p) for p in prefixes)]
+    return tuple(kept)
+

@@ -1,0 +1,174 @@
+"""Choosing which mined candidates to propose: a fast, in-process preview of the gate on dev.
+
+The real gate runs later on sandbox votes; here the proposer only orders and trims its own candidates
+so that the few it sends are likely to pass (viable, not a near-duplicate, and raising the pool's
+majority-vote macro-F1). Rows carrying no vote count as wrong, ties go to the lowest class id.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from engine.agents.templates import AnnotatorSpec
+from engine.types import ABSTAIN
+
+
+@dataclass
+class Proposal:
+    """A mined annotator with its dev fired mask, before rendering."""
+
+    spec: AnnotatorSpec
+    label: int
+    fired: np.ndarray  # (n_dev,) bool
+    prior: float = 0.0  # ordering score from mining (higher first)
+    pool_fired: np.ndarray | None = None  # (n_pool_sample,) bool, filled in lazily
+    parent_ids: tuple[str, ...] = ()
+    note: str = ""
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def vote_counts(dev_votes: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray:
+    """(n_rows, k) votes per class from an (n_rows, m) vote matrix (m may be 0)."""
+    counts = np.zeros((n_rows, n_classes), dtype=np.int64)
+    if dev_votes.size:
+        for c in range(n_classes):
+            counts[:, c] = (dev_votes == c).sum(axis=1)
+    return counts
+
+
+def predictions(counts: np.ndarray) -> np.ndarray:
+    """Majority vote from counts: argmax (ties to the lowest id), ABSTAIN where nothing voted."""
+    pred = counts.argmax(axis=1)
+    pred[counts.sum(axis=1) == 0] = ABSTAIN
+    return pred
+
+
+def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
+    """Mean F1 over classes present in gold or predictions; abstentions are false negatives."""
+    valid = pred >= 0
+    tp = np.bincount(y[valid & (pred == y)], minlength=n_classes)[:n_classes]
+    n_pred = np.bincount(pred[valid], minlength=n_classes)[:n_classes]
+    n_true = np.bincount(y, minlength=n_classes)[:n_classes]
+    present = (n_pred + n_true) > 0
+    if not present.any():
+        return 0.0
+    f1 = np.where(present, 2.0 * tp / np.maximum(n_pred + n_true, 1), 0.0)
+    return float(f1[present].mean())
+
+
+def class_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) per-class F1 of a prediction vector (0 for classes absent everywhere)."""
+    valid = pred >= 0
+    tp = np.bincount(y[valid & (pred == y)], minlength=n_classes)[:n_classes]
+    denom = np.bincount(pred[valid], minlength=n_classes)[:n_classes] + np.bincount(y, minlength=n_classes)
+    return np.where(denom > 0, 2.0 * tp / np.maximum(denom, 1), 0.0)
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.count_nonzero(a | b)
+    return np.count_nonzero(a & b) / union if union else 1.0
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    min_fires: int = 5
+    min_precision: float = 0.30
+    max_jaccard: float = 0.95
+    min_gain: float = 0.0015  # a little above the gate's 0.001, to leave room for sandbox differences
+    max_picks: int = 12
+    shortlist: int = 400  # candidates scored per greedy step (highest prior first)
+    pair_lookahead: bool = True  # also try same-class pairs (a rare class often needs two votes to win)
+    pair_width: int = 8  # top candidates per class considered for pairs
+    coverage_weight: float = 0.5  # value of newly covering the whole pool sample at precision 1.0
+    min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
+
+
+def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base_counts: np.ndarray,
+                  taken: list[np.ndarray], config: SelectConfig,
+                  pool_covered: np.ndarray | None = None,
+                  pool_mask_of: Callable[[Proposal], np.ndarray] | None = None) -> list[Proposal]:
+    """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
+    pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
+
+    `taken` holds the fired masks of the current pool; a pick is skipped when its fired set is a near
+    duplicate of one of them or of an earlier pick, as the gate's diversity check would do.
+    """
+    viable = [p for p in proposals if _viable(p, y, config)]
+    viable.sort(key=lambda p: -p.prior)
+    viable = viable[: config.shortlist]
+    counts = base_counts.copy()
+    current = macro_f1(y, predictions(counts), n_classes)
+    masks = list(taken)
+    picks: list[Proposal] = []
+    use_pool = pool_covered is not None and pool_mask_of is not None and pool_covered.size > 0
+    covered = pool_covered.copy() if use_pool else None
+    while viable and len(picks) < config.max_picks:
+        best, best_gain, best_score = -1, config.min_gain, config.min_gain
+        for i, p in enumerate(viable):
+            counts[p.fired, p.label] += 1
+            gain = macro_f1(y, predictions(counts), n_classes) - current
+            counts[p.fired, p.label] -= 1
+            score = gain
+            if use_pool and gain >= config.min_dev_gain - 1e-12:
+                if p.pool_fired is None:
+                    p.pool_fired = pool_mask_of(p)
+                fresh = np.count_nonzero(p.pool_fired & ~covered) / covered.size
+                score += config.coverage_weight * p.stats["precision"] * fresh
+            if score > best_score + 1e-12:
+                best, best_gain, best_score = i, gain, score
+        chosen_set = [best] if best >= 0 else []
+        if config.pair_lookahead and len(picks) + 2 <= config.max_picks:
+            pair, pair_gain = _best_pair(viable, y, n_classes, counts, current, config)
+            if pair and pair_gain > max(best_score, config.min_gain) * 2:
+                chosen_set, best_gain = list(pair), pair_gain
+        if not chosen_set:
+            break
+        chosen = [viable[i] for i in chosen_set]
+        for i in sorted(chosen_set, reverse=True):
+            viable.pop(i)
+        if any(jaccard(c.fired, m) > config.max_jaccard for c in chosen for m in masks):
+            continue
+        for c in chosen:
+            if use_pool:
+                covered |= c.pool_fired if c.pool_fired is not None else pool_mask_of(c)
+            counts[c.fired, c.label] += 1
+            c.stats["gain"] = round(best_gain / len(chosen), 4)
+            masks.append(c.fired)
+            picks.append(c)
+        current = macro_f1(y, predictions(counts), n_classes)
+    return picks
+
+
+def _best_pair(viable: list[Proposal], y: np.ndarray, n_classes: int, counts: np.ndarray, current: float,
+               config: SelectConfig) -> tuple[tuple[int, int] | None, float]:
+    """Two same-class candidates that help only together (one vote ties or loses, two votes win)."""
+    by_class: dict[int, list[int]] = {}
+    for i, p in enumerate(viable):
+        if len(by_class.setdefault(p.label, [])) < config.pair_width:
+            by_class[p.label].append(i)
+    best, best_gain = None, 0.0
+    for members in by_class.values():
+        for a_pos, a in enumerate(members):
+            for b in members[a_pos + 1:]:
+                pa, pb = viable[a], viable[b]
+                if jaccard(pa.fired, pb.fired) > config.max_jaccard:
+                    continue
+                counts[pa.fired, pa.label] += 1
+                counts[pb.fired, pb.label] += 1
+                gain = macro_f1(y, predictions(counts), n_classes) - current
+                counts[pa.fired, pa.label] -= 1
+                counts[pb.fired, pb.label] -= 1
+                if gain > best_gain + 1e-12:
+                    best, best_gain = (a, b), gain
+    return best, best_gain
+
+
+def _viable(p: Proposal, y: np.ndarray, config: SelectConfig) -> bool:
+    fires = int(p.fired.sum())
+    if fires < config.min_fires:
+        return False
+    precision = float(np.mean(y[p.fired] == p.label))
+    p.stats.update(fires=fires, precision=round(precision, 3))
+    return precision >= config.min_precision

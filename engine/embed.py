@@ -1,0 +1,117 @@
+"""Sentence embeddings, cached in the workspace by (embedder name, sha1 of the text).
+
+EvoAgg and the studio need one vector per row; embedding is the slowest step of labeling, so every
+vector is computed once per workspace and saved as it is produced (a killed job keeps what it did).
+The models themselves live in `embed_minilm.py` (the packaged all-MiniLM-L6-v2, exact / bf16 / int8)
+and `embed_static.py` (a static token table distilled from it). Nothing here touches the network.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.store import Store
+
+Progress = Callable[[int, int], None]
+DEFAULT_EMBEDDER = "minilm"
+SAVE_EVERY = 1024  # texts per encode + save round: bounds lost work and gives steady progress
+
+
+class Embedder(Protocol):
+    """Texts in, (n, dim) float32 L2-normalised rows out. `name` keys the workspace cache, so two
+    embedders that can give different vectors must have different names."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], on_progress: Progress | None = None) -> np.ndarray: ...
+
+
+def text_hash(text: str) -> str:
+    """Cache key of one text (with the embedder name)."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalise rows as float32; an all-zero row stays zero instead of becoming NaN."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
+                on_progress: Progress | None = None) -> np.ndarray:
+    """(len(texts), dim) embeddings in `texts` order, computing only texts the workspace lacks.
+
+    Identical texts are embedded once. Progress counts distinct texts: cached ones are done at once,
+    the rest as they are encoded; the last call is always (total, total).
+    """
+    hashes = [text_hash(t) for t in texts]
+    unique: dict[str, str] = dict(zip(hashes, texts, strict=True))  # hash -> text, first occurrence order
+    total = len(unique)
+    found = store.cached_embeddings(embedder.name, list(unique)) if unique else {}
+    missing = [h for h in unique if h not in found]
+    # Longest first (by characters, a cheap proxy for tokens): each saved round holds texts of similar
+    # length, so the embedder pads little, and the slow rounds come first while estimates are young.
+    missing.sort(key=lambda h: -len(unique[h]))
+    done = total - len(missing)
+    if on_progress is not None:
+        on_progress(done, total)
+    for start in range(0, len(missing), SAVE_EVERY):
+        chunk = missing[start:start + SAVE_EVERY]
+        base = done
+
+        def chunk_progress(chunk_done: int, chunk_total: int, base: int = base) -> None:
+            if on_progress is not None and chunk_done < chunk_total:  # the end is reported after saving
+                on_progress(base + chunk_done, total)
+
+        vectors = embedder.encode([unique[h] for h in chunk], on_progress=chunk_progress)
+        if vectors.shape != (len(chunk), embedder.dim):
+            raise ValueError(f"embedder {embedder.name!r} returned shape {vectors.shape}, "
+                             f"expected {(len(chunk), embedder.dim)}")
+        vectors = np.asarray(vectors, dtype=np.float32)
+        store.save_embeddings(embedder.name, chunk, vectors)
+        found.update(zip(chunk, vectors, strict=True))
+        done += len(chunk)
+        if on_progress is not None:
+            on_progress(done, total)
+    if not hashes:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
+
+
+def embed_split(store: Store, split: str, embedder: Embedder | None = None,
+                on_progress: Progress | None = None) -> tuple[list[str], np.ndarray]:
+    """(example ids, embeddings) of one split, rows in the store's import order."""
+    frame = store.examples_frame(split)
+    embedder = embedder if embedder is not None else get_embedder()
+    return [str(i) for i in frame["id"]], embed_texts(store, list(frame["text"]), embedder, on_progress)
+
+
+# ---- registry ------------------------------------------------------------------------------------
+EMBEDDERS: dict[str, str] = {
+    "minilm": "all-MiniLM-L6-v2, exact float32, length-bucketed batches (the reference)",
+    "minilm-bf16": "all-MiniLM-L6-v2 under bfloat16 autocast: same vectors to ~1e-4; needs a CPU with bf16",
+    "minilm-int8": "all-MiniLM-L6-v2 with int8 dynamic quantisation of its linear layers",
+    "static": "static token table distilled from all-MiniLM-L6-v2: mean of token vectors, ~100x faster",
+}
+
+
+def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
+    """The embedder registered as `name` (see `EMBEDDERS`). Models load lazily, once per process."""
+    if name == "minilm":
+        from engine.embed_minilm import MiniLMEmbedder
+        return MiniLMEmbedder()
+    if name == "minilm-bf16":
+        from engine.embed_minilm import MiniLMEmbedder
+        return MiniLMEmbedder(precision="bf16")
+    if name == "minilm-int8":
+        from engine.embed_minilm import MiniLMEmbedder
+        return MiniLMEmbedder(precision="int8")
+    if name == "static":
+        from engine.embed_static import StaticEmbedder
+        return StaticEmbedder()
+    raise KeyError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")

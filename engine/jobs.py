@@ -1,0 +1,346 @@
+"""Long work (evolving the pool, computing soft labels) runs here, in server-owned threads.
+
+The studio never runs long work inside a page script: it starts a job, and the job writes its progress
+events to the workspace (`store.add_event`) and its status to the `jobs` table (`store.upsert_job`).
+Pages only poll the store. The registry is process-wide, so a job outlives the browser tab that
+started it and a reloaded page finds it again. Soft labels, once computed, are kept as files in the
+workspace folder (keyed by the pool they came from), so pages stay fast and a reload keeps them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.store import Store
+
+RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
+AGENT_CHOICES = ("offline", "llm", "mixed")
+LABELS_DIR = "labels"
+
+
+class JobStopped(Exception):
+    """Raised inside a job's event sink when the expert asked to stop at once."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+@dataclass
+class Job:
+    """One background thread doing one piece of long work on one workspace."""
+
+    id: str
+    kind: str  # evolve | labels
+    workdir: Path
+    params: dict[str, Any]
+    status: str = RUNNING
+    message: str = ""
+    progress: float = 0.0
+    error: str | None = None
+    exception: BaseException | None = field(default=None, repr=False)  # what failed, for the UI to explain
+    result: Any = None
+    stop_requested: bool = False
+    stop_now: bool = False
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+    def stop(self, now: bool = False) -> None:
+        """Ask the job to stop: after the current generation, or (`now`) at its next event."""
+        self.stop_requested = True
+        self.stop_now = self.stop_now or now
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the thread ends (tests, CLI); True when it has ended."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return not self.running
+
+
+class JobContext:
+    """What a job's work function gets: the store, an event sink and the stop flag."""
+
+    def __init__(self, job: Job, store: Store):
+        self.job = job
+        self.store = store
+
+    def emit(self, kind: str, payload: dict[str, Any]) -> None:
+        """Record one progress event; raise JobStopped when the expert asked to stop at once."""
+        self.store.add_event(self.job.id, kind, payload)
+        if kind == "generation_complete":
+            self.set_progress(message=f"generation {payload.get('generation')} complete")
+        elif kind in ("embedding", "execute_progress") and "total" in payload:
+            what = "embedding texts" if kind == "embedding" else f"sandbox on {payload.get('split', 'rows')}"
+            self.set_progress(message=f"{what}: {payload['done']:,} / {payload['total']:,}")
+        elif kind in ("agent_started", "executing", "generation_started", "aggregating"):
+            detail = payload.get("agent") or payload.get("aggregator") or payload.get("split") or ""
+            detail = detail or payload.get("generation") or ""
+            self.set_progress(message=f"{kind.replace('_', ' ')} {detail}".strip())
+        if self.job.stop_now:
+            raise JobStopped()
+
+    def set_progress(self, progress: float | None = None, message: str | None = None) -> None:
+        if progress is not None:
+            self.job.progress = float(progress)
+        if message is not None:
+            self.job.message = message
+        self.store.upsert_job(self.job.id, progress=self.job.progress, message=self.job.message)
+
+    def should_stop(self) -> bool:
+        return self.job.stop_requested
+
+
+Work = Callable[[JobContext], Any]
+
+
+class JobRegistry:
+    """Process-wide registry of jobs; at most one running job per (workspace, kind)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def start(self, kind: str, workdir: str | Path, work: Work, params: dict[str, Any] | None = None) -> Job:
+        workdir = Path(workdir).resolve()
+        with self._lock:
+            busy = self.running(workdir, kind)
+            if busy is not None:
+                raise RuntimeError(f"a {kind} job is already running on this workspace ({busy.id})")
+            job = Job(id=f"{kind}-{uuid.uuid4().hex[:10]}", kind=kind, workdir=workdir, params=dict(params or {}))
+            self._jobs[job.id] = job
+        store = Store.open(workdir)
+        store.upsert_job(job.id, kind=kind, status=RUNNING, params=job.params, progress=0.0, message="starting")
+        job.thread = threading.Thread(target=self._run, args=(job, work), name=f"evopool-{job.id}", daemon=True)
+        job.thread.start()
+        return job
+
+    @staticmethod
+    def _run(job: Job, work: Work) -> None:
+        store = Store.open(job.workdir)  # this thread's own cursor
+        ctx = JobContext(job, store)
+        try:
+            job.result = work(ctx)
+            job.status = STOPPED if job.stop_requested else DONE
+            job.progress = 1.0 if job.status == DONE else job.progress
+            job.message = "stopped" if job.status == STOPPED else "finished"
+        except JobStopped:
+            job.status, job.message = STOPPED, "stopped"
+            store.add_event(job.id, "stopped", {"now": True})
+        except Exception as err:  # a job's failure is data: recorded, shown, never a crashed server
+            job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
+            job.message = "failed"
+            store.add_event(job.id, "failed", {"error": job.error, "trace": traceback.format_exc(limit=8)})
+        store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
+                         error=job.error, finished_at=_now())
+
+    def get(self, job_id: str) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def running(self, workdir: str | Path, kind: str | None = None) -> Job | None:
+        workdir = Path(workdir).resolve()
+        for job in self._jobs.values():
+            if job.running and job.workdir == workdir and (kind is None or job.kind == kind):
+                return job
+        return None
+
+    def latest(self, workdir: str | Path, kind: str | None = None) -> Job | None:
+        """The most recently started job of this process on the workspace (running or not)."""
+        workdir = Path(workdir).resolve()
+        found = [j for j in self._jobs.values() if j.workdir == workdir and (kind is None or j.kind == kind)]
+        return found[-1] if found else None
+
+
+REGISTRY = JobRegistry()
+
+
+# ---- importing ---------------------------------------------------------------------------------------
+def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, dataset: str, source: str,
+                 labels: tuple[str, ...] | None = None, wrench_folder: str | None = None,
+                 registry: JobRegistry = REGISTRY) -> Job:
+    """Validate and import a table (or a WRENCH folder) in the background: 100K rows take seconds.
+
+    On success `job.result` is the ImportReport; on failure `job.exception` is the IngestError with its
+    row-by-row problems.
+    """
+    from engine.ingest import import_frame, import_path
+
+    def work(ctx: JobContext) -> Any:
+        ctx.set_progress(0.1, f"checking and importing {source}")
+        if wrench_folder:
+            return import_path(ctx.store, wrench_folder, opts)
+        return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels)
+
+    return registry.start("import", workdir, work, {"source": source, "dataset": dataset})
+
+
+# ---- evolving -----------------------------------------------------------------------------------------
+def make_proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None = None,
+                  secrets: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None):
+    """offline | llm | mixed. The LLM agents read their endpoint from overrides, env or secrets."""
+    from engine.agents.offline import OfflineProposer
+
+    if agents not in AGENT_CHOICES:
+        raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
+    if agents == "offline":
+        return OfflineProposer()
+    from engine.agents.llm import LLMProposer
+    from engine.llm import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
+
+    overrides = {k: v for k, v in (llm_overrides or {}).items() if v}
+    config = LLMConfig.from_env(overrides, secrets=secrets)
+    client = OpenAICompatibleClient(config, store=store, prices=PriceTable.default(),
+                                    budget=Budget(**{k: v for k, v in (budget or {}).items() if v}))
+    llm = LLMProposer(client)
+    if agents == "llm":
+        return llm
+    from engine.agents.mixed import MixedProposer
+
+    return MixedProposer(llm, OfflineProposer())
+
+
+def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "offline", *,
+                 proposer: Any = None, executor_factory: Callable[[], Any] | None = None, config: Any = None,
+                 llm_overrides: Mapping[str, Any] | None = None, secrets: Mapping[str, Any] | None = None,
+                 budget: Mapping[str, Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
+    """Run `generations_more` more generations in a background thread.
+
+    `proposer` / `executor_factory` replace the defaults (the agents named by `agents`, a SandboxExecutor).
+    """
+    from engine.evolve import EvolveConfig, evolve
+
+    def work(ctx: JobContext) -> list[int]:
+        store = ctx.store
+        if not store.has_data():
+            raise ValueError("the workspace holds no data yet: import a dataset first")
+        start = store.last_complete_generation()
+        target = start + int(generations_more)
+        chosen = proposer if proposer is not None else make_proposer(agents, store, llm_overrides, secrets, budget)
+
+        def on_event(kind: str, payload: dict[str, Any]) -> None:
+            ctx.emit(kind, payload)
+            if kind == "generation_complete":
+                ctx.set_progress((int(payload["generation"]) - start) / max(1, target - start))
+
+        factory = executor_factory or _sandbox
+        with factory() as executor:
+            done = evolve(store, chosen, executor, target, config or EvolveConfig(), on_event, ctx.should_stop)
+        return [g.number for g in done]
+
+    params = {"agents": agents if proposer is None else getattr(proposer, "name", "custom"),
+              "generations_more": int(generations_more)}
+    return registry.start("evolve", workdir, work, params)
+
+
+def _sandbox():
+    from engine.sandbox import SandboxExecutor
+
+    return SandboxExecutor()
+
+
+# ---- soft labels ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SavedLabels:
+    """Soft labels as computed by a labels job, read back from the workspace folder."""
+
+    aggregator: str  # what was asked for ("auto" may resolve to another)
+    resolved: str  # the aggregator actually used
+    probs: np.ndarray  # (n, k)
+    example_ids: tuple[str, ...]
+    hard: np.ndarray  # (n,) -1 = no label
+    n_votes: np.ndarray  # (n,)
+    dev_scores: dict[str, Any]
+    comparison: pd.DataFrame  # one row per aggregator (may be empty)
+    pool_key: str
+    created_at: str
+
+
+def pool_key(store: Store) -> str:
+    """Fingerprint of what soft labels depend on: the pool and the number of rows."""
+    text = json.dumps([sorted(store.pool_ids()), store.count_examples()])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _labels_base(workdir: Path, aggregator: str) -> Path:
+    return Path(workdir) / LABELS_DIR / aggregator
+
+
+def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: Any, key: str) -> Path:
+    """Keep a LabelingResult beside the workspace: arrays in .npz, the rest in .json."""
+    base = _labels_base(Path(workdir), aggregator)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    soft = result.soft
+    np.savez_compressed(base.with_suffix(".npz"), probs=soft.probs, hard=np.asarray(result.hard),
+                        n_votes=np.asarray(result.n_votes), example_ids=np.asarray(soft.example_ids, dtype=str))
+    meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
+            "dev_scores": getattr(result, "dev_scores", {}) or {},
+            "comparison": _records(comparison),
+            "created_at": _now().isoformat(timespec="seconds")}
+    base.with_suffix(".json").write_text(json.dumps(meta, default=_json_default))
+    return base
+
+
+def _records(comparison: Any) -> list[dict]:
+    """compare_aggregators' rows (a list of dicts or a DataFrame) as plain records."""
+    if comparison is None:
+        return []
+    if isinstance(comparison, pd.DataFrame):
+        return comparison.to_dict(orient="records")
+    return [dict(row) for row in comparison]
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def load_labels(workdir: str | Path, aggregator: str) -> SavedLabels | None:
+    """The saved soft labels for `aggregator`, or None (never computed, or unreadable)."""
+    base = _labels_base(Path(workdir), aggregator)
+    if not base.with_suffix(".npz").exists() or not base.with_suffix(".json").exists():
+        return None
+    try:
+        meta = json.loads(base.with_suffix(".json").read_text())
+        with np.load(base.with_suffix(".npz")) as arrays:
+            return SavedLabels(aggregator, meta["resolved"], arrays["probs"], tuple(arrays["example_ids"].tolist()),
+                               arrays["hard"], arrays["n_votes"], meta.get("dev_scores", {}),
+                               pd.DataFrame.from_records(meta.get("comparison", [])), meta["pool_key"],
+                               meta.get("created_at", ""))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def start_labels(workdir: str | Path, aggregator: str = "auto", *, compare: bool = True,
+                 executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
+    """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""
+    from engine import labeling
+
+    def work(ctx: JobContext) -> Path:
+        store = ctx.store
+        if not store.pool_ids():
+            raise ValueError("the pool is empty: evolve at least one generation first")
+        key = pool_key(store)
+        with (executor_factory or _sandbox)() as executor:
+            ctx.set_progress(0.05, f"labeling every row with {aggregator}")
+            result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)
+            comparison = None
+            if compare:
+                ctx.set_progress(0.7, "comparing aggregators on dev (out-of-fold)")
+                comparison = labeling.compare_aggregators(store, executor, on_event=ctx.emit)
+        return save_labels(ctx.job.workdir, aggregator, result, comparison, key)
+
+    return registry.start("labels", workdir, work, {"aggregator": aggregator, "compare": compare})

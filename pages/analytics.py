@@ -1,0 +1,79 @@
+"""Analytics: how the pool covers the classes, where annotators overlap and conflict, who contributes."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine import score
+from engine.types import ABSTAIN
+from studio import figures, queries, state, widgets
+
+widgets.header("Analytics", "the pool as a whole")
+store = widgets.require_data()
+widgets.require_pool(store)
+task = store.load_task()
+k = len(task.labels)
+table = queries.annotator_table(store)
+names = dict(zip(table["id"], table["name"], strict=True))
+
+splits = queries.splits_with_votes(store) or ["dev"]
+split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_split",
+                             help="dev: the labeled fitness split; pool: every unlabeled row (after soft labels "
+                                  "were computed once)") or splits[0]
+votes, gold, pool = queries.pool_votes(store, split)
+short = [queries.short(a, names) for a in pool]
+dev_votes, dev_gold, _ = queries.pool_votes(store, "dev")
+
+cols = st.columns(4)
+cols[0].metric("Annotators in the pool", len(pool))
+cols[1].metric(f"Rows ({split})", f"{votes.shape[0]:,}")
+cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():.1%}")
+cols[3].metric("Dev macro-F1 (majority vote)", f"{score.pool_macro_f1(dev_votes, dev_gold, k):.3f}")
+
+left, right = st.columns(2)
+with left:
+    dev_share = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())
+    st.plotly_chart(figures.coverage_per_class(task.labels, score.coverage_per_class(votes, k), dev_share),
+                    key="coverage")
+with right:
+    st.plotly_chart(figures.timeline(store.generations()), key="analytics_timeline")
+
+overlap_tab, conflict_tab = st.tabs(["Overlap", "Conflict"])
+with overlap_tab:
+    st.plotly_chart(figures.heatmap(score.overlap_matrix(votes), short, "Share of rows both annotators fire on"),
+                    key="overlap")
+with conflict_tab:
+    st.plotly_chart(figures.heatmap(score.conflict_matrix(votes), short,
+                                    "Share of rows both fire on with different labels", "Reds"), key="conflict")
+
+scatter_col, contrib_col = st.columns(2)
+with scatter_col:
+    scored = table.dropna(subset=["precision"]).tail(2000)
+    event = st.plotly_chart(figures.precision_coverage(scored), key="precision_coverage", on_select="rerun",
+                            selection_mode="points")
+    points = event.selection.points if event and event.selection else []
+    if points and points[0].get("customdata"):
+        picked = points[0]["customdata"][0]
+        state.select_annotator(picked)
+        st.switch_page("pages/annotator.py", query_params={state.QP_WORKSPACE: state.workspace_name(),
+                                                            state.QP_ANNOTATOR: picked})
+with contrib_col:
+    st.plotly_chart(figures.contributions(short, score.marginal_contributions(dev_votes, dev_gold, k)),
+                    key="contributions")
+
+st.subheader("Where the annotators disagree most")
+entropy = score.disagreement(votes)
+top = np.argsort(-entropy, kind="stable")[:20]
+top = top[entropy[top] > 0]
+if top.size == 0:
+    st.caption("No row receives votes for two different classes.")
+else:
+    ids = store.example_ids(split)
+    rows = store.examples_frame(split, ids=[ids[i] for i in top]).set_index("id")
+    counts = score.vote_counts(votes[top], k)
+    shown = pd.DataFrame({"id": [ids[i] for i in top], "text": [rows.loc[ids[i], "text"] for i in top],
+                          "disagreement (bits)": entropy[top].round(3)})
+    for c, label in enumerate(task.labels):
+        shown[f"votes {label}"] = counts[:, c]
+    if split == "dev":
+        shown["gold"] = [task.labels[g] for g in gold[top]]
+    st.dataframe(shown, hide_index=True)

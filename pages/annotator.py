@@ -1,0 +1,89 @@
+"""Annotator: read and edit one annotator's code, re-score it on dev, save a new version, see its lineage."""
+import streamlit as st
+
+from engine import review
+from engine.code import CodeRejected
+from studio import annotator_ui, editor, queries, review_ui, state, widgets
+
+widgets.header("Annotator", "read, edit and re-score one annotator")
+store = widgets.require_data()
+table = queries.annotator_table(store)
+annotator_id = annotator_ui.pick(store, table)
+annotator = store.annotator(annotator_id) if annotator_id else None
+if annotator is None:
+    st.info("No annotators yet: run a generation on **Evolve** first.")
+    st.page_link("pages/evolve.py", label="Go to Evolve", icon=":material/science:")
+    st.stop()
+
+info = table.set_index("id").loc[annotator.id]
+task = store.load_task()
+votes = annotator_ui.dev_votes(store, annotator.id)
+saved_score = store.scores([annotator.id]).get(annotator.id)
+saved_contribution = annotator_ui.contribution(store, annotator.id, votes)
+
+cols = st.columns(6)
+cols[0].metric("Verdict", info["verdict"],
+               help=f"decided by {info['decided_by'] or 'nobody yet'}")
+cols[1].metric("Precision (dev)", queries.number(info["precision"], ".2f"))
+cols[2].metric("Coverage (dev)", queries.number(info["coverage"], ".3f"))
+cols[3].metric("Fires", int(info["fires"]))
+cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macro-F1 with it minus without it")
+cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, author {annotator.author}")
+if annotator.rationale:
+    st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
+
+code_col, side_col = st.columns([3, 2])
+with code_col:
+    st.subheader("Code")
+    source = editor.code_editor(annotator.source, key=annotator.id)
+    changed = source.strip() != annotator.source.strip()
+    if st.button("Re-score on dev", icon=":material/speed:", key="rescore", disabled=not changed,
+                 help="run the edited code on the dev split in the sandbox"):
+        state.put(state.EDIT_PREVIEW, (annotator.id, source, annotator_ui.preview(store, source, annotator.id)))
+    held = state.get(state.EDIT_PREVIEW)
+    result = held[2] if held and held[0] == annotator.id and held[1] == source else None
+    if result is not None and result.error and result.annotator is None:
+        st.error(f"The edited code was refused: {result.error}")
+    elif result is not None:
+        if result.error:
+            st.warning(f"It ran, with faults: {result.error}")
+        if result.annotator.id == annotator.id:
+            st.info("This is the same code once normalised (comments and layout do not count): nothing to save.")
+        st.markdown("**Saved version vs your edit** (on dev)")
+        st.dataframe(annotator_ui.score_table(saved_score, saved_contribution, result.score, result.contribution),
+                     hide_index=True)
+        with st.form("save_edit", border=False):
+            note = st.text_input("What did you change, and why? (logged)", key="edit_note")
+            if st.form_submit_button("Save as a new version", type="primary", icon=":material/save:"):
+                try:
+                    saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,
+                                             note.strip() or "edited by hand")
+                    state.select_annotator(saved.id)
+                    state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
+                                "pool and the old version was retired. Restore the old one any time.")
+                    st.rerun()
+                except CodeRejected as err:
+                    st.error(f"Not saved: {err.reason}")
+    elif changed:
+        st.caption("You changed the code: **Re-score on dev** to compare it with the saved version.")
+
+with side_col:
+    st.subheader("In the pool?")
+    review_ui.verdict_form(store, annotator.id, bool(info["in_pool"]), "annotator")
+    review_ui.history(store, annotator.id, always=True)
+    st.subheader("Lineage")
+    family = annotator_ui.lineage(store, annotator)
+    if family.empty:
+        st.caption("No parents or children: an original.")
+    else:
+        picked = st.dataframe(family.drop(columns=["id"]), hide_index=True, on_select="rerun",
+                              selection_mode="single-row", key=f"lineage_{annotator.id}")
+        st.caption("Select a row to open that version.")
+        if picked.selection.rows:
+            state.select_annotator(family.iloc[picked.selection.rows[0]]["id"])
+            st.rerun()
+
+st.subheader("Where it fires on dev")
+needles = editor.cue_words(source, set(task.labels) | set(task.fields))
+fired = result.fired_rows if result is not None and result.annotator is not None else review.fired_rows(store, votes)
+annotator_ui.fired_examples(fired, needles, annotator.id)

@@ -1,0 +1,80 @@
+"""Evolve: run generations in the background, watch the agents live, and judge the gate's verdicts."""
+import streamlit as st
+
+from engine.jobs import AGENT_CHOICES, REGISTRY, start_evolve
+from studio import figures, progress, review_ui, widgets
+
+widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
+store = widgets.require_data()
+workdir = store.path.parent
+job = REGISTRY.running(workdir, "evolve")
+last = store.last_complete_generation()
+
+# ---- controls -------------------------------------------------------------------------------------
+with st.container(border=True):
+    left, mid, right = st.columns([2, 1, 2])
+    agents = left.radio("Agents", AGENT_CHOICES, horizontal=True, key="evolve_agents",
+                        format_func={"offline": "Offline (no LLM)", "llm": "LLM", "mixed": "Mixed"}.get,
+                        help="Offline agents mine the dev split for cues; LLM agents need an OpenAI-compatible "
+                             "endpoint (OPENAI_BASE_URL / OPENAI_API_KEY or .streamlit/secrets.toml).")
+    more = mid.number_input("Generations to run", 1, 50, 1, key="evolve_more")
+    right.metric("Complete generations", last, help="a stopped or failed run keeps every complete generation")
+    llm, budget = {}, {}
+    if agents != "offline":
+        with st.expander("LLM endpoint and budget"):
+            a, b = st.columns(2)
+            llm = {"base_url": a.text_input("Base URL (blank: from env / secrets)", key="llm_url"),
+                   "model": b.text_input("Model (blank: from env / secrets)", key="llm_model")}
+            budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, 10_000, 200, key="llm_calls"),
+                      "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, 1000.0, 2.0, key="llm_usd")}
+    start, stop_soft, stop_hard = st.columns(3)
+    if start.button(f"Run {more} generation{'s' if more > 1 else ''}", type="primary", disabled=job is not None,
+                    icon=":material/play_arrow:", key="evolve_start"):
+        try:
+            start_evolve(workdir, int(more), agents, llm_overrides=llm, secrets=widgets.secrets(), budget=budget)
+            st.rerun()
+        except Exception as err:  # a refused start (already running, no data) is a message
+            st.error(f"Could not start: {err}")
+    if stop_soft.button("Stop after this generation", disabled=job is None, key="evolve_stop",
+                        icon=":material/stop_circle:"):
+        job.stop()
+        st.toast("Stopping after the current generation.")
+    if stop_hard.button("Stop now", disabled=job is None, key="evolve_stop_now", icon=":material/cancel:"):
+        widgets.ask_confirm("stop_now")
+    if widgets.confirm("stop_now", "Stop now? The unfinished generation is thrown away (its candidates are "
+                       "re-proposed next time); complete generations are kept.", "Stop now"):
+        running = REGISTRY.running(workdir, "evolve")
+        if running:
+            running.stop(now=True)
+
+# ---- live progress ------------------------------------------------------------------------------
+st.subheader("Live")
+
+
+@st.fragment(run_every=1.0 if job is not None else None)
+def live() -> None:
+    current = REGISTRY.running(workdir, "evolve")
+    if job is not None and current is None:
+        st.rerun(scope="app")  # the run just ended: refresh the timeline and the verdicts
+    progress.live_panel(store, current or REGISTRY.latest(workdir, "evolve"), progress.latest_evolve_job_id(store))
+
+
+live()
+
+# ---- timeline --------------------------------------------------------------------------------------
+generations = store.generations()
+if (generations["status"] == "complete").any():
+    st.plotly_chart(figures.timeline(generations), key="timeline")
+else:
+    st.info("No complete generation yet: press **Run** above.")
+    st.stop()
+
+# ---- verdicts -------------------------------------------------------------------------------------
+st.subheader("Verdicts")
+st.caption("Every candidate with the gate's verdict and reasons. Approve or reject against the gate: your "
+           "verdict needs a reason, is logged, and every later generation respects it. Undo by reversing it.")
+done = generations[generations["status"] == "complete"]["number"].tolist()
+a, b = st.columns([1, 2])
+number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation")
+only = b.segmented_control("Show", ["all", "accept", "reject", "prune"], default="all", key="verdict_filter")
+review_ui.candidate_cards(store, int(number), only or "all")

@@ -1,0 +1,90 @@
+"""Labels & export: turn the pool's votes into soft labels, check them, and download the labeled data."""
+import numpy as np
+import streamlit as st
+
+from engine import export
+from engine.aggregate import AGGREGATORS, DESCRIPTIONS
+from engine.jobs import REGISTRY, pool_key, start_labels
+from engine.types import ABSTAIN
+from studio import figures, labels_ui, state, widgets
+
+widgets.header("Labels & export", "soft labels for every row, and the files to take away")
+store = widgets.require_data()
+widgets.require_pool(store)
+name = state.workspace_name()
+task = store.load_task()
+workdir = store.path.parent
+job = REGISTRY.running(workdir, "labels")
+
+# ---- choose and compute ---------------------------------------------------------------------------
+with st.container(border=True):
+    left, right = st.columns([2, 1])
+    aggregator = left.selectbox("Aggregator", AGGREGATORS, index=AGGREGATORS.index("auto"), key=state.AGGREGATOR,
+                                format_func=lambda a: f"{a}: {DESCRIPTIONS[a]}")
+    result = labels_ui.saved(name, aggregator)
+    stale = result is not None and result.pool_key != pool_key(store)
+    label = "Recompute soft labels" if result is not None else "Compute soft labels"
+    if right.button(label, type="primary", disabled=job is not None, icon=":material/calculate:", key="labels_start",
+                    help="runs the pool on every row, embeds the texts and fits the aggregator (a background job)"):
+        try:
+            start_labels(workdir, aggregator)
+            st.rerun()
+        except Exception as err:  # already running, empty pool: a message, not a traceback
+            st.error(f"Could not start: {err}")
+
+
+@st.fragment(run_every=1.0 if job is not None else None)
+def labels_progress() -> None:
+    current = REGISTRY.running(workdir, "labels")
+    if job is not None and current is None:
+        st.rerun(scope="app")
+    latest = current or REGISTRY.latest(workdir, "labels")
+    if latest is not None and latest.running:
+        st.progress(min(1.0, latest.progress), text=f"{latest.message or 'working'}…")
+    elif latest is not None and latest.status == "failed":
+        st.error(f"Computing soft labels failed: {latest.error}")
+
+
+labels_progress()
+if result is None:
+    st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
+            "you can keep working on other screens).")
+    st.stop()
+if stale:
+    st.warning("The pool changed since these soft labels were computed: recompute to include the changes.")
+
+# ---- scores and plots ------------------------------------------------------------------------------
+labels_ui.summary_metrics(result)
+if not result.comparison.empty:
+    st.subheader("Aggregators compared on dev (out-of-fold)")
+    st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True)
+dev_probs, dev_gold = labels_ui.dev_parts(store, result)
+k = len(task.labels)
+labeled = result.hard != ABSTAIN
+predicted = np.bincount(result.hard[labeled], minlength=k) / max(1, labeled.sum())
+dev_balance = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())
+a, b, c = st.columns(3)
+a.plotly_chart(figures.confidence_histogram(result.probs.max(axis=1)[labeled]), key="confidence")
+b.plotly_chart(figures.class_balance(task.labels, predicted, dev_balance), key="balance")
+bins = figures.reliability_bins(dev_probs.max(axis=1), (dev_probs.argmax(axis=1) == dev_gold).astype(float))
+c.plotly_chart(figures.reliability(bins), key="reliability")
+st.caption("Dev rows carry out-of-fold probabilities (each from a model that never saw that row's label), so "
+           "the reliability diagram and the dev scores are honest.")
+
+# ---- browse -----------------------------------------------------------------------------------------
+st.subheader("Labeled rows")
+frame = labels_ui.labeled_frame(name, result)
+labels_ui.browse(name, store, frame, task.labels)
+
+# ---- downloads --------------------------------------------------------------------------------------
+st.subheader("Download")
+cols = st.columns(4)
+for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
+    col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: labels_ui.file_bytes(frame, fmt),
+                        file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",
+                        icon=":material/download:", key=f"download_{fmt}", type="primary" if fmt == "csv" else
+                        "secondary")
+cols[3].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
+                        mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
+st.caption(f"Columns: {', '.join(frame.columns)}. `label` is empty where no annotator voted and the aggregator "
+           "gives no label; `n_votes` counts the annotators that voted on the row.")

@@ -1,0 +1,77 @@
+"""Project & data: open or create a workspace, bring data in (or load the demo), see what is there."""
+import pandas as pd
+import streamlit as st
+
+from engine.ingest import IngestError
+from studio import importer, queries, state, widgets
+
+widgets.header("Project & data", "bring your data")
+store = widgets.current_store()
+
+# ---- start: the demo, or a new workspace ----------------------------------------------------------------
+if store is None or not store.has_data():
+    importer.start_cards()
+
+if store is None:
+    st.stop()
+
+# ---- import data into an empty workspace ---------------------------------------------------------------
+if not store.has_data():
+    st.header("Bring data")
+    source = st.radio("Where is the data?", ["Upload a file", "A path on the server (file or WRENCH folder)"],
+                      horizontal=True, key="import_source")
+    frame, name, location, wrench_labels = None, "", None, None
+    try:
+        if source == "Upload a file":
+            upload = st.file_uploader("CSV, TSV, JSONL or Parquet", type=["csv", "tsv", "jsonl", "json", "parquet"],
+                                      key="upload")
+            if upload is not None:
+                frame, name = importer.read_upload(upload.getvalue(), upload.name), upload.name
+        else:
+            location = st.text_input("Path", placeholder="/data/wrench/youtube  or  /data/comments.csv",
+                                     key="import_path").strip() or None
+            if location:
+                frame, wrench_labels = importer.read_location(location)
+                name = location.rstrip("/").split("/")[-1]
+    except IngestError as err:
+        st.error(str(err))
+    if frame is not None:
+        st.subheader("Preview")
+        st.caption(f"{len(frame):,} rows · columns: {', '.join(map(str, frame.columns))}")
+        st.dataframe(frame.head(20), hide_index=True, height=280)
+        st.subheader("Columns and task")
+        opts = importer.column_mapping(frame, wrench_labels)
+        if st.button("Import", type="primary", icon=":material/upload:", key="do_import"):
+            dataset = name.rsplit(".", 1)[0] if not wrench_labels else name
+            importer.start(store, frame, opts, dataset=dataset, source=location or name,
+                           wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels)
+        importer.progress(store)
+        importer.show_problems(store)
+    st.stop()
+
+# ---- a workspace with data ---------------------------------------------------------------------------
+report = state.pop(state.LAST_IMPORT) or importer.unseen_report(store)
+if report is not None:
+    importer.show_report(report)
+task = store.load_task()
+counts = store.split_counts()
+cols = st.columns(4)
+cols[0].metric("Rows", f"{store.count_examples():,}")
+cols[1].metric("Unlabeled (pool)", f"{counts.get('pool', 0):,}")
+cols[2].metric("Dev (fitness)", f"{counts.get('dev', 0):,}")
+cols[3].metric("Test (holdout)", f"{counts.get('test', 0):,}")
+st.markdown(f"**Task:** {queries.escape_md(task.name)} · **labels:** "
+            + ", ".join(f"`{lab}`" for lab in task.labels))
+if task.instructions:
+    st.markdown(f"**Instructions:** {queries.escape_md(task.instructions)}")
+if task.label_descriptions:
+    st.dataframe(pd.DataFrame(list(task.label_descriptions.items()), columns=["label", "description"]),
+                 hide_index=True)
+
+st.subheader("Rows")
+split = st.segmented_control("Split", ["pool", "dev", "test"], default="dev", key="rows_split") or "dev"
+page_rows = queries.examples_page(store, split, key="rows_page")
+st.dataframe(page_rows, hide_index=True)
+st.page_link("pages/evolve.py", label="Next: evolve the annotator pool", icon=":material/arrow_forward:")
+with st.expander("Start another project, or load the demo again"):
+    importer.start_cards()

@@ -1,0 +1,79 @@
+"""The code editor, the shared sandbox for quick re-scoring, and highlighting why an annotator fired."""
+from __future__ import annotations
+
+import ast
+import re
+
+import streamlit as st
+
+from engine.sandbox import SandboxExecutor
+from studio import queries, state
+
+try:  # Ace editor component (bundled JS, works offline); the plain text area is the fallback
+    from streamlit_ace import st_ace
+except ImportError:  # pragma: no cover - depends on the environment
+    st_ace = None
+
+MAX_HIGHLIGHTS = 40
+
+
+@st.cache_resource(show_spinner=False)
+def shared_executor() -> SandboxExecutor:
+    """One warm sandbox for the server's quick previews (jobs use their own); thread-safe by its lock."""
+    return SandboxExecutor(workers=1, time_budget_s=2.0)
+
+
+def code_editor(source: str, key: str) -> str:
+    """Edit annotator code with Python highlighting; a plain text area on request (or without the component)."""
+    plain = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, help="use a plain text box instead of the "
+                      "code editor (for screen readers, or to paste code)") or st_ace is None
+    if plain:
+        return st.text_area("Annotator code", source, height=360, key=f"plain_{key}")
+    st.caption("Edit, then press **Apply** (or Ctrl+Enter) in the editor before re-scoring.")
+    value = st_ace(value=source, language="python", theme="chrome", keybinding="vscode", min_lines=14,
+                   max_lines=40, font_size=14, tab_size=4, wrap=True, show_gutter=True, key=f"ace_{key}")
+    return source if value is None else str(value)
+
+
+def cue_words(source: str, exclude: set[str] = frozenset(), limit: int = MAX_HIGHLIGHTS) -> list[str]:
+    """The words the code looks for: its string constants that are plain words or phrases.
+
+    Regex-like strings, docstrings, label and field names are left out; a trailing '*' (a stem) is kept
+    and matched as a word prefix.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    skip = {e.lower() for e in exclude} | {"text"}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            word = node.value.strip()
+            if _WORDY.match(word) and len(word.rstrip("*")) >= 2 and word.lower() not in skip:
+                found.add(word.lower())
+    return sorted(found, key=lambda w: (-len(w), w))[:limit]
+
+
+_WORDY = re.compile(r"^[^\W_][\w' -]{0,40}\*?$")
+
+
+def highlighted(text: str, needles: list[str]) -> str:
+    """Markdown of `text` with every needle found in it (case-insensitive) on an orange background.
+
+    The text is escaped piece by piece, so nothing in the data can become markup.
+    """
+    needles = [n for n in needles if n]
+    if not needles:
+        return queries.escape_md(text)
+    alternatives = [re.escape(n.rstrip("*")) + (r"\w*" if n.endswith("*") else r"\b") for n in needles]
+    pattern = re.compile(r"\b(?:" + "|".join(alternatives) + ")", re.IGNORECASE)
+    out, pos = [], 0
+    for match in pattern.finditer(text):
+        if match.start() == match.end():
+            continue
+        out.append(queries.escape_md(text[pos:match.start()], strip=False))
+        out.append(f":orange-background[**{queries.escape_md(match.group())}**]")
+        pos = match.end()
+    out.append(queries.escape_md(text[pos:], strip=False))
+    return "".join(out).strip()

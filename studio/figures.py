@@ -1,0 +1,109 @@
+"""Plotly figure builders. Each draws aggregates or a bounded sample, never one mark per example."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+HEIGHT = 340
+MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
+VERDICT_COLORS = {"accept": "#2f6f5e", "approve": "#1f77b4", "reject": "#c0392b", "prune": "#e67e22",
+                  "pending": "#999999"}
+
+
+def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
+    fig.update_layout(title=title, height=height, margin=MARGIN, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def timeline(generations: pd.DataFrame) -> go.Figure:
+    """Pool size (bars) and dev macro-F1 (line) per complete generation."""
+    done = generations[generations["status"] == "complete"]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_bar(x=done["number"], y=done["pool_size"], name="pool size", marker_color="#b7d7cd", width=0.5)
+    fig.add_scatter(x=done["number"], y=done["dev_macro_f1_after"], name="dev macro-F1", mode="lines+markers",
+                    line={"color": "#2f6f5e", "width": 3}, secondary_y=True)
+    last = int(done["number"].max()) if len(done) else 1
+    fig.update_xaxes(title="generation", dtick=1, range=[0.4, max(last, 4) + 0.6])
+    fig.update_yaxes(title="annotators in the pool", secondary_y=False)
+    fig.update_yaxes(title="dev macro-F1", range=[0, 1.02], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], showgrid=False,
+                     secondary_y=True)
+    return _layout(fig, "Generations: pool size and dev macro-F1")
+
+
+def coverage_per_class(labels: tuple[str, ...], coverage: np.ndarray, dev_share: np.ndarray | None) -> go.Figure:
+    fig = go.Figure()
+    fig.add_bar(x=list(labels), y=coverage, name="rows with ≥ 1 vote for the class", marker_color="#2f6f5e")
+    if dev_share is not None:
+        fig.add_bar(x=list(labels), y=dev_share, name="share of the class in dev", marker_color="#c9c9c9")
+    fig.update_yaxes(title="share of rows", range=[0, 1])
+    return _layout(fig, "Coverage per class")
+
+
+def heatmap(matrix: np.ndarray, names: list[str], title: str, colorscale: str = "Greens") -> go.Figure:
+    fig = go.Figure(go.Heatmap(z=matrix, x=names, y=names, colorscale=colorscale, zmin=0,
+                               hovertemplate="%{y}<br>%{x}<br>%{z:.3f}<extra></extra>"))
+    fig.update_xaxes(showticklabels=len(names) <= 25, tickangle=45)
+    fig.update_yaxes(showticklabels=len(names) <= 25, autorange="reversed")
+    return _layout(fig, title, height=max(HEIGHT, min(700, 24 * len(names) + 120)))
+
+
+def precision_coverage(table: pd.DataFrame) -> go.Figure:
+    """One point per annotator (bounded by the pool size), coloured by verdict; `customdata` holds the id."""
+    fig = go.Figure()
+    for verdict, part in table.groupby("verdict"):
+        fig.add_scatter(x=part["coverage"], y=part["precision"], mode="markers", name=str(verdict),
+                        customdata=part[["id"]].to_numpy(), text=part["name"],
+                        marker={"size": 11, "color": VERDICT_COLORS.get(str(verdict), "#555"), "opacity": 0.85},
+                        hovertemplate="%{text}<br>coverage %{x:.3f}<br>precision %{y:.2f}<extra></extra>")
+    fig.update_xaxes(title="coverage on dev")
+    fig.update_yaxes(title="precision on dev", range=[-0.02, 1.05])
+    return _layout(fig, "Precision vs coverage (click a point to open it)", height=420)
+
+
+def contributions(names: list[str], values: np.ndarray) -> go.Figure:
+    order = np.argsort(values)
+    colors = ["#c0392b" if v < 0 else "#2f6f5e" for v in values[order]]
+    fig = go.Figure(go.Bar(x=values[order], y=[names[i] for i in order], orientation="h", marker_color=colors,
+                           hovertemplate="%{y}<br>%{x:+.4f}<extra></extra>"))
+    fig.update_xaxes(title="dev macro-F1 lost if removed")
+    return _layout(fig, "Marginal contribution per annotator", height=max(HEIGHT, min(900, 22 * len(names) + 100)))
+
+
+def confidence_histogram(confidence: np.ndarray, bins: int = 20) -> go.Figure:
+    counts, edges = np.histogram(confidence, bins=bins, range=(0, 1))
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=1 / bins * 0.95, marker_color="#2f6f5e"))
+    fig.update_xaxes(title="confidence (top class probability)", range=[0, 1])
+    fig.update_yaxes(title="rows")
+    return _layout(fig, "Confidence of the soft labels")
+
+
+def class_balance(labels: tuple[str, ...], predicted: np.ndarray, dev: np.ndarray) -> go.Figure:
+    fig = go.Figure()
+    fig.add_bar(x=list(labels), y=predicted, name="predicted (all rows)", marker_color="#2f6f5e")
+    fig.add_bar(x=list(labels), y=dev, name="dev (gold)", marker_color="#c9c9c9")
+    fig.update_yaxes(title="share", range=[0, 1])
+    return _layout(fig, "Predicted class balance vs dev")
+
+
+def reliability(bins: pd.DataFrame) -> go.Figure:
+    """bins: confidence (mean per bin), accuracy, count. The diagonal is perfect calibration."""
+    fig = go.Figure()
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
+                    line={"dash": "dot", "color": "#999"})
+    fig.add_scatter(x=bins["confidence"], y=bins["accuracy"], mode="lines+markers", name="dev",
+                    marker={"size": np.clip(np.sqrt(bins["count"].to_numpy()) * 3, 6, 24), "color": "#2f6f5e"},
+                    text=bins["count"], hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.2f}<br>%{text} rows")
+    fig.update_xaxes(title="confidence", range=[0, 1])
+    fig.update_yaxes(title="accuracy on dev", range=[0, 1.02])
+    return _layout(fig, "Reliability diagram (dev)")
+
+
+def reliability_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> pd.DataFrame:
+    """Mean confidence and accuracy per equal-width confidence bin (empty bins left out)."""
+    edges = np.linspace(0, 1, n_bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1]), 0, n_bins - 1)
+    rows = [{"confidence": confidence[which == b].mean(), "accuracy": correct[which == b].mean(),
+             "count": int((which == b).sum())} for b in range(n_bins) if (which == b).any()]
+    return pd.DataFrame(rows, columns=["confidence", "accuracy", "count"])

@@ -1,0 +1,186 @@
+"""The import form: read an upload or a path, preview it, map its columns, import it (or explain why not)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from engine.ingest import ImportReport, IngestError, IngestOptions, read_table, read_wrench
+from engine.jobs import REGISTRY, start_import
+from engine.store import Store
+from studio import state, workspace
+
+NONE = "(none)"
+
+
+@st.cache_data(show_spinner="Reading the file…", max_entries=4)
+def read_upload(raw: bytes, name: str) -> pd.DataFrame:
+    return read_table(raw, name)
+
+
+@st.cache_data(show_spinner="Reading…", max_entries=4)
+def read_location(path: str) -> tuple[pd.DataFrame, tuple[str, ...] | None]:
+    """A file path (CSV / JSONL / Parquet) or a WRENCH folder; WRENCH also gives its label names."""
+    location = Path(path).expanduser()
+    if not location.exists():
+        raise IngestError(f"{location} does not exist")
+    if location.is_dir():
+        return read_wrench(location)
+    return read_table(location), None
+
+
+def start_cards() -> None:
+    """Two cards: load the bundled demo in one click, or create an empty workspace by name."""
+    demo, new = st.columns(2, border=True)
+    with demo:
+        st.subheader("Try it on the demo")
+        st.write("2,056 real YouTube comments labeled HAM or SPAM (UCI YouTube Spam Collection, CC BY 4.0): "
+                 "1,686 unlabeled, 120 for dev, 250 held out.")
+        if st.button("Load the demo", type="primary", icon=":material/rocket_launch:", key="load_demo"):
+            with st.spinner("Importing the demo…"):
+                name, report = workspace.load_demo()
+            state.select_workspace(name)
+            state.put(state.LAST_IMPORT, report)
+            state.flash(f"Demo loaded into workspace {name}. Next: Evolve.")
+            st.rerun()
+    with new:
+        st.subheader("Start a project")
+        new_name = st.text_input("New workspace name", placeholder="e.g. adverse-events-2024", key="new_ws")
+        if st.button("Create workspace", icon=":material/create_new_folder:", key="create_ws"):
+            problem = workspace.check_name(new_name)
+            if problem:
+                st.error(f"Workspace name: {problem}.")
+            elif workspace.exists(new_name):
+                st.error(f"Workspace {new_name!r} already exists; pick it in the sidebar.")
+            else:
+                workspace.open_store(new_name)
+                state.select_workspace(new_name)
+                st.rerun()
+        st.caption(f"Workspaces live in `{workspace.home()}`.")
+
+
+def _guess(columns: list[str], *names: str) -> int | None:
+    lowered = [c.lower() for c in columns]
+    for name in names:
+        if name in lowered:
+            return lowered.index(name)
+    return None
+
+
+def _optional(label: str, columns: list[str], guess: int | None, key: str, help: str) -> str | None:
+    options = [NONE, *columns]
+    chosen = st.selectbox(label, options, index=0 if guess is None else guess + 1, key=key, help=help)
+    return None if chosen == NONE else chosen
+
+
+def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -> IngestOptions:
+    """Widgets mapping the file's columns onto the task; returns the options to import with."""
+    columns = [str(c) for c in frame.columns]
+    left, right = st.columns(2)
+    with left:
+        text_guess = _guess(columns, "text", "sentence", "content", "body", "comment") or 0
+        text_col = st.selectbox("Text column", columns, index=text_guess, key="map_text",
+                                help="the text the annotators read")
+        label_col = _optional("Label column", columns, _guess(columns, "label", "labels", "class", "gold"),
+                              "map_label", "gold labels; rows without one are unlabeled work")
+        split_col = _optional("Split column", columns, _guess(columns, "split", "set", "partition"), "map_split",
+                              "pool / dev / test (train / valid also work); empty: drawn for you")
+        id_col = _optional("Id column", columns, _guess(columns, "id", "uid", "example_id"), "map_id",
+                           "unique row ids; none: row numbers")
+    reserved = {text_col, label_col, split_col, id_col}
+    with right:
+        extra = [c for c in columns if c not in reserved]
+        fields = st.multiselect("Extra fields the annotators may read", extra, default=extra, key="map_fields")
+        found = wrench_labels or _labels_in(frame, label_col)
+        label_text = st.text_input("Label set (comma separated, in order)", ", ".join(found), key="map_labels")
+        labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
+        dev_size = st.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, 500, step=50,
+                                   key="map_dev")
+    descriptions = _descriptions(labels)
+    instructions = st.text_area("Task instructions (what the agents read)", key="map_instructions",
+                                placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
+    skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
+    return IngestOptions(text_column=text_col, label_column=label_col, split_column=split_col, id_column=id_col,
+                         field_columns=tuple(fields), labels=labels or None, label_descriptions=descriptions,
+                         instructions=instructions.strip(), dev_size=int(dev_size), skip_bad_rows=skip)
+
+
+def _labels_in(frame: pd.DataFrame, column: str | None) -> tuple[str, ...]:
+    if column is None:
+        return ()
+    values = frame[column].dropna().astype(str).str.strip()
+    return tuple(sorted(v for v in values.unique()[:1000] if v))[:50]
+
+
+def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
+    if not labels:
+        return {}
+    table = pd.DataFrame({"label": list(labels), "description": [""] * len(labels)})
+    edited = st.data_editor(table, key=f"map_desc_{'|'.join(labels)}", hide_index=True, disabled=["label"])
+    return {r.label: r.description.strip() for r in edited.itertuples() if str(r.description).strip()}
+
+
+def start(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
+          wrench_folder: str | None = None, wrench_labels: tuple[str, ...] | None = None) -> None:
+    """Start the import as a background job (validating 100K rows takes seconds)."""
+    try:
+        start_import(store.path.parent, frame, opts, dataset=dataset, source=source, labels=wrench_labels,
+                     wrench_folder=wrench_folder)
+    except RuntimeError as err:  # an import is already running here
+        st.error(str(err))
+
+
+def progress(store: Store) -> None:
+    """While an import runs: a progress line, polled; when it ends, the page refreshes itself."""
+    workdir = store.path.parent
+    if REGISTRY.running(workdir, "import") is None:
+        return
+
+    @st.fragment(run_every=0.5)
+    def poll() -> None:
+        job = REGISTRY.latest(workdir, "import")
+        if job is None or not job.running:
+            st.rerun(scope="app")
+        st.progress(0.3, text=f"Importing: {job.message}…")
+
+    poll()
+
+
+def unseen_report(store: Store) -> ImportReport | None:
+    """The report of this workspace's last finished import job, once per session."""
+    job = REGISTRY.latest(store.path.parent, "import")
+    if job is None or job.status != "done" or state.get(state.IMPORT_SHOWN) == job.id:
+        return None
+    state.put(state.IMPORT_SHOWN, job.id)
+    return job.result
+
+
+def show_problems(store: Store) -> None:
+    """The last failed import: the message and a table naming each bad row and why."""
+    job = REGISTRY.latest(store.path.parent, "import")
+    if job is None or job.status != "failed":
+        return
+    err = job.exception
+    if not isinstance(err, IngestError):
+        st.error(f"The import failed: {job.error}")
+        return
+    problems = [(p.row, p.reason) for p in err.problems]
+    st.error(f"Nothing was imported. {str(err).splitlines()[0]}")
+    if problems:
+        table = pd.DataFrame(problems, columns=["row", "problem"])
+        st.dataframe(table, hide_index=True, height=min(400, 38 + 35 * len(table)))
+        st.info("Fix these rows in the file, or tick **Import the good rows and skip the bad ones** and import "
+                "again.")
+
+
+def show_report(report: ImportReport) -> None:
+    st.success(f"Imported {report.n_rows:,} rows into splits "
+               + ", ".join(f"{k}: {v:,}" for k, v in report.split_counts.items())
+               + f" · labels {', '.join(report.labels)}")
+    for note in report.notes:
+        st.caption(note)
+    if report.skipped:
+        st.warning(f"Skipped {len(report.skipped)} bad row(s):")
+        st.dataframe(pd.DataFrame([(p.row, p.reason) for p in report.skipped], columns=["row", "problem"]),
+                     hide_index=True)

@@ -1,0 +1,119 @@
+"""Pieces of the Labels & export screen: saved soft labels, their plots' inputs, browsing, and the files out."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine import export, score
+from engine.jobs import SavedLabels, load_labels
+from engine.store import Store
+from engine.types import ABSTAIN, SoftLabels
+from studio import workspace
+
+BROWSE_PAGE = 25
+MIME = {"csv": "text/csv", "jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet"}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _saved(name: str, aggregator: str, stamp: float) -> SavedLabels | None:
+    return load_labels(workspace.workdir(name), aggregator)
+
+
+def saved(name: str, aggregator: str) -> SavedLabels | None:
+    """The soft labels a labels job saved for this aggregator (cached until the file changes)."""
+    path = workspace.workdir(name) / "labels" / f"{aggregator}.npz"
+    return _saved(name, aggregator, path.stat().st_mtime if path.exists() else 0.0)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _frame(name: str, aggregator: str, created_at: str) -> pd.DataFrame:
+    store = workspace.open_store(name)
+    result = saved(name, aggregator)
+    soft = SoftLabels(result.probs, result.example_ids, result.resolved)
+    return export.labeled_frame(store, soft, result.hard, result.n_votes)
+
+
+def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
+    """Every row with its hard label, confidence, per-class probabilities and provenance (the export)."""
+    return _frame(name, result.aggregator, result.created_at)
+
+
+def file_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    if fmt == "csv":
+        frame.to_csv(buffer, index=False)
+    elif fmt == "jsonl":
+        frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
+    else:
+        frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def dev_parts(store: Store, result: SavedLabels) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities (n_dev, k), gold (n_dev,)) of the dev rows, for calibration and class balance."""
+    position = pd.Series(np.arange(len(result.example_ids)), index=pd.Index(result.example_ids))
+    dev_ids = store.example_ids("dev")
+    return result.probs[position[dev_ids].to_numpy()], store.labels("dev")
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _disagreement(name: str, version: tuple) -> pd.Series:
+    """Vote entropy per example id over every split the pool has voted on (0 where unknown)."""
+    store = workspace.open_store(name)
+    pool = store.pool_ids()
+    out = []
+    for split in ("pool", "dev", "test"):
+        if all(split in store.voted_splits(a) for a in pool):
+            matrix = store.vote_matrix(pool, split)
+            out.append(pd.Series(score.disagreement(matrix.votes), index=list(matrix.example_ids)))
+    return pd.concat(out) if out else pd.Series(dtype=float)
+
+
+def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]) -> None:
+    """Filter the labeled rows by class, confidence and disagreement; one page at a time."""
+    a, b, c, d = st.columns([2, 2, 2, 1])
+    classes = a.multiselect("Class", list(labels) + ["(no label)"], key="browse_class")
+    low, high = b.slider("Confidence", 0.0, 1.0, (0.0, 1.0), 0.01, key="browse_conf")
+    only_disputed = c.toggle("Only rows where annotators disagree", key="browse_disputed")
+    split = d.selectbox("Split", ["all", "pool", "dev", "test"], key="browse_split")
+    mask = frame["confidence"].between(low, high)
+    if classes:
+        mask &= frame["label"].replace("", "(no label)").isin(classes)
+    if split != "all":
+        mask &= frame["split"] == split
+    if only_disputed:
+        entropy = _disagreement(name, workspace.version(store))
+        mask &= frame["id"].map(entropy).fillna(0).to_numpy() > 0
+    hits = frame[mask]
+    pages = max(1, -(-len(hits) // BROWSE_PAGE))
+    page = st.number_input(f"Page (of {pages:,}; {len(hits):,} matching rows)", 1, pages, 1, key="browse_page")
+    shown = hits.iloc[(int(page) - 1) * BROWSE_PAGE: int(page) * BROWSE_PAGE]
+    st.dataframe(shown, hide_index=True, column_config={
+        "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
+
+
+def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """compare_aggregators' rows with readable headers, best dev macro-F1 first."""
+    names = {"aggregator": "aggregator", "macro_f1": "dev macro-F1 (out-of-fold)", "accuracy": "dev accuracy",
+             "ece": "calibration error (ECE)", "n": "dev rows", "chosen": "auto chose"}
+    table = comparison.rename(columns=names)
+    if "auto chose" in table:
+        table["auto chose"] = table["auto chose"].fillna("")
+    key = "dev macro-F1 (out-of-fold)"
+    return table.sort_values(key, ascending=False, kind="stable") if key in table else table
+
+
+def summary_metrics(result: SavedLabels) -> None:
+    labeled = result.hard != ABSTAIN
+    cols = st.columns(4)
+    cols[0].metric("Rows labeled", f"{int(labeled.sum()):,} / {len(result.hard):,}")
+    cols[1].metric("Mean confidence", f"{result.probs.max(axis=1)[labeled].mean():.2f}" if labeled.any() else "–")
+    chosen = result.dev_scores.get("chosen") if isinstance(result.dev_scores, dict) else None
+    cols[2].metric("Aggregator", result.resolved, help=f"auto chose: {chosen}" if chosen else None)
+    best = result.dev_scores.get("macro_f1") if isinstance(result.dev_scores, dict) else None
+    cols[3].metric("Dev macro-F1 (out-of-fold)", f"{best:.3f}" if isinstance(best, float) else "–")
+
+

@@ -1,0 +1,124 @@
+"""Live progress of an evolve run, read back from the events its job wrote to the workspace."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from engine.jobs import REGISTRY, Job
+from engine.store import Store
+from studio import queries
+
+MAX_EVENTS = 20_000
+
+
+@dataclass
+class RunView:
+    """What an evolve run has done so far, folded from its events."""
+
+    generation: int | None = None
+    agent: str | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # in arrival order, with score / verdict
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    sandbox: tuple[int, int] | None = None  # (done, total) of the current sandbox run
+    completed: list[dict[str, Any]] = field(default_factory=list)  # generation_complete payloads
+    finished: str | None = None  # stopped | failed
+    error: str | None = None
+    feed: list[str] = field(default_factory=list)
+
+
+def fold_events(events: list[dict[str, Any]]) -> RunView:
+    """Fold one run's events (oldest first) into what the live panel shows."""
+    view = RunView()
+    by_id: dict[str, dict[str, Any]] = {}
+    for e in events:
+        kind = e["kind"]
+        if kind == "generation_started":
+            view.generation, view.agent, view.sandbox = e["generation"], None, None
+            view.feed.append(f"Generation {e['generation']} started")
+        elif kind == "agent_started":
+            view.agent = e["agent"]
+            view.feed.append(f"The {e['agent']} is proposing…")
+        elif kind == "candidate":
+            row = {"generation": e["generation"], "agent": e["agent"], "id": e["annotator_id"], "name": e["name"],
+                   "precision": None, "coverage": None, "fires": None, "verdict": "…", "reasons": ""}
+            by_id[e["annotator_id"]] = row
+            view.candidates.append(row)
+        elif kind == "candidate_dropped":
+            view.dropped.append(e)
+            view.feed.append(f"Dropped a {e['agent']} candidate: {e['reason']}")
+        elif kind == "agent_finished":
+            view.feed.append(f"The {e['agent']} proposed {e['proposed']}, {e['kept']} new")
+        elif kind == "executing":
+            view.agent = None
+            view.sandbox = (0, int(e.get("examples", 0)) * int(e.get("annotators", 1)) or 1)
+            view.feed.append(f"Sandbox: {e['annotators']} annotator(s) × {e['examples']:,} {e['split']} rows")
+        elif kind == "execute_progress":
+            view.sandbox = (int(e["done"]), int(e["total"]))
+        elif kind == "scored" and e["annotator_id"] in by_id:
+            by_id[e["annotator_id"]].update(precision=e["precision"], coverage=e["coverage"], fires=e["fires"])
+        elif kind == "verdict" and e["annotator_id"] in by_id:
+            by_id[e["annotator_id"]].update(verdict=e["verdict"], reasons="; ".join(e["reasons"]))
+        elif kind == "generation_complete":
+            view.completed.append(e)
+            view.sandbox = None
+            view.feed.append(f"Generation {e['generation']} complete: {e['accepted']}/{e['candidates']} accepted, "
+                             f"pool {e['pool_size']}, dev macro-F1 {e['dev_macro_f1']:.3f}"
+                             + (" (reverted: it did harm)" if e.get("reverted") else ""))
+        elif kind == "stopped":
+            view.finished = "stopped"
+            view.feed.append("Stopped.")
+        elif kind == "failed":
+            view.finished, view.error = "failed", e.get("error")
+    return view
+
+
+def latest_evolve_job_id(store: Store) -> str | None:
+    """This server's latest evolve job on the workspace, else the latest one the workspace remembers."""
+    job = REGISTRY.latest(store.path.parent, "evolve")
+    if job is not None:
+        return job.id
+    jobs = store.jobs()
+    jobs = jobs[jobs["kind"] == "evolve"] if len(jobs) else jobs
+    return str(jobs.iloc[0]["id"]) if len(jobs) else None
+
+
+def _stored_status(store: Store, job_id: str) -> str | None:
+    jobs = store.jobs()
+    found = jobs[jobs["id"] == job_id] if len(jobs) else jobs
+    return str(found.iloc[0]["status"]) if len(found) else None
+
+
+def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
+    """The run's progress: status line, sandbox bar, candidates with their verdicts, and a short feed."""
+    if job_id is None:
+        st.caption("No run yet on this workspace.")
+        return
+    view = fold_events(store.events(job_id, limit=MAX_EVENTS))
+    running = job is not None and job.running
+    if running:
+        where = f"the **{view.agent}** is proposing" if view.agent else "running candidates in the sandbox"
+        st.info(f"Generation {view.generation}: {where}. {len(view.candidates)} candidate(s) so far.",
+                icon=":material/hourglass_top:")
+        if view.sandbox:
+            done, total = view.sandbox
+            st.progress(min(1.0, done / max(total, 1)), text=f"Sandbox: {done:,} / {total:,}")
+    elif job is None and _stored_status(store, job_id) == "running":
+        st.warning("The last run was interrupted (the studio stopped while it ran). Complete generations are "
+                   "kept; press Run to go on.")
+    elif view.finished == "failed" or (job is not None and job.status == "failed"):
+        st.error(f"The run failed: {view.error or (job.error if job else '')}")
+    elif view.completed:
+        last = view.completed[-1]
+        st.success(f"Last run finished{' (stopped)' if view.finished == 'stopped' else ''}: generation "
+                   f"{last['generation']}, pool {last['pool_size']}, dev macro-F1 {last['dev_macro_f1']:.3f}.")
+    if view.candidates:
+        table = pd.DataFrame(view.candidates)[["generation", "agent", "name", "precision", "coverage", "verdict",
+                                               "reasons"]]
+        st.dataframe(table.tail(200), hide_index=True, height=260,
+                     column_config={"precision": st.column_config.NumberColumn(format="%.2f"),
+                                    "coverage": st.column_config.NumberColumn(format="%.3f")})
+    if view.feed:
+        st.caption("  \n".join(queries.escape_md(line) for line in view.feed[-6:]))

@@ -1,0 +1,106 @@
+"""Cached queries the screens share: annotator tables, pool votes, paged rows, safe markdown.
+
+Caches are keyed by the workspace name and `workspace.version(store)`, which changes when the data,
+the verdicts or the generations change, so a page never shows stale numbers and never recomputes
+unchanged ones.
+"""
+from __future__ import annotations
+
+import re
+import string
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine.store import Store
+from engine.types import ABSTAIN
+from studio import state, workspace
+
+PAGE_SIZE = 25
+_PUNCT = set(string.punctuation)
+_NO_AUTOLINK = re.compile(r"(?i)(www\.|://|@)")  # a zero-width space here stops markdown making links
+
+
+def escape_md(text: object, strip: bool = True) -> str:
+    """Data or model text made inert for st.markdown: every ASCII punctuation mark backslash-escaped,
+    whitespace runs (newlines would start new markdown blocks) turned into single spaces."""
+    text = _NO_AUTOLINK.sub(lambda m: m.group(0)[:-1] + "\u200b" + m.group(0)[-1], str(text))
+    out = "".join("\\" + ch if ch in _PUNCT else ch for ch in text)
+    out = re.sub(r"\s+", " ", out)
+    return out.strip() if strip else out
+
+
+def number(value: object, fmt: str) -> str:
+    """A score for display; '–' where there is none (an annotator never scored)."""
+    return "–" if value is None or pd.isna(value) else format(value, fmt)
+
+
+def examples_page(store: Store, split: str, key: str, page_size: int = PAGE_SIZE) -> pd.DataFrame:
+    """One page of a split's rows (id, text, label name); a page picker under it. Test labels stay hidden."""
+    total = store.count_examples(split)
+    pages = max(1, -(-total // page_size))
+    page = st.number_input(f"Page (of {pages:,}; {total:,} rows)", 1, pages, 1, key=f"{key}_{split}")
+    frame = store.examples_frame(split, limit=page_size, offset=(int(page) - 1) * page_size)
+    labels = store.load_task().labels
+    out = pd.DataFrame({"id": frame["id"], "text": frame["text"]})
+    if split == "dev":
+        out["label"] = [labels[int(v)] if pd.notna(v) else "" for v in frame["label"]]
+    elif split == "test":
+        out["label"] = "(holdout: hidden)"
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
+    store = workspace.open_store(name)
+    labels = store.load_task().labels
+    pool = set(store.pool_ids())
+    latest = store.latest_verdicts()
+    scores = store.scores()
+    rows = []
+    for a in store.annotators():
+        s = scores.get(a.id)
+        verdict, by = latest.get(a.id, ("pending", ""))
+        rows.append({
+            "id": a.id, "name": a.name, "agent": a.agent, "author": a.author, "generation": a.generation,
+            "in_pool": a.id in pool, "verdict": verdict, "decided_by": by,
+            "label": labels[s.label] if s and s.label != ABSTAIN else "",
+            "precision": s.precision if s else np.nan, "coverage": s.coverage if s else np.nan,
+            "fires": s.fires if s else 0, "faults": s.faults if s else 0,
+            "parents": len(a.parent_ids),
+        })
+    return pd.DataFrame(rows, columns=["id", "name", "agent", "author", "generation", "in_pool", "verdict",
+                                       "decided_by", "label", "precision", "coverage", "fires", "faults",
+                                       "parents"])
+
+
+def annotator_table(store: Store) -> pd.DataFrame:
+    """Every annotator ever proposed, with its latest verdict and dev score (one row each)."""
+    return _annotator_table(state.workspace_name(), workspace.version(store))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _pool_votes(name: str, version: tuple, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    store = workspace.open_store(name)
+    pool = store.pool_ids()
+    votes = store.vote_matrix(pool, split).votes
+    return votes, store.labels(split), pool
+
+
+def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(votes (n, m), gold labels (n,) with -1 where unknown, pool ids) of the current pool on a split."""
+    return _pool_votes(state.workspace_name(), workspace.version(store), split)
+
+
+def splits_with_votes(store: Store) -> list[str]:
+    """Splits on which every pool annotator has votes: dev once evolved, pool after labeling. Never test."""
+    pool = store.pool_ids()
+    voted = [set(store.voted_splits(a)) for a in pool]
+    return [s for s in ("dev", "pool") if voted and all(s in v for v in voted)]
+
+
+def short(annotator_id: str, names: dict[str, str]) -> str:
+    """A readable, unique label for an annotator in plots: its name and the first id characters."""
+    name = names.get(annotator_id, "")
+    return f"{name[:28]} ·{annotator_id[:6]}" if name else annotator_id[:10]

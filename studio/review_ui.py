@@ -1,0 +1,85 @@
+"""The expert's verdicts: candidate cards with the gate's reasons, and approve / reject with a reason."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine import review
+from engine.store import Store
+from studio import queries, state
+
+ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:material/thumb_up:]",
+         "reject": ":red[:material/block:]", "prune": ":orange[:material/content_cut:]",
+         "pending": ":gray[:material/hourglass_empty:]"}
+
+
+def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> None:
+    """Approve (or restore) / reject (or disable) with a required reason; logged as a human verdict."""
+    action = "Reject" if in_pool else "Approve"
+    with st.form(f"verdict_{key}_{annotator_id}", border=False):
+        note = st.text_input("Your reason (logged)", key=f"note_{key}_{annotator_id}",
+                             placeholder="e.g. fires on song titles, not spam" if in_pool else "e.g. precise enough")
+        clicked = st.form_submit_button(action + (" (take out of the pool)" if in_pool else " (put in the pool)"),
+                                        icon=":material/block:" if in_pool else ":material/check_circle:")
+    if clicked:
+        if not note.strip():
+            st.error("Give a reason: it is logged with your verdict.")
+            return
+        (review.reject if in_pool else review.approve)(store, annotator_id, note.strip())
+        state.flash(f"{action}ed {annotator_id[:8]} — logged with your reason. You can undo it any time.")
+        st.rerun()
+
+
+def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
+    """Every gate verdict of a generation as a card: verdict, reasons, scores, code, and the override."""
+    verdicts = store.verdicts(generation=generation)
+    gate = verdicts[verdicts["decided_by"] == "gate"]
+    if gate.empty:
+        st.caption("No gate verdicts in this generation.")
+        return
+    table = queries.annotator_table(store).set_index("id")
+    if only != "all":
+        gate = gate[gate["verdict"] == only]
+    for row in gate.itertuples():
+        info = table.loc[row.annotator_id] if row.annotator_id in table.index else None
+        name = info["name"] if info is not None else row.annotator_id
+        now = info["verdict"] if info is not None else row.verdict
+        overridden = info is not None and info["decided_by"] == "human"
+        title = f"{ICONS.get(row.verdict, '')} {row.verdict} · {queries.escape_md(name)}"
+        if info is not None:
+            title += (f" · {info['agent']} · precision {queries.number(info['precision'], '.2f')} · coverage "
+                      f"{queries.number(info['coverage'], '.3f')}")
+        if overridden:
+            title += f" · expert: {now}"
+        if row.verdict != "accept" and len(row.reasons):
+            title += f" — {queries.escape_md(row.reasons[-1])}"  # the decisive reason
+        with st.expander(title):
+            st.markdown("**Gate reasons**")
+            st.markdown("\n".join(f"- {queries.escape_md(r)}" for r in row.reasons) or "_none given_")
+            annotator = store.annotator(row.annotator_id)
+            if annotator is not None:
+                if annotator.rationale:
+                    st.caption(f"Why the agent wrote it: {queries.escape_md(annotator.rationale)}")
+                st.code(annotator.source, language="python")
+            history(store, row.annotator_id)
+            left, right = st.columns([3, 1])
+            with left:
+                verdict_form(store, row.annotator_id, info is not None and bool(info["in_pool"]), "card")
+            with right:
+                if st.button("Open in Annotator", key=f"open_{row.annotator_id}", icon=":material/code:"):
+                    state.select_annotator(row.annotator_id)
+                    st.switch_page("pages/annotator.py", query_params={state.QP_WORKSPACE: state.workspace_name(),
+                                                                        state.QP_ANNOTATOR: row.annotator_id})
+
+
+def history(store: Store, annotator_id: str, always: bool = False) -> None:
+    """Every verdict on an annotator, oldest first: the gate's and the expert's, with reasons and notes.
+
+    Shown only once an expert has decided, unless `always`."""
+    frame = store.verdicts(annotator_id=annotator_id)
+    if frame.empty or (not always and not (frame["decided_by"] == "human").any()):
+        return
+    shown = pd.DataFrame({"when": frame["recorded_at"].astype(str).str[:19], "generation": frame["generation"],
+                          "verdict": frame["verdict"], "by": frame["decided_by"],
+                          "reason": [n or "; ".join(r) for n, r in zip(frame["note"], frame["reasons"], strict=True)]})
+    st.dataframe(shown, hide_index=True)

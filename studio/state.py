@@ -1,0 +1,89 @@
+"""Every session-state and query-parameter key the studio uses, in one place.
+
+The workspace and the annotator being edited also live in the URL (`?ws=…&annotator=…`), so a reload
+or a shared link lands on the same screen.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+# query parameters
+QP_WORKSPACE = "ws"
+QP_ANNOTATOR = "annotator"
+
+# session-state keys
+WORKSPACE = "workspace"  # selected workspace name
+ANNOTATOR = "annotator_id"  # annotator open in the Annotator screen
+PICK_ANNOTATOR = "pick_annotator"  # the Annotator screen's picker widget (kept equal to ANNOTATOR)
+SKIP_BAD_ROWS = "skip_bad_rows"
+LAST_IMPORT = "last_import"  # ImportReport of the demo import (shown once, on the next run)
+IMPORT_SHOWN = "import_shown"  # id of the import job whose report was shown
+AGGREGATOR = "aggregator"
+EDIT_PREVIEW = "edit_preview"  # (annotator id, source, EditPreview)
+PLAIN_EDITOR = "plain_editor"
+FLASH = "flash"  # a message to show once after a rerun
+ASKING = "asking_"  # + an action key: its confirmation dialog is open
+CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
+
+
+def get(key: str, default: Any = None) -> Any:
+    return st.session_state.get(key, default)
+
+
+def put(key: str, value: Any) -> None:
+    st.session_state[key] = value
+
+
+def pop(key: str, default: Any = None) -> Any:
+    return st.session_state.pop(key, default)
+
+
+def workspace_name() -> str | None:
+    """The selected workspace: session first, then the URL (kept in the session: page links drop the URL's)."""
+    name = st.session_state.get(WORKSPACE)
+    if not name and st.query_params.get(QP_WORKSPACE):
+        name = st.session_state[WORKSPACE] = st.query_params[QP_WORKSPACE]
+    return name or None
+
+
+def select_workspace(name: str | None) -> None:
+    st.session_state[WORKSPACE] = name
+    if name:
+        st.query_params[QP_WORKSPACE] = name
+    elif QP_WORKSPACE in st.query_params:
+        del st.query_params[QP_WORKSPACE]
+    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT):
+        st.session_state.pop(key, None)
+    if QP_ANNOTATOR in st.query_params:
+        del st.query_params[QP_ANNOTATOR]
+
+
+def annotator_id() -> str | None:
+    """The annotator open in the Annotator screen: session first, then the URL."""
+    found = st.session_state.get(ANNOTATOR)
+    if not found and st.query_params.get(QP_ANNOTATOR):
+        found = st.session_state[ANNOTATOR] = st.query_params[QP_ANNOTATOR]
+    return found or None
+
+
+def select_annotator(annotator: str | None) -> None:
+    st.session_state[ANNOTATOR] = annotator
+    st.session_state.pop(EDIT_PREVIEW, None)
+    if annotator:
+        st.query_params[QP_ANNOTATOR] = annotator
+    elif QP_ANNOTATOR in st.query_params:
+        del st.query_params[QP_ANNOTATOR]
+
+
+def flash(message: str, kind: str = "success") -> None:
+    """Show `message` once, at the top of the next run (after st.rerun)."""
+    st.session_state[FLASH] = (kind, message)
+
+
+def show_flash() -> None:
+    item = st.session_state.pop(FLASH, None)
+    if item:
+        kind, message = item
+        {"success": st.success, "info": st.info, "warning": st.warning, "error": st.error}[kind](message)

@@ -1,0 +1,196 @@
+"""Shared pieces of every screen: the header, the sidebar (workspace picker, job status), guards."""
+from __future__ import annotations
+
+import runpy
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import streamlit as st
+
+from engine.jobs import REGISTRY, Job
+from engine.store import Store, WorkspaceLocked
+from studio import state, workspace
+
+APP_NAME = "EvoPool Studio"
+PROJECT_PAGE = "pages/project.py"
+APP_SCRIPT = Path(__file__).resolve().parents[1] / "streamlit_app.py"
+LOGO = ('<svg xmlns="http://www.w3.org/2000/svg" width="210" height="36" viewBox="0 0 210 36">'
+        '<circle cx="14" cy="18" r="12" fill="#2f6f5e"/><circle cx="14" cy="18" r="5" fill="#ffffff"/>'
+        '<circle cx="26" cy="9" r="5" fill="#7fb8a4"/>'
+        '<text x="40" y="25" font-family="Source Sans Pro, Helvetica, Arial, sans-serif" font-size="20" '
+        'font-weight="700" fill="#1f3d34">EvoPool Studio</text></svg>')
+
+
+_FRAME = threading.local()
+
+
+@contextmanager
+def frame() -> Iterator[None]:
+    """Marks a page run as happening inside streamlit_app.py (see `_inside_frame`)."""
+    _FRAME.on = True
+    try:
+        yield
+    finally:
+        _FRAME.on = False
+
+
+def _inside_frame() -> None:
+    """Streamlit runs a `pages/` script on its own (its legacy pages-folder mode) when a fresh server's first
+    request is a deep link, e.g. a reload on /evolve. Then run the frame instead, in this same script run (so
+    no click is lost): streamlit_app.py sets up the page, navigation and sidebar and runs this page inside
+    them; then this bare run stops. Switching the legacy mode off makes later runs start at the frame."""
+    if not getattr(_FRAME, "on", False):
+        from streamlit.runtime.pages_manager import PagesManager
+
+        PagesManager.uses_pages_directory = False
+        runpy.run_path(str(APP_SCRIPT), run_name="__main__")
+        st.stop()
+
+
+def header(title: str, caption: str = "") -> None:
+    """Every screen says it is EvoPool Studio, which screen it is, and on which workspace."""
+    _inside_frame()
+    name = state.workspace_name()
+    st.title(title)
+    where = f"workspace **{name}**" if name else "no workspace open"
+    st.caption(f"{APP_NAME} · {where}" + (f" · {caption}" if caption else ""))
+    state.show_flash()
+
+
+def current_store() -> Store | None:
+    """The open workspace's store, or None; a locked or broken workspace is an error message."""
+    name = state.workspace_name()
+    if not name:
+        return None
+    if workspace.check_name(name) or not workspace.exists(name):
+        st.warning(f"Workspace {name!r} does not exist (any more). Pick or create one.")
+        state.select_workspace(None)
+        return None
+    try:
+        return workspace.open_store(name)
+    except WorkspaceLocked as err:
+        st.error(str(err))
+        return None
+
+
+def require_data() -> Store:
+    """The open workspace with data in it; otherwise say what to do and stop the page."""
+    store = current_store()
+    if store is None or not store.has_data():
+        st.info("Open a workspace with data first (or load the demo) on **Project & data**.")
+        st.page_link(PROJECT_PAGE, label="Go to Project & data", icon=":material/folder_open:")
+        st.stop()
+    return store
+
+
+def require_pool(store: Store) -> list[str]:
+    pool = store.pool_ids()
+    if not pool:
+        st.info("The pool is empty: run at least one generation on **Evolve** first.")
+        st.page_link("pages/evolve.py", label="Go to Evolve", icon=":material/science:")
+        st.stop()
+    return pool
+
+
+def sidebar() -> None:
+    """Workspace picker, its facts, and the status of its jobs."""
+    with st.sidebar:
+        st.logo(LOGO, size="large")
+        names = workspace.list_workspaces()
+        current = state.workspace_name()
+        if current and current not in names and workspace.exists(current):
+            names.insert(0, current)
+        if names:
+            index = names.index(current) if current in names else None
+            chosen = st.selectbox("Workspace", names, index=index, placeholder="Pick a workspace",
+                                  key=f"ws_picker_{current}")
+            if chosen and chosen != current:
+                state.select_workspace(chosen)
+                st.rerun()
+        else:
+            st.caption("No workspace yet: create one or load the demo on Project & data.")
+        if current and workspace.exists(current):
+            try:
+                facts = workspace.summary(current)
+            except WorkspaceLocked:
+                st.error("This workspace is open in another program (an `evopool` run or another studio).")
+                return
+            if facts["rows"]:
+                st.caption(f"{facts['task']} · {facts['rows']:,} rows · labels {', '.join(facts['labels'])}  \n"
+                           f"generation {facts['generation']} · pool of {facts['pool']}")
+            _job_status(current)
+
+
+def _job_status(name: str) -> None:
+    running = REGISTRY.running(workspace.workdir(name))
+    if running is None:
+        _job_lines(name)
+        return
+
+    @st.fragment(run_every=1.5)
+    def live() -> None:
+        job = REGISTRY.get(running.id)
+        if job is None or not job.running:
+            st.rerun(scope="app")
+        _job_line(job)
+
+    live()
+
+
+def _job_lines(name: str) -> None:
+    for kind in ("evolve", "labels"):
+        job = REGISTRY.latest(workspace.workdir(name), kind)
+        if job is not None:
+            _job_line(job)
+
+
+def _job_line(job: Job) -> None:
+    label = {"evolve": "Evolving", "labels": "Soft labels"}.get(job.kind, job.kind)
+    if job.running:
+        st.progress(min(1.0, max(0.0, job.progress)), text=f"{label}: {job.message}")
+    elif job.status == "failed":
+        st.error(f"{label} failed: {job.error}")
+    else:
+        st.caption(f":material/check: {label}: {job.status}")
+
+
+def confirm(key: str, question: str, action_label: str = "Yes, do it") -> bool:
+    """A two-step confirmation for actions that discard work: True on the run where it is confirmed."""
+    if st.session_state.get(state.CONFIRMED + key):
+        st.session_state.pop(state.CONFIRMED + key)
+        return True
+    if not st.session_state.get(state.ASKING + key):
+        return False
+
+    def dismissed() -> None:
+        st.session_state.pop(state.ASKING + key, None)
+
+    @st.dialog("Please confirm", on_dismiss=dismissed)
+    def ask() -> None:
+        st.write(question)
+        yes, no = st.columns(2)
+        if yes.button(action_label, type="primary", key=f"yes_{key}"):
+            st.session_state[state.CONFIRMED + key] = True
+            st.session_state.pop(state.ASKING + key, None)
+            st.rerun()
+        if no.button("Cancel", key=f"no_{key}"):
+            st.session_state.pop(state.ASKING + key, None)
+            st.rerun()
+
+    ask()
+    return False
+
+
+def ask_confirm(key: str) -> None:
+    """Open the confirmation dialog `confirm(key, …)` renders on the next run."""
+    st.session_state[state.ASKING + key] = True
+
+
+def secrets() -> dict:
+    """st.secrets as a plain dict; empty when the app has no secrets file."""
+    try:
+        return {k: st.secrets[k] for k in st.secrets}
+    except Exception:  # no secrets.toml: Streamlit raises on first access
+        return {}

@@ -1,0 +1,96 @@
+"""Workspaces on disk: where they live, which exist, opening one, and the one-click demo.
+
+A workspace is a folder holding `workspace.duckdb` under `$EVOPOOL_HOME` (default `./workspaces`).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import streamlit as st
+
+from engine.ingest import ImportReport, IngestOptions, import_path
+from engine.store import DB_NAME, Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"
+DEMO_NAME = "youtube-spam-demo"
+DEMO_INSTRUCTIONS = ("Label each YouTube comment: SPAM if it promotes something (a channel, a link, a product, "
+                     "asks to subscribe or check out a video), HAM if it is a genuine comment on the video.")
+DEMO_DESCRIPTIONS = {"HAM": "a genuine comment about the video or song",
+                     "SPAM": "self-promotion, links, requests to subscribe or visit something"}
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$")
+
+
+def home() -> Path:
+    """Where workspaces live: $EVOPOOL_HOME, else ./workspaces (created on first use)."""
+    return Path(os.environ.get("EVOPOOL_HOME") or Path.cwd() / "workspaces").resolve()
+
+
+def check_name(name: str) -> str | None:
+    """Why `name` cannot be a workspace name, or None when it can."""
+    if not _NAME_OK.match(name or ""):
+        return "use 1-60 letters, digits, '-', '_' or '.', starting with a letter or digit"
+    return None
+
+
+def workdir(name: str) -> Path:
+    return home() / name
+
+
+def list_workspaces() -> list[str]:
+    """Existing workspaces, by name (a stable order: a picker keeps pointing at the same one)."""
+    if not home().is_dir():
+        return []
+    return sorted(p.name for p in home().iterdir() if (p / DB_NAME).is_file() and not check_name(p.name))
+
+
+def exists(name: str) -> bool:
+    return (workdir(name) / DB_NAME).is_file()
+
+
+def open_store(name: str) -> Store:
+    """Open (creating if needed) a workspace. Store.open caches one connection per file per process."""
+    if check_name(name):
+        raise ValueError(f"bad workspace name {name!r}: {check_name(name)}")
+    return Store.open(workdir(name))
+
+
+def fresh_name(base: str) -> str:
+    """`base`, or `base-2`, `base-3`… whichever is not a workspace with data yet."""
+    name, n = base, 1
+    while exists(name) and open_store(name).has_data():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def load_demo() -> tuple[str, ImportReport]:
+    """Import the bundled YouTube spam demo (CC BY 4.0) into a fresh workspace; returns its name."""
+    name = fresh_name(DEMO_NAME)
+    opts = IngestOptions(dev_size=500, instructions=DEMO_INSTRUCTIONS, label_descriptions=DEMO_DESCRIPTIONS,
+                         task_name="YouTube comment spam")
+    report = import_path(open_store(name), DEMO_CSV, opts)
+    return name, report
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _summary(name: str, version: tuple) -> dict:
+    store = open_store(name)
+    task = store.load_task()
+    return {"rows": store.count_examples(), "splits": store.split_counts(),
+            "labels": list(task.labels) if task else [], "task": task.name if task else "",
+            "generation": store.last_complete_generation(), "pool": len(store.pool_ids())}
+
+
+def summary(name: str) -> dict:
+    """Small facts about a workspace for the sidebar (cached until its pool or generation changes)."""
+    store = open_store(name)
+    return _summary(name, version(store))
+
+
+def version(store: Store) -> tuple:
+    """A cheap token that changes whenever verdicts, generations or the data change: the cache key."""
+    return (store.count_examples(), store.last_complete_generation(), len(store.latest_verdicts()),
+            tuple(store.pool_ids()))

@@ -1,0 +1,212 @@
+"""End to end in a real headless Chromium: the expert's whole job through the browser.
+
+Load the demo, run one generation, reject an annotator against the gate (with a reason), edit one and
+save it, compute soft labels and download the CSV. Screenshots of every screen go to
+test-output/screenshots/ for a reviewer. Needs Debian's /usr/bin/chromium (`make browser`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ROOT / "test-output" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+EXPECTED_COLUMNS = ["id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"]
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed at /usr/bin/chromium "
+                                                     "(run `make browser`, or apt-get install chromium)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def studio_url(tmp_path):
+    """A real `streamlit run` of the studio on a free port, with an empty EVOPOOL_HOME."""
+    port = _free_port()
+    env = {**os.environ, "EVOPOOL_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    log = (tmp_path / "streamlit.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "streamlit_app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.terminate()
+        pytest.fail("streamlit did not start: " + (tmp_path / "streamlit.log").read_text()[-2000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def _shot(page, name: str) -> None:
+    """The whole screen: Streamlit scrolls inside its main area, so grow the window to fit, then shrink back."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.wait_for_timeout(400)  # let plots finish their transition before the picture
+    height = page.evaluate("document.querySelector('[data-testid=stMain]')?.scrollHeight || 900")
+    page.set_viewport_size({"width": 1366, "height": max(900, min(int(height), 6000))})
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    page.set_viewport_size({"width": 1366, "height": 900})
+
+
+def _idle(page, timeout: float = 30_000) -> None:
+    """Wait until Streamlit has finished the current script run."""
+    page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=timeout)
+
+
+def _pick(page, label: str, option_text: str) -> None:
+    """Choose the first option containing `option_text` in a selectbox (retried: a rerun may close the list)."""
+    from playwright.sync_api import expect
+
+    box = page.get_by_label(label)
+    for _ in range(3):
+        box.click()
+        page.get_by_role("option").filter(has_text=option_text).first.click()
+        _idle(page)
+        try:
+            expect(box).to_have_value(re.compile(re.escape(option_text)), timeout=5_000)
+            return
+        except AssertionError:  # try again
+            continue
+    raise AssertionError(f"could not pick {option_text!r} in {label!r}")
+
+
+def _goto(page, title: str) -> None:
+    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
+    page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
+    _idle(page)
+
+
+def test_expert_journey(studio_url, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 900}, accept_downloads=True)
+        page.set_default_timeout(30_000)
+        try:
+            page.goto(studio_url)
+            expect(page.get_by_text("EvoPool Studio").first).to_be_visible()
+            expect(page.get_by_role("button", name="Load the demo")).to_be_visible()
+            _shot(page, "1-start")
+
+            # 1. the demo, one click
+            page.get_by_role("button", name="Load the demo").click()
+            expect(page.get_by_text("Imported 2,056 rows")).to_be_visible()
+            _idle(page)
+            _shot(page, "2-project")
+
+            # 2. one generation in the background, watched live
+            _goto(page, "Evolve")
+            page.get_by_role("button", name="Run 1 generation").click()
+            expect(page.get_by_text("Last run finished")).to_be_visible(timeout=120_000)
+            _idle(page)
+            expect(page.get_by_text("Gate reasons").first).to_be_attached()
+            _shot(page, "3-evolve")
+
+            # 3. reject an accepted annotator against the gate, with a reason
+            page.get_by_test_id("stExpander").filter(has_text="accept").first.locator("summary").click()
+            card = page.get_by_test_id("stExpander").filter(has_text="accept").first
+            card.get_by_label("Your reason (logged)").fill("fires on song titles, not on spam")
+            card.get_by_role("button", name="Reject (take out of the pool)").click()
+            expect(page.get_by_text("logged with your reason")).to_be_visible()
+            _idle(page)
+            _shot(page, "4-rejected")
+            page.reload()  # everything lives in the workspace; the URL keeps which one
+            expect(page.get_by_role("heading", name="Evolve")).to_be_visible()
+            expect(page.get_by_text("workspace youtube-spam-demo").first).to_be_visible()
+            expect(page.get_by_text("expert: reject").first).to_be_visible()
+
+            # 4. edit an annotator and save the new version
+            _goto(page, "Annotator")
+            expect(page.get_by_text("Where it fires on dev")).to_be_visible()
+            page.wait_for_timeout(1500)  # the code editor iframe loads and reports its value
+            _idle(page)
+            _pick(page, "Annotator (● in the pool, ○ not)", "[sentence]")  # a keyword annotator: cues to highlight
+            expect(page.locator("[data-testid=stMarkdownContainer] span[class*=Background], "
+                                "[data-testid=stMarkdownContainer] span[style*=background]").first).to_be_attached()
+            page.wait_for_timeout(1500)  # the Ace editor iframe draws itself
+            _shot(page, "5-annotator")
+            page.get_by_text("Plain text editor").click()
+            box = page.get_by_label("Annotator code")
+            code = box.input_value()
+            box.fill(code + "\nREVIEWED_BY = 'expert'\n")
+            box.press("Control+Enter")
+            _idle(page)
+            page.get_by_role("button", name="Re-score on dev").click()
+            expect(page.get_by_text("Saved version vs your edit")).to_be_visible(timeout=60_000)
+            page.get_by_label("What did you change, and why? (logged)").fill("a comment, to test saving")
+            page.get_by_role("button", name="Save as a new version").click()
+            expect(page.get_by_text("Saved as a new version")).to_be_visible(timeout=60_000)
+            _idle(page)
+            _shot(page, "6-annotator-saved")
+
+            # 5. analytics
+            _goto(page, "Analytics")
+            expect(page.get_by_text("Where the annotators disagree most")).to_be_visible()
+            page.wait_for_timeout(1000)  # plotly draws
+            _shot(page, "7-analytics")
+            scatter = page.get_by_test_id("stPlotlyChart").filter(has_text="Precision vs coverage")
+            scatter.locator("path.point").first.click(force=True)  # a point opens its annotator
+            expect(page.get_by_role("heading", name="Annotator")).to_be_visible()
+            expect(page.get_by_text("Where it fires on dev")).to_be_visible()
+            _idle(page)
+
+            # 6. soft labels and the CSV
+            _goto(page, "Labels & export")
+            _pick(page, "Aggregator", "mv: majority vote")  # embedding every row would take minutes here
+            page.get_by_role("button", name="Compute soft labels").click()
+            done = page.get_by_text("Labeled rows", exact=True)
+            failed = page.get_by_text("Computing soft labels failed")
+            expect(done.or_(failed)).to_be_visible(timeout=150_000)
+            assert not failed.is_visible(), failed.inner_text()
+            _idle(page)
+            _shot(page, "8-labels")
+            with page.expect_download(timeout=60_000) as download:
+                page.get_by_role("button", name="Labeled data (.csv)").click()
+            target = tmp_path / "labels.csv"
+            download.value.save_as(target)
+        except Exception:
+            _shot(page, "failure")  # what the screen showed when a step failed
+            raise
+        finally:
+            browser.close()
+
+    frame = pd.read_csv(target, keep_default_na=False)
+    assert len(frame) == 2056
+    assert list(frame.columns) == EXPECTED_COLUMNS
+    assert set(frame["label"]) <= {"HAM", "SPAM", ""}
+    assert set(frame["aggregator"]) == {"mv"}
+    assert (frame["label"] != "").sum() > 1500

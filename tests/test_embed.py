@@ -1,0 +1,168 @@
+"""Sentence embeddings: the real packaged MiniLM (offline), the workspace cache, dedupe, the static table."""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine import embed_minilm, embed_static
+from engine.embed import embed_split, embed_texts, get_embedder, text_hash
+from engine.embed_minilm import MiniLMEmbedder, length_batches
+from engine.embed_static import StaticEmbedder
+from engine.store import Store
+
+CAT, KITTEN = "the cat sat on the mat", "a kitten sits on a rug"
+MARKET = "the stock market fell sharply today"
+
+
+class CountingEmbedder:
+    """Wraps a real embedder and records every text it is asked to encode."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts, on_progress=None):
+        self.calls.append(list(texts))
+        return self.inner.encode(texts, on_progress)
+
+    @property
+    def encoded(self) -> list[str]:
+        return [t for call in self.calls for t in call]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
+
+
+@pytest.fixture()
+def store(tmp_path):
+    yield Store.open(tmp_path)
+    Store.close_all()
+
+
+def test_packaged_model_loads_without_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("network access attempted while loading the model")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    model = embed_minilm._load_fp32()  # a fresh load, not the process cache
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert model.get_embedding_dimension() == 384
+
+
+def test_minilm_gives_unit_vectors_where_similar_sentences_are_closer(minilm):
+    vectors = minilm.encode([CAT, KITTEN, MARKET])
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    sims = vectors @ vectors.T
+    assert sims[0, 1] > sims[0, 2] + 0.3
+    assert sims[0, 1] > sims[1, 2] + 0.3
+
+
+def test_length_bucketing_keeps_sentence_transformers_vectors(minilm):
+    texts = [MARKET, "hi", CAT + " " + KITTEN + " " + MARKET, KITTEN, "", CAT]
+    progress: list[tuple[int, int]] = []
+    ours = MiniLMEmbedder(batch_size=2).encode(texts, on_progress=lambda d, t: progress.append((d, t)))
+    reference = embed_minilm.load_model().encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(np.sum(ours * reference, axis=1), 1.0, atol=1e-5)
+    assert progress == [(2, 6), (4, 6), (6, 6)]
+
+
+def test_length_batches_go_longest_first_within_size_and_token_budget():
+    lengths = np.array([5, 40, 10, 40, 7, 100])
+    batches = length_batches(lengths, batch_size=2, max_batch_tokens=90)
+    # sorted by length (stable): 5(100), 1(40), 3(40), 2(10), 4(7), 0(5); budget 90 lets 100 go alone
+    assert [b.tolist() for b in batches] == [[5], [1, 3], [2, 4], [0]]
+
+
+def test_second_call_is_served_from_the_workspace(store, minilm):
+    counting = CountingEmbedder(minilm)
+    first = embed_texts(store, [CAT, MARKET, KITTEN], counting)
+    assert sorted(counting.encoded) == sorted([CAT, MARKET, KITTEN])
+    counting.calls.clear()
+    progress: list[tuple[int, int]] = []
+    second = embed_texts(store, [CAT, MARKET, KITTEN], counting,
+                         on_progress=lambda d, t: progress.append((d, t)))
+    assert counting.calls == []
+    assert np.array_equal(first, second)
+    assert progress == [(3, 3)]
+    np.testing.assert_allclose(first, minilm.encode([CAT, MARKET, KITTEN]), atol=1e-6)
+    # a new text alone is embedded; the cached ones are not recomputed
+    third = embed_texts(store, [KITTEN, "a brand new sentence"], counting)
+    assert counting.encoded == ["a brand new sentence"]
+    assert np.array_equal(third[0], first[2])
+
+
+def test_identical_texts_are_embedded_once(store, minilm):
+    counting = CountingEmbedder(minilm)
+    progress: list[tuple[int, int]] = []
+    vectors = embed_texts(store, [CAT, MARKET, CAT, CAT], counting,
+                          on_progress=lambda d, t: progress.append((d, t)))
+    assert sorted(counting.encoded) == sorted([CAT, MARKET])
+    assert vectors.shape == (4, 384)
+    assert np.array_equal(vectors[0], vectors[2]) and np.array_equal(vectors[0], vectors[3])
+    assert progress[0] == (0, 2) and progress[-1] == (2, 2)
+    stored = store.cached_embeddings(minilm.name, [text_hash(CAT), text_hash(MARKET)])
+    assert set(stored) == {text_hash(CAT), text_hash(MARKET)}
+
+
+def test_cache_is_per_embedder_name(store, minilm, tiny_static):
+    embed_texts(store, [CAT], minilm)
+    counting = CountingEmbedder(tiny_static)
+    vectors = embed_texts(store, [CAT], counting)
+    assert counting.encoded == [CAT] and vectors.shape == (1, tiny_static.dim)
+
+
+def test_embed_split_follows_store_order(store, minilm):
+    frame = pd.DataFrame({"id": ["b", "a", "c", "d"], "text": [MARKET, CAT, KITTEN, CAT],
+                          "fields": [{}, {}, {}, {}], "split": ["dev", "dev", "pool", "dev"],
+                          "label": [0, 1, None, 1]})
+    store.add_examples("demo", "test", frame)
+    ids, matrix = embed_split(store, "dev", minilm)
+    assert ids == ["b", "a", "d"]
+    np.testing.assert_allclose(matrix, minilm.encode([MARKET, CAT, CAT]), atol=1e-6)
+
+
+def test_empty_input_and_unknown_name(store, minilm):
+    assert embed_texts(store, [], minilm).shape == (0, 384)
+    with pytest.raises(KeyError, match="unknown embedder"):
+        get_embedder("word2vec")
+
+
+@pytest.fixture(scope="module")
+def tiny_static(tmp_path_factory) -> StaticEmbedder:
+    """A static table over the 3,000 most frequent tokens, distilled into a temp cache dir (seconds)."""
+    cache = tmp_path_factory.mktemp("evopool-cache")
+    before = os.environ.get("EVOPOOL_CACHE_DIR")
+    os.environ["EVOPOOL_CACHE_DIR"] = str(cache)
+    yield StaticEmbedder(dim=64, vocab_limit=3000)
+    if before is None:
+        os.environ.pop("EVOPOOL_CACHE_DIR", None)
+    else:
+        os.environ["EVOPOOL_CACHE_DIR"] = before
+
+
+def test_static_embedder_contract_and_similarity_order(tiny_static):
+    texts = ["a small dog ran in the park", "a dog slept on the floor", "the government raised taxes", ""]
+    vectors = tiny_static.encode(texts)
+    assert vectors.shape == (4, 64) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    sims = vectors @ vectors.T
+    assert sims[0, 1] > sims[0, 2] and sims[0, 1] > sims[1, 2]
+    assert tiny_static.name != get_embedder("static").name
+
+
+def test_static_table_is_cached_on_disk_and_reloaded(tiny_static):
+    first = tiny_static.encode([CAT, MARKET])
+    path = embed_static.table_path(64, tiny_static.sif, 3000)
+    assert path.is_file()
+    embed_static._tables.clear()  # force a reload from the file, not a new distillation
+    mtime = path.stat().st_mtime_ns
+    np.testing.assert_array_equal(StaticEmbedder(dim=64, vocab_limit=3000).encode([CAT, MARKET]), first)
+    assert path.stat().st_mtime_ns == mtime

@@ -1,0 +1,201 @@
+"""Background jobs: evolve runs in a thread, its events reach the store, stop works, failures are recorded."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.ingest import import_path
+from engine.jobs import (
+    DONE,
+    FAILED,
+    STOPPED,
+    JobRegistry,
+    load_labels,
+    pool_key,
+    save_labels,
+    start_evolve,
+    start_labels,
+)
+from engine.store import Store
+from engine.types import Candidate, SoftLabels
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "youtube_spam.csv"
+WORDS = ["subscribe", "check", "channel", "song", "love", "http", "money", "video"]
+LABEL_OF = {"song": "HAM", "love": "HAM"}
+
+
+class KeywordProposer:
+    """A tiny scripted proposer: each generation proposes new one-keyword annotators.
+
+    It records the thread it ran on, and can be held at a gate so a test can stop the job mid-run.
+    """
+
+    name = "keywords"
+
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False):
+        self.gate = gate
+        self.fail = fail
+        self.threads: set[str] = set()
+        self.entered = threading.Event()
+
+    def propose(self, role, context):
+        self.threads.add(threading.current_thread().name)
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(30)
+        if self.fail:
+            raise RuntimeError("the proposer broke on purpose")
+        if role != "generator":
+            return []
+        word = WORDS[(context.generation - 1) % len(WORDS)]
+        source = (f"def annotate(example):\n    return {LABEL_OF.get(word, 'SPAM')!r} "
+                  f"if {word!r} in example['text'].lower() else None\n")
+        return [Candidate(source, "generator", name=f"keyword {word}")]
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    path = tmp_path / "ws"
+    import_path(Store.open(path), DEMO)
+    return path
+
+
+def test_evolve_job_runs_in_a_background_thread_and_its_events_reach_the_store(workdir):
+    registry = JobRegistry()
+    proposer = KeywordProposer()
+    job = start_evolve(workdir, 2, proposer=proposer, registry=registry)
+    assert job.wait(120)
+    assert job.status == DONE, job.error
+    assert job.result == [1, 2]
+    assert proposer.threads == {f"evopool-{job.id}"}  # never the caller's thread
+    store = Store.open(workdir)
+    assert store.last_complete_generation() == 2
+    kinds = [e["kind"] for e in store.events(job.id, limit=10_000)]
+    for kind in ("generation_started", "agent_started", "candidate", "executing", "scored", "verdict",
+                 "generation_complete"):
+        assert kind in kinds
+    assert kinds.count("generation_complete") == 2
+    row = store.jobs().set_index("id").loc[job.id]
+    assert row["status"] == "done" and row["kind"] == "evolve"
+    assert row["progress"] == pytest.approx(1.0)
+    assert registry.running(workdir) is None
+    assert registry.latest(workdir, "evolve") is job
+
+
+def test_stop_finishes_the_current_generation_then_stops(workdir):
+    registry = JobRegistry()
+    gate = threading.Event()
+    proposer = KeywordProposer(gate)
+    job = start_evolve(workdir, 3, proposer=proposer, registry=registry)
+    assert proposer.entered.wait(30)
+    job.stop()
+    gate.set()
+    assert job.wait(120)
+    assert job.status == STOPPED
+    store = Store.open(workdir)
+    assert store.last_complete_generation() == 1  # generation 1 finished, 2 and 3 never started
+    kinds = [e["kind"] for e in store.events(job.id, limit=10_000)]
+    assert kinds[-1] == "stopped"
+    assert store.jobs().set_index("id").loc[job.id, "status"] == "stopped"
+
+
+def test_stop_now_abandons_the_unfinished_generation(workdir):
+    registry = JobRegistry()
+    gate = threading.Event()
+    proposer = KeywordProposer(gate)
+    job = start_evolve(workdir, 3, proposer=proposer, registry=registry)
+    assert proposer.entered.wait(30)
+    job.stop(now=True)
+    gate.set()
+    assert job.wait(120)
+    assert job.status == STOPPED
+    store = Store.open(workdir)
+    assert store.last_complete_generation() == 0
+    generations = store.generations()
+    assert list(generations["status"]) == ["running"]  # redone by the next run
+    again = start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry)
+    assert again.wait(120) and again.status == DONE
+    assert store.last_complete_generation() == 1
+
+
+def test_a_failing_job_records_its_error(workdir):
+    registry = JobRegistry()
+    job = start_evolve(workdir, 1, proposer=KeywordProposer(fail=True), registry=registry)
+    assert job.wait(60)
+    assert job.status == FAILED
+    assert "the proposer broke on purpose" in job.error
+    store = Store.open(workdir)
+    row = store.jobs().set_index("id").loc[job.id]
+    assert row["status"] == "failed" and "the proposer broke on purpose" in row["error"]
+    failed = [e for e in store.events(job.id) if e["kind"] == "failed"]
+    assert len(failed) == 1 and "RuntimeError" in failed[0]["error"]
+
+
+def test_one_running_job_per_workspace_and_kind(workdir):
+    registry = JobRegistry()
+    gate = threading.Event()
+    proposer = KeywordProposer(gate)
+    job = start_evolve(workdir, 1, proposer=proposer, registry=registry)
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry)
+    finally:
+        gate.set()
+        job.wait(120)
+    assert job.status == DONE
+
+
+def test_an_empty_workspace_fails_with_a_readable_message(tmp_path):
+    registry = JobRegistry()
+    Store.open(tmp_path / "empty")
+    job = start_evolve(tmp_path / "empty", 1, proposer=KeywordProposer(), registry=registry)
+    assert job.wait(30)
+    assert job.status == FAILED and "import a dataset first" in job.error
+
+
+def test_saved_soft_labels_round_trip_and_know_their_pool(workdir):
+    class Result:  # what engine.labeling returns, reduced to the fields the studio keeps
+        soft = SoftLabels(np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]), ("a", "b", "c"), "mv")
+        hard = np.array([0, 1, -1])
+        n_votes = np.array([2, 1, 0])
+        dev_scores = {"macro_f1": 0.75}
+
+    store = Store.open(workdir)
+    key = pool_key(store)
+    comparison = [{"aggregator": "mv", "macro_f1": 0.75}, {"aggregator": "ds", "macro_f1": 0.7}]
+    save_labels(workdir, "auto", Result(), comparison, key)
+    saved = load_labels(workdir, "auto")
+    assert saved.resolved == "mv" and saved.aggregator == "auto"
+    assert saved.example_ids == ("a", "b", "c")
+    np.testing.assert_allclose(saved.probs, Result.soft.probs)
+    assert saved.hard.tolist() == [0, 1, -1] and saved.n_votes.tolist() == [2, 1, 0]
+    assert saved.dev_scores == {"macro_f1": 0.75}
+    assert saved.comparison["aggregator"].tolist() == ["mv", "ds"]
+    assert saved.pool_key == key
+    assert load_labels(workdir, "ds") is None
+    registry = JobRegistry()
+    job = start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry)
+    assert job.wait(120) and job.status == DONE
+    assert pool_key(store) != key  # the pool changed: the saved labels are stale
+
+
+def test_labels_job_labels_every_row_and_saves_them(workdir):
+    registry = JobRegistry()
+    evolve_job = start_evolve(workdir, 2, proposer=KeywordProposer(), registry=registry)
+    assert evolve_job.wait(120) and evolve_job.status == DONE
+    store = Store.open(workdir)
+    job = start_labels(workdir, "mv", compare=False, registry=registry)
+    assert job.wait(120)
+    assert job.status == DONE, job.error
+    saved = load_labels(workdir, "mv")
+    assert saved is not None and saved.resolved == "mv"
+    assert len(saved.example_ids) == store.count_examples() == 2056
+    assert saved.probs.shape == (2056, 2)
+    np.testing.assert_allclose(saved.probs.sum(axis=1), 1.0)
+    # majority vote gives no label exactly where no annotator voted
+    assert ((saved.hard == -1) == (saved.n_votes == 0)).all()
+    assert saved.pool_key == pool_key(store)
+    assert "macro_f1" in saved.dev_scores

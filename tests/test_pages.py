@@ -1,0 +1,408 @@
+"""Every studio screen under Streamlit's AppTest, on real workspaces (DuckDB files, offline agents, the sandbox).
+
+The seeded workspace is the bundled demo after two generations of the offline agents. Tests that change
+a workspace get their own copy, seeded the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.agents.offline import OfflineProposer
+from engine.evolve import evolve
+from engine.ingest import import_path
+from engine.jobs import REGISTRY, load_labels, start_labels
+from engine.sandbox import SandboxExecutor
+from engine.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "streamlit_app.py")
+DEMO = ROOT / "data" / "demo" / "youtube_spam.csv"
+SEEDED = "seeded"
+
+
+def seed(home: Path, name: str, generations: int = 2) -> Store:
+    store = Store.open(home / name)
+    import_path(store, DEMO)
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, generations)
+    return store
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("home")
+    seed(path, SEEDED)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _evopool_home(home, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(home))
+
+
+def run(ws: str | None = None, page: str | None = None, **params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    if ws:
+        at.query_params["ws"] = ws
+    at.query_params.update(params)
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    """Everything written as markdown, captions, alerts and expander labels, for substring checks."""
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [a.value for kind in (at.success, at.info, at.warning, at.error) for a in kind]
+    parts += [e.label for e in at.expander]
+    return "\n".join(parts)
+
+
+def import_and_wait(at: AppTest, workdir: Path) -> None:
+    """Press Import; the import is a background job: wait for it, then let the page poll once more."""
+    at.button(key="do_import").click().run()
+    job = REGISTRY.latest(workdir, "import")
+    assert job is not None and job.wait(60)
+    at.run()
+
+
+def table_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The first table on screen that has `column`."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def button(at: AppTest, label: str):
+    return next(b for b in at.form_submit_button if b.label == label)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+# ---- frame ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("page", ["pages/project.py", "pages/evolve.py", "pages/annotator.py",
+                                  "pages/analytics.py", "pages/labels.py"])
+def test_every_screen_says_evopool_studio_and_names_the_workspace(page):
+    at = run(SEEDED, page)
+    assert any("EvoPool Studio" in c.value and SEEDED in c.value for c in at.caption)
+    assert at.title[0].value and not at.error
+    assert at.sidebar.selectbox[0].value == SEEDED  # the frame's sidebar wraps every page
+
+
+def test_sidebar_picks_the_workspace_and_shows_its_facts(home):
+    Store.open(home / "other")  # a second, empty workspace to pick from
+    at = run(SEEDED, "pages/evolve.py")
+    picker = at.sidebar.selectbox[0]
+    assert picker.value == SEEDED and picker.options == ["other", SEEDED]
+    facts = "\n".join(c.value for c in at.sidebar.caption)
+    assert "2,056 rows" in facts and "generation 2" in facts and "pool of" in facts
+    picker.set_value("other").run()
+    assert not at.exception
+    assert at.query_params["ws"] == "other"
+    assert "Open a workspace with data first" in texts(at)  # "other" is empty
+
+
+# ---- project & data -----------------------------------------------------------------------------------
+def test_project_screen_shows_the_workspace_rows_and_splits():
+    at = run(SEEDED)
+    assert at.title[0].value == "Project & data"
+    assert metrics(at) == {"Rows": "2,056", "Unlabeled (pool)": "1,686", "Dev (fitness)": "120",
+                           "Test (holdout)": "250"}
+    rows = at.dataframe[0].value
+    assert len(rows) == 25 and list(rows.columns) == ["id", "text", "label"]
+    assert set(rows["label"]) <= {"HAM", "SPAM"}
+    at.segmented_control(key="rows_split").set_value("test").run()
+    assert set(at.dataframe[0].value["label"]) == {"(holdout: hidden)"}  # test labels are never shown
+
+
+def test_empty_home_offers_the_demo_and_one_click_loads_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "fresh"))
+    at = run()
+    assert "No workspace yet" in "\n".join(c.value for c in at.sidebar.caption)
+    at.button(key="load_demo").click().run()
+    assert not at.exception
+    assert at.query_params["ws"] == "youtube-spam-demo"
+    assert "Imported 2,056 rows" in texts(at)
+    assert metrics(at)["Rows"] == "2,056"
+    assert Store.open(tmp_path / "fresh" / "youtube-spam-demo").count_examples() == 2056
+
+
+def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
+    Store.open(tmp_path / "imp" / "mine")
+    good = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    csv = "\n".join(["id,text,label", *good[:2], "r3,,HAM", "r4,great video,MAYBE", *good[4:]]) + "\n"
+    at = run("mine")
+    at.file_uploader(key="upload").upload("comments.csv", csv.encode(), "text/csv")
+    at.run()
+    assert len(at.dataframe[0].value) == 20  # the preview
+    assert at.text_input(key="map_labels").value == "HAM, MAYBE, SPAM"  # as found in the file
+    at.text_input(key="map_labels").input("HAM, SPAM").run()  # the curator declares the label set
+    import_and_wait(at, tmp_path / "imp" / "mine")
+    problems = at.dataframe[-1].value
+    assert list(problems["row"]) == [3, 4]
+    assert "empty text" in problems["problem"].iloc[0]
+    assert "'MAYBE' is not in the label set" in problems["problem"].iloc[1]
+    assert "Nothing was imported" in texts(at)
+    assert not Store.open(tmp_path / "imp" / "mine").has_data()
+
+    at.checkbox(key="skip_bad_rows").check().run()
+    import_and_wait(at, tmp_path / "imp" / "mine")
+    assert not at.exception
+    assert "Imported 38 rows" in texts(at) and "Skipped 2 bad row(s)" in texts(at)
+    assert Store.open(tmp_path / "imp" / "mine").count_examples() == 38
+
+
+@pytest.mark.shared_data
+def test_a_wrench_folder_imports_from_a_path(tmp_path, monkeypatch, shared_data):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "wrench"))
+    Store.open(tmp_path / "wrench" / "yt")
+    at = run("yt")
+    at.radio(key="import_source").set_value("A path on the server (file or WRENCH folder)").run()
+    at.text_input(key="import_path").input(str(shared_data / "youtube")).run()
+    assert not at.exception
+    assert at.text_input(key="map_labels").value == "HAM, SPAM"  # from label.json, in its order
+    import_and_wait(at, tmp_path / "wrench" / "yt")
+    assert not at.exception
+    assert "Imported" in texts(at)
+    store = Store.open(tmp_path / "wrench" / "yt")
+    assert store.load_task().labels == ("HAM", "SPAM")
+    assert store.split_counts()["dev"] == 120
+
+
+def test_create_workspace_refuses_a_bad_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "names"))
+    at = run()
+    at.text_input(key="new_ws").input("../escape").run()
+    at.button(key="create_ws").click().run()
+    assert "Workspace name" in texts(at)
+    at.text_input(key="new_ws").input("trial-1").run()
+    at.button(key="create_ws").click().run()
+    assert at.query_params["ws"] == "trial-1" and (tmp_path / "names" / "trial-1" / "workspace.duckdb").exists()
+
+
+# ---- evolve -------------------------------------------------------------------------------------------
+def test_evolve_screen_shows_the_timeline_and_each_verdict_with_its_reasons(home):
+    store = Store.open(home / SEEDED)
+    at = run(SEEDED, "pages/evolve.py")
+    assert metrics(at)["Complete generations"] == "2"
+    assert len(at.get("plotly_chart")) == 1
+    gate = store.verdicts(generation=2)
+    gate = gate[gate["decided_by"] == "gate"]
+    assert len(at.expander) == len(gate) > 0
+    shown = texts(at)
+    for reasons in gate["reasons"]:
+        assert reasons and reasons[0].split(":")[0] in shown
+    assert "Gate reasons" in shown
+    at.selectbox(key="verdict_generation").set_value(1).run()
+    first = store.verdicts(generation=1)
+    assert len(at.expander) == int((first["decided_by"] == "gate").sum())
+
+
+def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):
+    store = seed(home, "reject-me", generations=1)
+    cards = store.verdicts(generation=1)
+    card = int((cards["verdict"] == "accept").to_numpy().argmax())  # one card (and one form) per verdict
+    accepted = cards["annotator_id"].iloc[card]
+    at = run("reject-me", "pages/evolve.py")
+    assert at.form_submit_button[card].label.startswith("Reject")
+    at.form_submit_button[card].click().run()  # no reason yet
+    assert "Give a reason" in texts(at)
+    assert accepted in store.pool_ids()
+    at.text_input(key=f"note_card_{accepted}").input("fires on song titles, not spam")
+    at.form_submit_button[card].click().run()
+    assert not at.exception
+    assert accepted not in store.pool_ids()
+    latest = store.verdicts(annotator_id=accepted).iloc[-1]
+    assert (latest["verdict"], latest["decided_by"], latest["note"]) == ("reject", "human",
+                                                                         "fires on song titles, not spam")
+    assert "logged with your reason" in texts(at)
+
+
+def test_run_button_starts_a_background_generation(home):
+    seed(home, "run-me", generations=1)
+    at = run("run-me", "pages/evolve.py")
+    at.button(key="evolve_start").click().run()
+    job = REGISTRY.latest(home / "run-me", "evolve")
+    assert job is not None and job.wait(120) and job.status == "done", job and job.error
+    at.run()
+    assert metrics(at)["Complete generations"] == "2"
+    assert "Last run finished" in texts(at)
+
+
+# ---- annotator ----------------------------------------------------------------------------------------
+def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
+    store = Store.open(home / SEEDED)
+    target = store.pool_ids()[0]
+    score = store.scores([target])[target]
+    at = run(SEEDED, "pages/annotator.py", annotator=target)
+    shown = metrics(at)
+    assert shown["Precision (dev)"] == f"{score.precision:.2f}"
+    assert shown["Fires"] == str(score.fires)
+    assert shown["Verdict"] in ("accept", "approve")
+    assert f"Fires on {score.fires} dev rows" in texts(at)
+    history = table_with(at, "reason")
+    assert history["by"].tolist()[0] == "gate" and history["verdict"].tolist()[0] == "accept"
+    assert "viable" in history["reason"].iloc[0]  # the gate's reasons, as recorded
+    at.toggle(key="plain_editor").set_value(True).run()  # (AppTest cannot see inside the Ace component)
+    assert at.text_area(key=f"plain_{target}").value == store.annotator(target).source
+
+
+def test_editing_rescoring_and_saving_a_new_version(home):
+    store = seed(home, "edit-me", generations=1)
+    target = store.pool_ids()[0]
+    original = store.annotator(target)
+    at = run("edit-me", "pages/annotator.py", annotator=target)
+    at.toggle(key="plain_editor").set_value(True).run()
+    broken = at.text_area(key=f"plain_{target}")
+    broken.input(original.source + "\nimport os\n").run()
+    at.button(key="rescore").click().run()
+    assert "refused" in texts(at) and "os" in texts(at)
+
+    at.text_area(key=f"plain_{target}").input(original.source + "\nREVIEWED_BY = 'expert'\n").run()
+    at.button(key="rescore").click().run()
+    assert not at.exception
+    compare = at.dataframe[0].value
+    assert list(compare.columns) == ["measure", "saved version", "your edit"]
+    assert compare.set_index("measure").loc["fires", "your edit"] == store.scores([target])[target].fires
+    at.text_input(key="edit_note").input("tagged as reviewed")
+    button(at, "Save as a new version").click().run()
+    assert not at.exception
+    assert "Saved as a new version" in texts(at)
+    children = store.children_of(target)
+    assert len(children) == 1 and children[0].author == "human"
+    assert children[0].id in store.pool_ids() and target not in store.pool_ids()
+    assert at.query_params["annotator"] == children[0].id
+    family = table_with(at, "relation")
+    assert family["relation"].tolist() == ["parent"] and family["name"].tolist() == [original.name]
+    history = table_with(at, "reason")
+    assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "human"
+
+
+# ---- analytics ----------------------------------------------------------------------------------------
+def test_analytics_screen_shows_the_pool_in_numbers_and_plots(home):
+    store = Store.open(home / SEEDED)
+    at = run(SEEDED, "pages/analytics.py")
+    shown = metrics(at)
+    assert shown["Annotators in the pool"] == str(len(store.pool_ids()))
+    assert shown["Rows (dev)"] == "120"
+    assert len(at.get("plotly_chart")) == 6  # coverage, timeline, overlap, conflict, scatter, contributions
+    disputed = at.dataframe[-1].value
+    assert {"text", "disagreement (bits)", "votes HAM", "votes SPAM", "gold"} <= set(disputed.columns)
+    assert (disputed["disagreement (bits)"] > 0).all()
+    assert (disputed["votes HAM"] > 0).all() and (disputed["votes SPAM"] > 0).all()
+
+
+# ---- labels & export ----------------------------------------------------------------------------------
+def test_labels_screen_before_and_after_computing(home):
+    seed(home, "label-me", generations=1)
+    at = run("label-me", "pages/labels.py")
+    assert "No soft labels for this aggregator yet" in texts(at)
+    job = start_labels(home / "label-me", "mv", compare=False)
+    assert job.wait(180) and job.status == "done", job.error
+    at.selectbox(key="aggregator").set_value("mv").run()
+    assert not at.exception
+    saved = load_labels(home / "label-me", "mv")
+    shown = metrics(at)
+    assert shown["Rows labeled"] == f"{int((saved.hard >= 0).sum()):,} / 2,056"
+    assert shown["Aggregator"] == "mv"
+    assert len(at.get("plotly_chart")) == 3
+    table = at.dataframe[-1].value
+    assert len(table) == 25
+    assert {"id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"} <= set(
+        table.columns)
+    assert len(at.get("download_button")) == 4
+    at.multiselect(key="browse_class").set_value(["SPAM"]).run()
+    assert set(at.dataframe[-1].value["label"]) == {"SPAM"}
+    assert isinstance(at.dataframe[-1].value, pd.DataFrame)
+
+
+# ---- safe markdown ------------------------------------------------------------------------------------
+def test_data_text_cannot_become_markup():
+    from studio.queries import escape_md
+
+    nasty = "**bold** :red[x] $x^2$ <b>tag</b> [link](http://e.vil) `code` # head\n- item"
+    out = escape_md(nasty)
+    assert "\n" not in out
+    for i, ch in enumerate(out):
+        if ch in "*:[]$<>`#-()":
+            assert out[i - 1] == "\\", (ch, out[max(0, i - 5): i + 5])
+    assert "http\\:\u200b" not in out and "\u200b" in out  # no bare URL for markdown to auto-link
+
+
+def test_the_words_that_made_it_fire_are_highlighted_and_escaped():
+    from studio.editor import cue_words, highlighted
+
+    source = ("import re\nLABEL = 'SPAM'\nCUES = ('check', 'chan*', 'my')\n"
+              "def annotate(example):\n    return LABEL if 'check' in example['text'] else None\n")
+    words = cue_words(source, {"SPAM", "HAM"})
+    assert words == ["chan*", "check", "my"]
+    assert highlighted("Check *my* channel!", words) == (
+        ":orange-background[**Check**] \\*:orange-background[**my**]\\* :orange-background[**channel**]\\!")
+    assert highlighted("mystery", ["my"]) == "mystery"  # whole words only (a '*' cue matches a prefix)
+
+
+def test_stop_now_asks_first_then_stops_the_run(home):
+    import threading
+
+    from engine.jobs import start_evolve
+
+    seed(home, "stop-me", generations=1)
+    gate = threading.Event()
+
+    class HeldProposer:  # holds the run inside generation 2 until the test lets go
+        name = "held"
+
+        def propose(self, role, context):
+            gate.wait(30)
+            return []
+
+    job = start_evolve(home / "stop-me", 3, proposer=HeldProposer())
+    try:
+        at = run("stop-me", "pages/evolve.py")
+        assert "Generation 2" in texts(at)  # the live panel: which generation is running
+        at.button(key="evolve_stop_now").click().run()
+        assert "Stop now? The unfinished generation is thrown away" in texts(at)
+        assert not job.stop_requested  # nothing happens before the expert confirms
+        at.button(key="yes_stop_now").click().run()
+        assert job.stop_now
+    finally:
+        gate.set()
+    assert job.wait(60) and job.status == "stopped"
+    assert Store.open(home / "stop-me").last_complete_generation() == 1
+
+
+def test_llm_agents_run_from_the_studio_against_an_openai_compatible_endpoint(home):
+    from fake_openai_server import FakeOpenAIServer
+
+    seed(home, "llm-me", generations=0)
+    keyword = ("def annotate(example):\n"
+               "    return 'SPAM' if 'subscribe' in example['text'].lower() else None\n")
+    with FakeOpenAIServer() as server:
+        for _ in range(40):  # every call gets the same annotator; evolve keeps one copy
+            server.reply(f"A subscribe cue.\n\n```python\n{keyword}```\n")
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.query_params["ws"] = "llm-me"
+        at.secrets["OPENAI_API_KEY"] = "sk-test-not-real"
+        at.run()
+        at.switch_page("pages/evolve.py").run()
+        at.radio(key="evolve_agents").set_value("llm").run()
+        at.text_input(key="llm_url").input(server.base_url)
+        at.text_input(key="llm_model").input("scripted-model").run()
+        at.button(key="evolve_start").click().run()
+        assert not at.exception
+        job = REGISTRY.latest(home / "llm-me", "evolve")
+        assert job.params["agents"] == "llm"
+        assert job.wait(120) and job.status == "done", job.error
+    assert server.requests and {r.body["model"] for r in server.requests} == {"scripted-model"}
+    assert server.requests[0].headers["authorization"] == "Bearer sk-test-not-real"
+    store = Store.open(home / "llm-me")
+    written = [a for a in store.annotators() if "subscribe" in a.source]
+    assert len(written) == 1 and written[0].agent == "generator"
+    assert store.last_complete_generation() == 1

@@ -1,6 +1,7 @@
 """Files out: the labeled dataset (with soft labels and provenance), a manifest, and the pool as a .py file."""
 from __future__ import annotations
 
+import io
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,18 +42,26 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
     return out
 
 
+def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    """The labeled frame as the bytes of a CSV, JSONL or Parquet file (for a download button or a file)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    buffer = io.BytesIO()
+    if fmt == "csv":
+        frame.to_csv(buffer, index=False)
+    elif fmt == "jsonl":
+        frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
+    else:
+        frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
 def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) -> Path:
     out = Path(out)
     fmt = (fmt or out.suffix.lstrip(".") or "csv").lower()
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    data = frame_bytes(frame, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "csv":
-        frame.to_csv(out, index=False)
-    elif fmt == "jsonl":
-        frame.to_json(out, orient="records", lines=True, force_ascii=False)
-    else:
-        frame.to_parquet(out, index=False)
+    out.write_bytes(data)
     return out
 
 

@@ -80,7 +80,7 @@ labels_ui.browse(name, store, frame, task.labels)
 st.subheader("Download")
 cols = st.columns(4)
 for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
-    col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: labels_ui.file_bytes(frame, fmt),
+    col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt),
                         file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",
                         icon=":material/download:", key=f"download_{fmt}", type="primary" if fmt == "csv" else
                         "secondary")

@@ -1,8 +1,6 @@
 """Pieces of the Labels & export screen: saved soft labels, their plots' inputs, browsing, and the files out."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -39,17 +37,6 @@ def _frame(name: str, aggregator: str, created_at: str) -> pd.DataFrame:
 def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
     """Every row with its hard label, confidence, per-class probabilities and provenance (the export)."""
     return _frame(name, result.aggregator, result.created_at)
-
-
-def file_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
-    buffer = io.BytesIO()
-    if fmt == "csv":
-        frame.to_csv(buffer, index=False)
-    elif fmt == "jsonl":
-        frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
-    else:
-        frame.to_parquet(buffer, index=False)
-    return buffer.getvalue()
 
 
 def dev_parts(store: Store, result: SavedLabels) -> tuple[np.ndarray, np.ndarray]:

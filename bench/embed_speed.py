@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,6 +54,7 @@ OPTIONS: dict[str, Callable[[], Embedder]] = {
     "minilm-bs16": lambda: MiniLMEmbedder(batch_size=16),
     "minilm-bs64": lambda: MiniLMEmbedder(batch_size=64),
     "minilm-1thread": lambda: MiniLMEmbedder(num_threads=1),
+    "minilm-allthreads": lambda: MiniLMEmbedder(num_threads=torch.get_num_threads()),
     "minilm-bf16": lambda: get_embedder("minilm-bf16"),
     "minilm-int8": lambda: get_embedder("minilm-int8"),
     "static": lambda: get_embedder("static"),
@@ -61,7 +63,8 @@ OPTIONS: dict[str, Callable[[], Embedder]] = {
     "static-128": lambda: StaticEmbedder(dim=128),
     "static-256-sif1e-4": lambda: StaticEmbedder(dim=256, sif=1e-4),
 }
-DEFAULT_OPTIONS = ("st-encode", "minilm", "minilm-bf16", "minilm-int8", "static")
+DEFAULT_OPTIONS = ("st-encode", "minilm-allthreads", "minilm-1thread", "minilm", "minilm-bf16", "minilm-int8",
+                   "static")
 
 
 def machine() -> str:
@@ -93,7 +96,6 @@ def cpu_seconds() -> float:
 
 
 def timed_encode(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
-    embedder.encode(texts[:8])  # load and warm up outside the clock
     wall, cpu = time.perf_counter(), cpu_seconds()
     vectors = embedder.encode(texts)
     return vectors, time.perf_counter() - wall, cpu_seconds() - cpu
@@ -144,53 +146,74 @@ def time_distillation() -> float:
     return seconds
 
 
-def bench_dataset(name: str, options: list[str], n_dev: int, seed: int) -> list[dict]:
+def bench_dataset(name: str, options: list[str], n_dev: int, seed: int, rounds: int) -> list[dict]:
     folder = SHARED / name
     dev_texts, y_dev = load_split(folder, "valid")
-    rng = np.random.default_rng(seed)
-    pick = stratified_sample(y_dev, n_dev, rng)
+    pick = stratified_sample(y_dev, n_dev, np.random.default_rng(seed))
     dev_texts, y_dev = [dev_texts[i] for i in pick], y_dev[pick]
     test_texts, y_test = load_split(folder, "test")
     texts = dev_texts + test_texts
-    rows, reference = [], None
-    for option in ["minilm"] + [o for o in options if o != "minilm"]:  # the reference first
-        vectors, wall, cpu = timed_encode(OPTIONS[option](), texts)
-        vectors = normalise_rows(vectors)
-        reference = vectors if reference is None else reference
-        cos, rank = agreement(vectors, reference, np.random.default_rng(seed))
-        f1 = dev_only_f1(vectors[: len(dev_texts)], y_dev, vectors[len(dev_texts):], y_test)
-        rows.append({"dataset": name, "option": option, "n": len(texts), "dim": vectors.shape[1],
-                     "per_s": len(texts) / wall, "per_cpu_s": len(texts) / cpu, "f1": f1, "cos": cos,
-                     "rank": rank, "load": os.getloadavg()[0]})
-        print(f"{name:9s} {option:18s} {rows[-1]['per_s']:9.1f}/s {rows[-1]['per_cpu_s']:9.1f}/cpu-s "
-              f"F1 {f1:.3f} cos {cos:.4f} rank {rank:.3f} load {rows[-1]['load']:.1f}", flush=True)
-    order = {o: i for i, o in enumerate(options)}
-    return sorted(rows, key=lambda r: order.get(r["option"], -1))
+    options = options if "minilm" in options else ["minilm", *options]  # the float32 reference
+    embedders = {option: OPTIONS[option]() for option in options}
+    for embedder in embedders.values():
+        embedder.encode(texts[:8])  # load models and tables outside the clock
+    timings: dict[str, list[tuple[float, float]]] = {option: [] for option in options}
+    vectors: dict[str, np.ndarray] = {}
+    for _ in range(rounds):  # round-robin: a change in the machine's load hits every option alike
+        for option, embedder in embedders.items():
+            got, wall, cpu = timed_encode(embedder, texts)
+            timings[option].append((len(texts) / wall, len(texts) / cpu))
+            vectors.setdefault(option, normalise_rows(got))
+            print(f"{name} {option}: {len(texts) / wall:.1f}/s, load {os.getloadavg()[0]:.1f}", flush=True)
+    rows = []
+    for option, embedder in embedders.items():
+        cos, rank = agreement(vectors[option], vectors["minilm"], np.random.default_rng(seed))
+        tuner = getattr(embedder, "tuner", None)
+        wall_rates, cpu_rates = np.array(timings[option]).T
+        rows.append({
+            "dataset": name, "option": option, "n": len(texts), "dim": vectors[option].shape[1],
+            "threads": "/".join(map(str, tuner.choices)) + f" → {tuner.best}" if tuner else "",
+            "per_s": float(np.median(wall_rates)), "min_s": wall_rates.min(), "max_s": wall_rates.max(),
+            "per_cpu_s": float(np.median(cpu_rates)), "cos": cos, "rank": rank,
+            "f1": dev_only_f1(vectors[option][:len(dev_texts)], y_dev, vectors[option][len(dev_texts):],
+                              y_test),
+        })
+        print(table_row(rows[-1]), flush=True)
+    return rows
+
+
+HEADER = ("| dataset | option | threads | dim | sent/s (wall) | sent/CPU-s | test macro-F1 | cos vs MiniLM "
+          "| sim-rank vs MiniLM |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def table_row(r: dict) -> str:
+    cos = "–" if np.isnan(r["cos"]) else f"{r['cos']:.4f}"
+    spread = f" ({r['min_s']:.0f}–{r['max_s']:.0f})" if r["max_s"] > r["min_s"] else ""
+    return (f"| {r['dataset']} | {r['option']} | {r['threads']} | {r['dim']} | {r['per_s']:.1f}{spread} | "
+            f"{r['per_cpu_s']:.1f} | {r['f1']:.3f} | {cos} | {r['rank']:.3f} |")
 
 
 def markdown(rows: list[dict], distill_s: float | None, args: argparse.Namespace, started: str) -> str:
-    import torch
-
+    sizes = ", ".join(f"{d} {n}" for d, n in dict((r["dataset"], r["n"]) for r in rows).items())
     lines = [
         "# Embedding speed and quality", "",
-        f"Run {started} on {machine()}; torch {torch.__version__} with {torch.get_num_threads()} threads; "
-        f"load average at the end {os.getloadavg()[0]:.1f}. The CPU is shared with other engineers' jobs, so "
-        "wall-clock rates are noisy: compare options within a run, and prefer the per-CPU-second column.",
+        f"Run {started} on {machine()}; torch {torch.__version__}, default {torch.get_num_threads()} "
+        f"threads; 1-minute load average {args.load_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end. The CPU is shared with other engineers' "
+        "jobs, so wall-clock rates are noisy: compare options within a run, and read sent/CPU-s too.",
         "",
         f"Command: `python bench/embed_speed.py --datasets {' '.join(args.datasets)} --options "
-        f"{' '.join(args.options)} --dev {args.dev} --seed {args.seed}`", "",
-        f"Texts: {args.dev} stratified dev rows (valid.json) + all test rows. F1: test macro-F1 of a "
-        "logistic regression fitted on the dev rows' embeddings only. cos: mean cosine to the float32 MiniLM "
-        "vector of the same text. sim-rank: Spearman correlation of pair similarities with the float32 "
-        "MiniLM.", "",
-        "| dataset | option | dim | texts | sent/s (wall) | sent/CPU-s | test macro-F1 | cos vs MiniLM | "
-        "sim-rank vs MiniLM | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"{' '.join(args.options)} --dev {args.dev} --seed {args.seed} --rounds {args.rounds}`", "",
+        f"Texts per option ({sizes}): {args.dev} stratified dev rows (valid.json) + all test rows. "
+        f"Each option encodes them {args.rounds} times, options taking turns; rates are medians (range in "
+        "brackets). threads: torch threads tried → used at the end. F1: test macro-F1 of a logistic "
+        "regression fitted on the dev rows' embeddings only (C by 5-fold CV on dev). cos: mean cosine to the "
+        "float32 MiniLM vector of the same text. sim-rank: Spearman correlation of 20,000 pair similarities "
+        "with the float32 MiniLM.",
+        "",
+        HEADER,
     ]
-    for r in rows:
-        cos = "–" if np.isnan(r["cos"]) else f"{r['cos']:.4f}"
-        lines.append(f"| {r['dataset']} | {r['option']} | {r['dim']} | {r['n']} | {r['per_s']:.1f} | "
-                     f"{r['per_cpu_s']:.1f} | {r['f1']:.3f} | {cos} | {r['rank']:.3f} | {r['load']:.1f} |")
+    lines += [table_row(r) for r in rows]
     if distill_s is not None:
         lines += ["", "Distilling the static table (30k vocabulary tokens through MiniLM, PCA, SIF weights): "
                       f"{distill_s:.1f} s, once per machine (cached under the user cache dir)."]
@@ -204,19 +227,24 @@ def main() -> None:
     parser.add_argument("--options", nargs="+", default=list(DEFAULT_OPTIONS), choices=sorted(OPTIONS))
     parser.add_argument("--dev", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=2, help="timed encodes per option, taking turns")
+    parser.add_argument("--append", action="store_true", help="add this run to --out instead of replacing it")
     parser.add_argument("--no-distill", action="store_true", help="skip timing the table distillation")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "embed_speed.md")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no shared data at {SHARED}")
-    started = datetime.now().strftime("%Y-%m-%d %H:%M")
+    started, args.load_start = datetime.now().strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     distill_s = None if args.no_distill else time_distillation()
     if distill_s is not None:
         print(f"static table distilled in {distill_s:.1f} s", flush=True)
-    rows = [r for name in args.datasets for r in bench_dataset(name, args.options, args.dev, args.seed)]
+    rows = [r for name in args.datasets
+            for r in bench_dataset(name, args.options, args.dev, args.seed, args.rounds)]
     text = markdown(rows, distill_s, args, started)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.append and args.out.is_file():
+        text = args.out.read_text() + "\n" + text.replace("# Embedding speed and quality", "## Re-run", 1)
     args.out.write_text(text)
 
 

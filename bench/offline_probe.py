@@ -34,7 +34,7 @@ def load(name: str, dev_size: int, seed: int) -> tuple[Task, dict[str, list[Exam
     """The dataset split the way `evopool` imports it."""
     frame, labels = read_wrench(DATA / name)
     clean, labels, _ = validate(frame, IngestOptions(), labels)
-    gold = dict(zip(clean["id"], clean["label"]))
+    gold = dict(zip(clean["id"], clean["label"], strict=False))
     clean, _ = assign_splits(clean, dev_size, seed)
     fields = tuple(sorted({k for f in clean["fields"] for k in f}))
     task = Task(name=name, labels=labels, fields=fields)
@@ -70,9 +70,12 @@ def run_votes(source: str, inputs: list[dict], labels: tuple[str, ...]) -> tuple
 
 
 def probe(name: str, generations: int, seed: int, dev_size: int, pool_sample: int, per_role: int,
-          verbose: bool, dump: str = "") -> dict[str, float]:
+          verbose: bool, dump: str = "", pool_order: int = -1) -> dict[str, float]:
     started = time.monotonic()
     task, splits = load(name, dev_size, seed)
+    if pool_order >= 0:  # another pool-row order: how much the result depends on which rows are sampled
+        order = np.random.default_rng(pool_order).permutation(len(splits["pool"]))
+        splits["pool"] = [splits["pool"][i] for i in order]
     dev_inputs = [ex.as_input() for ex in splits["dev"]]
     y_dev = np.array([ex.label for ex in splits["dev"]], dtype=np.int64)
     k = len(task.labels)
@@ -116,6 +119,14 @@ def probe(name: str, generations: int, seed: int, dev_size: int, pool_sample: in
             for d in outcome.decisions:
                 if d.verdict == "accept" and d.annotator_id not in context.scores:
                     print(f"   + [{by_id[d.annotator_id].agent}] {by_id[d.annotator_id].name}")
+    pool_rows = [ex.as_input() for ex in splits["pool"][:3000]]
+    pool_cov = np.zeros(len(pool_rows), dtype=bool)
+    for a in pool:
+        pool_cov |= run_votes(a.source, pool_rows, task.labels)[0] != ABSTAIN
+    print(f"unlabeled pool coverage (first {len(pool_rows)} rows): {pool_cov.mean():.3f}")
+    if verbose and pool_rows:
+        for i in np.flatnonzero(~pool_cov)[:15]:
+            print("   uncovered:", pool_rows[i]["text"][:150])
     if dump:
         Path(dump).write_text(json.dumps([{"id": a.id, "name": a.name, "agent": a.agent, "source": a.source}
                                           for a in pool], indent=1))
@@ -127,15 +138,15 @@ def probe(name: str, generations: int, seed: int, dev_size: int, pool_sample: in
         print(f"shadow (valid minus dev, n={len(y_sh)}): MV macro-F1 {pool_macro_f1(sh_matrix, y_sh, k):.3f}")
         if verbose:
             per_class = per_class_f1(y_sh, majority_vote(sh_matrix, k), k)
-            print("   shadow per-class F1: " + "  ".join(f"{lab} {f:.2f}" for lab, f in zip(task.labels, per_class)))
+            print("   shadow per-class F1: " + "  ".join(f"{lab} {f:.2f}" for lab, f in zip(task.labels, per_class, strict=False)))
             pred = majority_vote(sh_matrix, k)
             confusion = np.zeros((k, k + 1), dtype=int)
             np.add.at(confusion, (y_sh, np.where(pred < 0, k, pred)), 1)
             print("   shadow confusion (rows gold, last column = no vote):")
-            for lab, row in zip(task.labels, confusion):
+            for lab, row in zip(task.labels, confusion, strict=False):
                 print(f"   {lab[:12]:>12s} " + " ".join(f"{c:4d}" for c in row))
             margins = marginal_contributions(sh_matrix, y_sh, k)
-            for a, v, m in zip(pool, sh_votes, margins):
+            for a, v, m in zip(pool, sh_votes, margins, strict=False):
                 sc, ss = scores[a.id], score_annotator(a.id, v, y_sh)
                 print(f"   dev {sc.precision:.2f}/{sc.fires:3d}  shadow {ss.precision:.2f}/{ss.fires:3d} {m:+.3f}  "
                       f"[{a.agent[:3]}] {a.name}")
@@ -144,6 +155,9 @@ def probe(name: str, generations: int, seed: int, dev_size: int, pool_sample: in
     test_matrix = np.column_stack([run_votes(a.source, test_inputs, task.labels)[0] for a in pool]) \
         if pool else np.zeros((len(y_test), 0), int)
     dev_matrix = np.column_stack([dev_votes[a.id] for a in pool]) if pool else np.zeros((len(y_dev), 0), int)
+    if verbose:
+        per_class = per_class_f1(y_test, majority_vote(test_matrix, k), k)
+        print("test per-class F1: " + "  ".join(f"{lab} {f:.2f}" for lab, f in zip(task.labels, per_class, strict=False)))
     result = {
         "dev_macro_f1": pool_macro_f1(dev_matrix, y_dev, k),
         "test_macro_f1": pool_macro_f1(test_matrix, y_test, k),
@@ -168,10 +182,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-role", type=int, default=12)
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--dump", default="", help="write the final pool (JSON) here")
+    parser.add_argument("--pool-order", type=int, default=-1, help="shuffle pool rows with this seed first")
     args = parser.parse_args(argv)
     for name in args.datasets:
         probe(name, args.generations, args.seed, args.dev_size, args.pool_sample, args.per_role, args.verbose,
-              args.dump)
+              args.dump, args.pool_order)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 
 from engine import embed_minilm, embed_static
 from engine.embed import embed_split, embed_texts, get_embedder, text_hash
-from engine.embed_minilm import MiniLMEmbedder, length_batches
+from engine.embed_minilm import MiniLMEmbedder, ThreadTuner, length_batches
 from engine.embed_static import StaticEmbedder
 from engine.store import Store
 
@@ -81,6 +82,23 @@ def test_length_batches_go_longest_first_within_size_and_token_budget():
     assert [b.tolist() for b in batches] == [[5], [1, 3], [2, 4], [0]]
 
 
+def test_thread_tuner_probes_alternately_then_keeps_the_faster_choice():
+    tuner = ThreadTuner((2, 1), probes=2, every=6)
+    picked = []
+    for batch in range(10):
+        # tokens per second of each choice: busy machine first (one thread wins), idle from batch 6 on
+        speed = {2: 100.0, 1: 150.0} if batch < 6 else {2: 300.0, 1: 150.0}
+        threads = tuner.pick()
+        picked.append(threads)
+        tokens = 1000 - 50 * batch  # length-sorted batches shrink
+        tuner.record(threads, tokens, tokens / speed[threads])
+        if batch == 5:
+            assert tuner.best == 1
+    assert picked == [2, 1, 2, 1, 1, 1, 2, 1, 2, 1]  # probe, use the best, probe again every 6 batches
+    assert tuner.best == 2 and tuner.pick() == 2
+    assert ThreadTuner((1, 1)).choices == (1,) and ThreadTuner((1,)).pick() == 1
+
+
 def test_second_call_is_served_from_the_workspace(store, minilm):
     counting = CountingEmbedder(minilm)
     first = embed_texts(store, [CAT, MARKET, KITTEN], counting)
@@ -136,7 +154,7 @@ def test_empty_input_and_unknown_name(store, minilm):
 
 
 @pytest.fixture(scope="module")
-def tiny_static(tmp_path_factory) -> StaticEmbedder:
+def tiny_static(tmp_path_factory) -> Iterator[StaticEmbedder]:
     """A static table over the 3,000 most frequent tokens, distilled into a temp cache dir (seconds)."""
     cache = tmp_path_factory.mktemp("evopool-cache")
     before = os.environ.get("EVOPOOL_CACHE_DIR")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from itertools import pairwise
 from typing import Any, Sequence
 
 import numpy as np
@@ -111,7 +112,7 @@ class ViewIndex:
     def _build(self, view: str, with_prefixes: bool) -> None:
         rows_words = [t.split() for t in self.texts[view]]
         vocab = sorted({w for ws in rows_words for w in ws})
-        phrases = sorted({f"{a} {b}" for ws in rows_words for a, b in zip(ws, ws[1:])})
+        phrases = sorted({f"{a} {b}" for ws in rows_words for a, b in pairwise(ws)})
         prefixes = sorted({s for w in vocab for s in stems(w)}) if with_prefixes else []
         endings = sorted({e for w in vocab for e in word_endings(w)}) \
             if with_prefixes and view in SUFFIX_VIEWS else []
@@ -120,7 +121,7 @@ class ViewIndex:
         r_idx: list[int] = []
         c_idx: list[int] = []
         for r, ws in enumerate(rows_words):
-            feats = {col[w] for w in ws} | {col[f"{a} {b}"] for a, b in zip(ws, ws[1:])}
+            feats = {col[w] for w in ws} | {col[f"{a} {b}"] for a, b in pairwise(ws)}
             r_idx.extend([r] * len(feats))
             c_idx.extend(feats)
         full = sparse.csr_matrix(

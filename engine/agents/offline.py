@@ -8,6 +8,7 @@ Every role previews the gate in-process (offline_select) and sends only candidat
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,8 +21,7 @@ from engine.agents.templates import parse_spec, render
 from engine.types import ABSTAIN, AGENT_ROLES, Candidate, code_hash
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}
-import os
-MIN_PRECISION = {r: float(os.environ.get("OP_MINP", v)) for r, v in {"generator": 0.30, "improver": 0.25, "refiner": 0.25}.items()}
+MIN_PRECISION = {"generator": 0.30, "improver": 0.25, "refiner": 0.25}  # the gate's floors per role
 
 
 class OfflineProposer:
@@ -29,9 +29,11 @@ class OfflineProposer:
 
     name = "offline"
 
-    def __init__(self, max_candidates_per_role: int = 12, pool_rows: int = 4000, min_fires: int = 5):
+    def __init__(self, max_candidates_per_role: int = 12, pool_rows: int = 4000, min_fires: int = 5,
+                 select: SelectConfig | None = None):
         self.max_candidates_per_role = max_candidates_per_role
-        self.pool_rows = pool_rows
+        self.pool_rows = pool_rows  # pool-sample rows read for word statistics and coverage
+        self.select = select or SelectConfig()
         self.min_fires = min_fires
         self._cache: dict[tuple, OfflineWorkspace] = {}
 
@@ -42,25 +44,24 @@ class OfflineProposer:
             return []
         rng = np.random.default_rng(context.seed + context.generation + ROLE_OFFSET[role])
         ws = self._workspace(context)
-        config = SelectConfig(min_fires=self.min_fires, min_precision=MIN_PRECISION[role],
-                              max_picks=self.max_candidates_per_role,
-                              min_gain=float(os.environ.get("OP_GAIN", 0.003)),
-                              pair_width=int(os.environ.get("OP_PAIRW", 8)),
-                              shortlist=int(os.environ.get("OP_SHORT", 400)),
-                              coverage_weight=float(os.environ.get("OP_COVW", 0.3)))
+        config = replace(self.select, min_fires=self.min_fires, min_precision=MIN_PRECISION[role],
+                         max_picks=self.max_candidates_per_role)
+        if role == "refiner":  # a widened member earns its place by reach more than by dev gain
+            config = replace(config, min_gain=config.min_gain / 3, min_reach=config.min_reach / 2)
         if role == "generator":
             proposals = roles.generator_proposals(ws, rng, config.min_precision)
         elif role == "improver":
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision)
         else:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
-        known = {a.id for a in context.annotators} | set(context.excluded_ids)
+        known = {a.id for a in context.annotators} | set(context.excluded_ids)  # in the pool, or human-rejected
         proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
-        base = vote_counts(_valid_votes(context), ws.n_classes, len(ws.y))
-        taken = [context.dev_votes[:, j] != ABSTAIN for j in range(context.dev_votes.shape[1])] \
-            if context.dev_votes.ndim == 2 else []
+        votes = _valid_votes(context)
+        base = vote_counts(votes, ws.n_classes, len(ws.y))
+        taken = [(votes[:, j] != ABSTAIN, _voted_class(votes[:, j])) for j in range(votes.shape[1])]
         picks = greedy_select(proposals, ws.y, ws.n_classes, base, taken, config,
-                              pool_covered=_pool_coverage(ws, context), pool_mask_of=lambda p: ws.fires(p.spec, "pool"))
+                              pool_covered=_pool_coverage(ws, context),
+                              pool_mask_of=lambda p: ws.fires(p.spec, "pool"))
         return [_candidate(p, role) for p in picks]
 
     def _workspace(self, context: ProposalContext) -> OfflineWorkspace:
@@ -68,7 +69,7 @@ class OfflineProposer:
         key = (context.task.name, context.task.labels, tuple(ex.id for ex in context.dev),
                tuple(ex.id for ex in context.pool_sample[: self.pool_rows]))
         if key not in self._cache:
-            views = tuple(v for v in task_views(_fields(context)) if v not in os.environ.get("OP_NOVIEW", "").split(","))
+            views = task_views(_fields(context))
             dev_inputs = [ex.as_input() for ex in context.dev]
             pool_inputs = [ex.as_input() for ex in context.pool_sample[: self.pool_rows]]
             self._cache = {key: build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views)}
@@ -99,6 +100,11 @@ def _valid_votes(context: ProposalContext) -> np.ndarray:
     if votes.ndim != 2 or votes.shape[0] != len(context.dev):
         return np.zeros((len(context.dev), 0), dtype=np.int64)
     return votes
+
+
+def _voted_class(column: np.ndarray) -> int:
+    fired = column[column != ABSTAIN]
+    return int(np.bincount(fired).argmax()) if fired.size else ABSTAIN
 
 
 def _hash(source: str) -> str:

@@ -5,7 +5,7 @@ Works on an `OfflineWorkspace` (the dev and pool-sample indexes built once per p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -168,12 +168,42 @@ def bank_from(ws: OfflineWorkspace, label: int, view: str, ranked: list[Proposal
             continue
         cues += list(p.spec.cues)
         fired = merged
-    if len(cues) < 2:
+    if len(cues) < 2 or not ws.trustworthy(view, cues, int(fired.sum())):
         return None
     spec = AnnotatorSpec("cue", ws.task.labels[label], view, tuple(cues))
     correct = int(np.count_nonzero(fired & (ws.y == label)))
     prior = (float(np.mean(ws.y[fired] == label)) - ws.class_prior[label]) * np.sqrt(correct)
     return Proposal(spec, label, fired, prior=float(prior), note="bank")
+
+
+def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int = 40) -> list[Proposal]:
+    """Cue annotators plus an `unless` word (often a negation) that vetoes most of their wrong votes."""
+    matrix = ws.dev.matrix["sentence"]
+    cues = ws.dev.cues["sentence"]
+    too_short = np.array([len(c.strip("*")) < 2 for c in cues], dtype=bool)  # one-letter vetoes are noise
+    out: list[Proposal] = []
+    ranked = sorted((p for p in proposals if p.spec.kind == "cue" and not p.spec.unless), key=lambda p: -p.prior)
+    for p in ranked[:top]:
+        right = p.fired & (ws.y == p.label)
+        wrong = p.fired & (ws.y != p.label)
+        if wrong.sum() < 2:
+            continue
+        vetoed_wrong = np.asarray(matrix[wrong].sum(axis=0)).ravel()
+        vetoed_right = np.asarray(matrix[right].sum(axis=0)).ravel()
+        gain = vetoed_wrong - 2.0 * vetoed_right
+        gain[(vetoed_wrong < 2) | (3 * vetoed_right > vetoed_wrong) | too_short] = -np.inf
+        j = int(np.argmax(gain))
+        if not np.isfinite(gain[j]) or gain[j] <= 0 or cues[j] in p.spec.cues:
+            continue
+        fired = p.fired & ~ws.dev.fires("sentence", [cues[j]])
+        correct = int(np.count_nonzero(fired & (ws.y == p.label)))
+        if fired.sum() == 0:
+            continue
+        precision = correct / int(fired.sum())
+        prior = (precision - ws.class_prior[p.label]) * np.sqrt(correct)
+        spec = replace(p.spec, unless=(cues[j],))
+        out.append(Proposal(spec, p.label, fired, prior=float(prior), note=f"vetoed by '{cues[j]}'"))
+    return out
 
 
 def surface_proposals(ws: OfflineWorkspace, min_precision: float = 0.3, min_fires: int = 5) -> list[Proposal]:

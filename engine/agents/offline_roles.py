@@ -9,7 +9,13 @@ import numpy as np
 from engine.agents import offline_surface as surface
 from engine.agents.base import ProposalContext
 from engine.agents.mining import stems
-from engine.agents.offline_mine import OfflineWorkspace, cue_proposals, keyword_banks, surface_proposals
+from engine.agents.offline_mine import (
+    OfflineWorkspace,
+    cue_proposals,
+    exception_variants,
+    keyword_banks,
+    surface_proposals,
+)
 from engine.agents.offline_select import Proposal, class_f1, predictions, vote_counts
 from engine.agents.templates import AnnotatorSpec, parse_spec
 
@@ -28,33 +34,26 @@ def _jitter(proposals: list[Proposal], rng: np.random.Generator, scale: float = 
 def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator, min_precision: float) -> list[Proposal]:
     singles = cue_proposals(ws, min_precision=min_precision)
     banks = keyword_banks(ws, singles, min_precision=min_precision)
-    return _jitter(singles + banks + surface_proposals(ws, min_precision=min_precision), rng)
+    vetoed = exception_variants(ws, singles + banks)
+    return _jitter(singles + banks + vetoed + surface_proposals(ws, min_precision=min_precision), rng)
 
 
-def pool_predictions(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
+def _votes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
     votes = np.asarray(context.dev_votes, dtype=np.int64)
     if votes.ndim != 2 or votes.shape[0] != len(ws.y):
         votes = np.zeros((len(ws.y), 0), dtype=np.int64)
-    return predictions(vote_counts(votes, ws.n_classes, len(ws.y)))
-
-
-def weak_classes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
-    """Class ids whose pool majority-vote F1 on dev is below WEAK_F1 (and that occur in dev)."""
-    f1 = class_f1(ws.y, pool_predictions(ws, context), ws.n_classes)
-    present = np.bincount(ws.y, minlength=ws.n_classes) > 0
-    return np.flatnonzero((f1 < WEAK_F1) & present)
+    return votes
 
 
 def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.random.Generator,
                        min_precision: float) -> list[Proposal]:
     """Cues mined on the rows the pool leaves uncovered, disputes or gets wrong, boosted for weak classes."""
-    n = len(ws.y)
-    focus = np.zeros(n, dtype=bool)
+    pred = predictions(vote_counts(_votes(ws, context), ws.n_classes, len(ws.y)))
+    focus = np.zeros(len(ws.y), dtype=bool)
     focus[context.uncovered_dev()] = True
-    conflicts = context.conflicting_dev() if context.dev_votes.size else np.array([], dtype=np.int64)
-    focus[conflicts] = True
-    pred = pool_predictions(ws, context)
-    weak = weak_classes(ws, context)
+    focus[context.conflicting_dev()] = True
+    f1 = class_f1(ws.y, pred, ws.n_classes)
+    weak = np.flatnonzero((f1 < WEAK_F1) & (np.bincount(ws.y, minlength=ws.n_classes) > 0))
     focus |= np.isin(ws.y, weak) & (pred != ws.y)
     if not focus.any():
         return []
@@ -137,6 +136,10 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
                            | {c for c in spec.cues}, key=len))
     if stemmed != spec.cues and len(stemmed) <= 10:
         out.append((replace(spec, cues=_dedupe_prefixes(stemmed)), "word stems instead of exact words"))
+    company = cooccurring_words(ws, spec)
+    if company:
+        out.append((replace(spec, cues=spec.cues + company), f"added words it keeps company with in the pool: "
+                    f"{', '.join(company)}"))
     base = ws.fires(spec)
     extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.y[base] == label)))
                           if base.any() else min_precision, per_class=15, classes=[label])
@@ -151,6 +154,34 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
             if len(grown) > len(spec.cues):
                 out.append((replace(spec, cues=tuple(grown)), f"added cues {', '.join(grown[len(spec.cues):])}"))
     return out
+
+
+def cooccurring_words(ws: OfflineWorkspace, spec: AnnotatorSpec, limit: int = 3,
+                      min_together: int = 3, min_share: float = 0.3) -> tuple[str, ...]:
+    """Words of the same view that, in the unlabeled pool sample, mostly appear where the spec's cues do."""
+    if ws.pool is None or spec.view not in ws.pool.views:
+        return ()
+    hits = ws.fires(spec, "pool")
+    if hits.sum() < min_together:
+        return ()
+    matrix = ws.pool.matrix[spec.view]
+    together = np.asarray(matrix[hits].sum(axis=0)).ravel()
+    total = np.asarray(matrix.sum(axis=0)).ravel()
+    share = together / np.maximum(total, 1)
+    cues = ws.pool.cues[spec.view]
+    order = np.argsort(-(share * np.sqrt(together)))
+    known = ws.pool.fires(spec.view, spec.cues)
+    out: list[str] = []
+    for j in order:
+        if share[j] < min_share or len(out) >= limit:
+            break
+        word = cues[j]
+        if together[j] < min_together or " " in word or len(word) < 3 or word.isdigit():
+            continue
+        if known[matrix[:, j].indices].all():  # the spec already fires wherever the word occurs
+            continue
+        out.append(word)
+    return tuple(out)
 
 
 def _dedupe_prefixes(cues: tuple[str, ...]) -> tuple[str, ...]:

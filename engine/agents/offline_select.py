@@ -75,67 +75,92 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 class SelectConfig:
     min_fires: int = 5
     min_precision: float = 0.30
-    max_jaccard: float = 0.95
-    min_gain: float = 0.0015  # a little above the gate's 0.001, to leave room for sandbox differences
+    max_jaccard: float = 0.95  # the gate's near-duplicate limit
+    min_gain: float = 0.003  # well above the gate's 0.001: a pick should fix more than one dev row
     max_picks: int = 12
     shortlist: int = 400  # candidates scored per greedy step (highest prior first)
     pair_lookahead: bool = True  # also try same-class pairs (a rare class often needs two votes to win)
     pair_width: int = 8  # top candidates per class considered for pairs
-    coverage_weight: float = 0.5  # value of newly covering the whole pool sample at precision 1.0
+    coverage_weight: float = 0.3  # value of newly covering the whole pool sample at precision 1.0
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
+    min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
+
+
+class _Taken:
+    """Fired masks (and voted class) of the pool plus the picks so far, for fast overlap checks."""
+
+    def __init__(self, taken: list[tuple[np.ndarray, int]], n_rows: int):
+        self.masks = np.zeros((0, n_rows), dtype=np.float32)
+        self.labels = np.zeros(0, dtype=np.int64)
+        for mask, label in taken:
+            self.add(mask, label)
+
+    def add(self, mask: np.ndarray, label: int) -> None:
+        self.masks = np.vstack([self.masks, mask.astype(np.float32)[None, :]])
+        self.labels = np.append(self.labels, label)
+
+    def too_close(self, mask: np.ndarray, max_jaccard: float) -> bool:
+        """A near duplicate of a member, as the gate's diversity check would see it."""
+        if not self.masks.shape[0]:
+            return False
+        inter = self.masks @ mask.astype(np.float32)
+        union = self.masks.sum(axis=1) + mask.sum() - inter
+        jacc = np.divide(inter, union, out=np.ones_like(inter), where=union > 0)
+        return bool(jacc.max() > max_jaccard)
 
 
 def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base_counts: np.ndarray,
-                  taken: list[np.ndarray], config: SelectConfig,
+                  taken: list[tuple[np.ndarray, int]], config: SelectConfig,
                   pool_covered: np.ndarray | None = None,
                   pool_mask_of: Callable[[Proposal], np.ndarray] | None = None) -> list[Proposal]:
     """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
     pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
 
-    `taken` holds the fired masks of the current pool; a pick is skipped when its fired set is a near
-    duplicate of one of them or of an earlier pick, as the gate's diversity check would do.
+    `taken` holds (fired mask, voted class) of the current pool members; a candidate is skipped when it
+    nearly duplicates a member or an earlier pick, as the gate's diversity check would do.
     """
     viable = [p for p in proposals if _viable(p, y, config)]
     viable.sort(key=lambda p: -p.prior)
     viable = viable[: config.shortlist]
     counts = base_counts.copy()
     current = macro_f1(y, predictions(counts), n_classes)
-    masks = list(taken)
+    members = _Taken(taken, len(y))
     picks: list[Proposal] = []
     use_pool = pool_covered is not None and pool_mask_of is not None and pool_covered.size > 0
     covered = pool_covered.copy() if use_pool else None
     while viable and len(picks) < config.max_picks:
-        best, best_gain, best_score = -1, config.min_gain, config.min_gain
+        viable = [p for p in viable if not members.too_close(p.fired, config.max_jaccard)]
+        best, best_gain, best_score = -1, 0.0, -np.inf
         for i, p in enumerate(viable):
             counts[p.fired, p.label] += 1
             gain = macro_f1(y, predictions(counts), n_classes) - current
             counts[p.fired, p.label] -= 1
-            score = gain
+            reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
                 if p.pool_fired is None:
                     p.pool_fired = pool_mask_of(p)
-                fresh = np.count_nonzero(p.pool_fired & ~covered) / covered.size
-                score += config.coverage_weight * p.stats["precision"] * fresh
+                reach = p.stats["precision"] * np.count_nonzero(p.pool_fired & ~covered) / covered.size
+            if gain <= config.min_gain and reach < config.min_reach:
+                continue
+            score = gain + config.coverage_weight * reach
             if score > best_score + 1e-12:
                 best, best_gain, best_score = i, gain, score
         chosen_set = [best] if best >= 0 else []
         if config.pair_lookahead and len(picks) + 2 <= config.max_picks:
             pair, pair_gain = _best_pair(viable, y, n_classes, counts, current, config)
-            if pair and pair_gain > max(best_score, config.min_gain) * 2:
+            if pair and pair_gain > max(best_score, config.min_gain, 0.0) * 2:
                 chosen_set, best_gain = list(pair), pair_gain
         if not chosen_set:
             break
         chosen = [viable[i] for i in chosen_set]
         for i in sorted(chosen_set, reverse=True):
             viable.pop(i)
-        if any(jaccard(c.fired, m) > config.max_jaccard for c in chosen for m in masks):
-            continue
         for c in chosen:
             if use_pool:
                 covered |= c.pool_fired if c.pool_fired is not None else pool_mask_of(c)
             counts[c.fired, c.label] += 1
             c.stats["gain"] = round(best_gain / len(chosen), 4)
-            masks.append(c.fired)
+            members.add(c.fired, c.label)
             picks.append(c)
         current = macro_f1(y, predictions(counts), n_classes)
     return picks

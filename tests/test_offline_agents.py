@@ -1,0 +1,281 @@
+"""The offline proposer: valid, deterministic, readable annotators; roles that do what they say.
+
+The emitted code is executed directly here because it is the proposer's own generated code and the test
+needs its votes; production runs always go through engine.sandbox.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.agents.base import ProposalContext
+from engine.agents.mining import ViewIndex, view_text
+from engine.agents.offline import OfflineProposer
+from engine.agents.offline_mine import build_workspace
+from engine.agents.offline_surface import MEASURES
+from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.code import ALLOWED_IMPORTS, check_source, make_annotator
+from engine.score import score_annotator
+from engine.types import ABSTAIN, Annotator, Candidate, Example, Task
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+SPAM = ["win a free prize now", "free entry call now to win", "claim your prize at www.win.com",
+        "urgent call 0800123456 to claim", "free ringtones text WIN to 80086", "you have won a free holiday",
+        "congratulations you won cash prize", "call now for free minutes", "win cash now text 88888",
+        "free prize draw click http://x.co"]
+HAM = ["see you at lunch tomorrow", "i love you mum", "are we still meeting for lunch", "ok see you soon",
+       "sorry i am late home soon", "can you pick up milk", "lunch at noon then", "love the pictures thanks",
+       "i will be home for dinner", "what time is the movie tonight"]
+
+
+def _rows(texts: list[str], label: int | None, split: str, prefix: str) -> list[Example]:
+    return [Example(f"{prefix}{i}", t, split, label) for i, t in enumerate(texts)]
+
+
+def _spam_task() -> Task:
+    return Task(name="sms-tiny", labels=("ham", "spam"))
+
+
+def _spam_dev() -> tuple[Example, ...]:
+    spam = [f"{t} {w}" for w in ("", "today", "!!") for t in SPAM]
+    ham = [f"{t} {w}" for w in ("", "today", "x") for t in HAM]
+    return tuple(_rows(ham, 0, "dev", "h") + _rows(spam, 1, "dev", "s"))
+
+
+def _context(task: Task, dev: tuple[Example, ...], pool: list[Annotator] = (), seed: int = 0,
+             generation: int = 1) -> ProposalContext:
+    pool = list(pool)
+    inputs = [ex.as_input() for ex in dev]
+    y = np.array([ex.label for ex in dev])
+    votes = np.column_stack([_votes(a.source, inputs, task.labels) for a in pool]) if pool \
+        else np.zeros((len(dev), 0), dtype=np.int64)
+    scores = {a.id: score_annotator(a.id, votes[:, j], y) for j, a in enumerate(pool)}
+    unlabeled = tuple(Example(f"p{i}", ex.text, "pool", None, dict(ex.fields)) for i, ex in enumerate(dev))
+    return ProposalContext(task=task, dev=dev, pool_sample=unlabeled, annotators=tuple(pool), scores=scores,
+                           dev_votes=votes, generation=generation, seed=seed)
+
+
+def _annotate_fn(source: str):
+    namespace: dict = {}
+    exec(compile(source, "<annotator>", "exec"), namespace)  # own generated code; the product uses the sandbox
+    return namespace["annotate"]
+
+
+def _votes(source: str, inputs: list[dict], labels: tuple[str, ...]) -> np.ndarray:
+    annotate = _annotate_fn(source)
+    out = [annotate(ex) for ex in inputs]
+    assert all(o is None or o in labels for o in out), f"invalid label in {set(out)}"
+    return np.array([ABSTAIN if o is None else labels.index(o) for o in out], dtype=np.int64)
+
+
+def _imports(source: str) -> set[str]:
+    tree = ast.parse(source)
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+
+
+def _check_candidates(cands: list[Candidate], task: Task, inputs: list[dict]) -> None:
+    for c in cands:
+        check_source(c.source)  # parses, allowed imports, no dunders / eval / open ...
+        assert _imports(c.source) <= ALLOWED_IMPORTS
+        tree = ast.parse(c.source)
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "annotate")
+        assert ast.get_docstring(fn), "annotate needs a one-line docstring"
+        assert ast.get_docstring(tree), "the module says what the annotator does"
+        votes = _votes(c.source, inputs, task.labels)
+        assert (votes != ABSTAIN).any()
+        annotate = _annotate_fn(c.source)
+        for broken in ({}, {"text": None}, {"text": "x", "span1": None, "span2": [1]}, {"text": 3}):
+            assert annotate(broken) in (None, *task.labels)
+
+
+def test_generator_emits_valid_readable_annotators():
+    task, dev = _spam_task(), _spam_dev()
+    cands = OfflineProposer().propose("generator", _context(task, dev))
+    assert cands and all(c.agent == "generator" and c.name and c.rationale for c in cands)
+    _check_candidates(cands, task, [ex.as_input() for ex in dev])
+    y = np.array([ex.label for ex in dev])
+    best = _votes(cands[0].source, [ex.as_input() for ex in dev], task.labels)
+    assert score_annotator("a", best, y).precision >= 0.8  # the first pick is a strong cue on this toy set
+
+
+def test_same_seed_same_sources_and_new_seed_runs():
+    task, dev = _spam_task(), _spam_dev()
+    for role in ("generator", "improver", "refiner"):
+        a = [c.source for c in OfflineProposer().propose(role, _context(task, dev, seed=3))]
+        b = [c.source for c in OfflineProposer().propose(role, _context(task, dev, seed=3))]
+        assert a == b
+    assert OfflineProposer().propose("generator", _context(task, dev, seed=4))
+
+
+def test_unknown_role_is_an_error():
+    with pytest.raises(ValueError):
+        OfflineProposer().propose("critic", _context(_spam_task(), _spam_dev()))
+
+
+def test_improver_targets_the_weak_class():
+    task, dev = _spam_task(), _spam_dev()
+    spam_rule = make_annotator(Candidate(render(AnnotatorSpec("cue", "spam", "sentence", ("free", "win*", "prize"))),
+                                         "generator"), 1)
+    context = _context(task, dev, [spam_rule])
+    assert context.scores[spam_rule.id].precision == 1.0  # ham is never voted: F1 0 -> the weak class
+    cands = OfflineProposer().propose("improver", context)
+    labels = [parse_spec(c.source).label for c in cands]
+    assert labels and labels[0] == "ham"  # the weak class first; uncovered spam rows may follow
+    _check_candidates(cands, task, [ex.as_input() for ex in dev])
+
+
+def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
+    task = _spam_task()
+    spam = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in SPAM]
+    ham = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in HAM]
+    dev = tuple(_rows(ham, 0, "dev", "h") + _rows(spam, 1, "dev", "s"))
+    narrow = make_annotator(Candidate(render(AnnotatorSpec("cue", "spam", "sentence", ("urgent",))), "generator"), 1)
+    context = _context(task, dev, [narrow])
+    score = context.scores[narrow.id]
+    assert score.precision >= 0.55 and score.coverage <= 0.08
+    cands = OfflineProposer().propose("refiner", context)
+    assert cands
+    inputs = [ex.as_input() for ex in dev] + [{"text": "urgent please"}, {"text": "URGENT claim"}]
+    parent = _votes(narrow.source, inputs, task.labels) != ABSTAIN
+    for c in cands:
+        assert c.parent_ids == (narrow.id,) and c.agent == "refiner"
+        fired = _votes(c.source, inputs, task.labels) != ABSTAIN
+        assert np.all(fired[parent]) and fired.sum() > parent.sum()
+
+
+def test_refiner_skips_foreign_code():
+    task, dev = _spam_task(), _spam_dev()
+    source = 'def annotate(example):\n    """Spam if it says claim."""\n    return "spam" if "claim" in ' \
+             'example.get("text", "") else None\n'
+    foreign = make_annotator(Candidate(source, "human"), 1)
+    assert OfflineProposer().propose("refiner", _context(task, dev, [foreign])) == []
+
+
+def test_no_candidate_repeats_a_pool_member_or_an_excluded_one():
+    task, dev = _spam_task(), _spam_dev()
+    first = OfflineProposer().propose("generator", _context(task, dev))
+    member = make_annotator(first[0], 1)
+    again = OfflineProposer().propose("generator", _context(task, dev, [member]))
+    assert member.source not in {check_source(c.source) for c in again}
+    excluded = make_annotator(first[1], 1)
+    ctx = _context(task, dev)
+    ctx = ProposalContext(**{**ctx.__dict__, "excluded_ids": frozenset({excluded.id})})
+    assert excluded.source not in {check_source(c.source) for c in OfflineProposer().propose("generator", ctx)}
+
+
+RELATION_ROWS = [
+    # (text, entity1, entity2, label): the cue sits between the entities
+    ("aspirin strongly inhibits COX1 in cells", "COX1", "aspirin", "Down"),
+    ("ibuprofen inhibits COX2 activity", "COX2", "ibuprofen", "Down"),
+    ("drug X blocks the receptor R1 here", "R1", "drug X", "Down"),
+    ("compound Y inhibited kinase K2", "kinase K2", "compound Y", "Down"),
+    ("we saw that Z inhibits P3 strongly", "P3", "Z", "Down"),
+    ("the drug Q inhibits enzyme E4 fully", "E4", "Q", "Down"),
+    ("agent W activates the channel C1", "C1", "agent W", "Up"),
+    ("molecule V activates P5 in vivo", "P5", "molecule V", "Up"),
+    ("ligand L induces expression of G6", "G6", "ligand L", "Up"),
+    ("hormone H activated receptor R7", "R7", "hormone H", "Up"),
+    ("substance S activates kinase K8", "K8", "substance S", "Up"),
+    ("factor D induces enzyme E9", "E9", "factor D", "Up"),
+]
+
+
+def _relation_dev() -> tuple[Example, ...]:
+    out = []
+    for i, (text, e1, e2, label) in enumerate(RELATION_ROWS * 2):
+        s1, s2 = text.index(e1), text.index(e2)
+        fields = {"entity1": e1, "entity2": e2, "span1": [s1, s1 + len(e1)], "span2": [s2, s2 + len(e2)]}
+        out.append(Example(f"r{i}", text, "dev", ["Down", "Up"].index(label), fields))
+    return tuple(out)
+
+
+def test_relation_task_gets_entity_context_cues_that_vote_on_new_examples():
+    task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    dev = _relation_dev()
+    cands = OfflineProposer().propose("generator", _context(task, dev))
+    _check_candidates(cands, task, [ex.as_input() for ex in dev])
+    text = "the new drug N inhibits the kinase T1"
+    new = {"text": text, "entity1": "T1", "entity2": "N", "span1": [text.index("T1"), len(text)],
+           "span2": [text.index("N"), text.index("N") + 1]}
+    votes = [v for v in (_annotate_fn(c.source)(new) for c in cands) if v is not None]
+    assert votes and votes.count("Down") > votes.count("Up")
+    assert any(parse_spec(c.source).view == "between" for c in cands)
+
+
+@pytest.mark.parametrize("spec", [
+    AnnotatorSpec("cue", "Up", "between", ("activat*", "induces")),
+    AnnotatorSpec("cue", "Down", "sentence", ("inhibit*",), also=("drug",), unless=("activates",)),
+    AnnotatorSpec("cue", "Up", "before", ("the",)),
+    AnnotatorSpec("cue", "Down", "after", ("in cells", "strongly")),
+    AnnotatorSpec("cue", "Up", "entity2", ("*and", "molecule")),
+    AnnotatorSpec("cue", "Down", "lead", ("aspirin strongly",)),
+])
+def test_mined_fired_rows_match_the_emitted_code(spec):
+    task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    dev = _relation_dev()
+    inputs = [ex.as_input() for ex in dev]
+    views = ("between", "sentence", "before", "after", "entity1", "entity2", "lead")
+    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev]), inputs, views)
+    assert parse_spec(render(spec)) == spec
+    emitted = _votes(render(spec), inputs, task.labels) != ABSTAIN
+    assert np.array_equal(ws.fires(spec), emitted)
+    assert np.array_equal(ws.fires(spec, "pool"), emitted)
+
+
+def test_view_helpers_agree_with_mining_on_awkward_spans():
+    text = "Alpha-beta binds (gamma) and then delta"
+    cases = [{"text": text, "span1": [0, 10], "span2": [18, 23]}, {"text": text, "span1": [18, 23], "span2": [0, 10]},
+             {"text": text, "span1": [0, 20], "span2": [5, 9]}, {"text": text}, {"text": text, "span1": [1.5, 2]},
+             {"text": text, "span1": "ab", "span2": [0, 1]}, {}]
+    for view in ("between", "before", "after", "entity1", "sentence", "lead"):
+        spec = AnnotatorSpec("cue", "Up", view, ("x",))
+        namespace: dict = {}
+        exec(compile(render(spec), "<annotator>", "exec"), namespace)  # own generated code
+        for case in cases:
+            assert namespace["view"](case) == view_text(case, view), (view, case)
+
+
+def test_surface_annotators_measure_what_mining_measures():
+    texts = ["WIN £100 CASH now!!! call 08001234567", "see you later", "", "www.example.com has 3 links.com"]
+    for feature, fn in MEASURES.items():
+        spec = AnnotatorSpec("surface", "spam", feature=feature, op=">=", threshold=1)
+        source = render(spec)
+        check_source(source)
+        assert parse_spec(source) == spec
+        namespace: dict = {}
+        exec(compile(source, "<annotator>", "exec"), namespace)  # own generated code
+        for t in texts:
+            assert namespace["measure"](t) == fn(t), (feature, t)
+
+
+def test_prefix_and_ending_columns_count_exactly():
+    rows = [{"text": "inhibits", "entity1": "decarboxylase"}, {"text": "inhibitor binding", "entity1": "kinase"},
+            {"text": "in hibit", "entity1": "ase"}]
+    index = ViewIndex(rows, ("sentence", "entity1"))
+    assert index.fires("sentence", ["inhibit*"]).tolist() == [True, True, False]
+    assert index.fires("sentence", ["inhibitor binding"]).tolist() == [False, True, False]
+    assert index.fires("entity1", ["*ase"]).tolist() == [True, True, True]
+    assert index.fires("entity1", ["*lase"]).tolist() == [True, False, False]
+    assert index.fires("sentence", ["unseen*", "never"]).tolist() == [False, False, False]
+
+
+@pytest.mark.shared_data
+def test_youtube_generator_finds_spam_cues():
+    folder = SHARED_DATA / "youtube"
+    if not folder.exists():
+        pytest.skip(f"{folder} is absent (real WRENCH data lives in ../shared/data)")
+    names = json.loads((folder / "label.json").read_text())
+    task = Task(name="youtube", labels=tuple(names[str(i)] for i in range(len(names))))
+    valid = json.loads((folder / "valid.json").read_text())
+    dev = tuple(Example(k, r["data"]["text"], "dev", r["label"]) for k, r in valid.items())
+    cands = OfflineProposer().propose("generator", _context(task, dev))
+    assert len(cands) >= 5
+    inputs, y = [ex.as_input() for ex in dev], np.array([ex.label for ex in dev])
+    precisions = [score_annotator("a", _votes(c.source, inputs, task.labels), y).precision for c in cands]
+    assert min(precisions) >= 0.3 and max(precisions) >= 0.8

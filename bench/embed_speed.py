@@ -211,6 +211,7 @@ def markdown(rows: list[dict], distill_s: float | None, args: argparse.Namespace
         "float32 MiniLM vector of the same text. sim-rank: Spearman correlation of 20,000 pair similarities "
         "with the float32 MiniLM.",
         "",
+        *([args.note, ""] if args.note else []),
         HEADER,
     ]
     lines += [table_row(r) for r in rows]
@@ -229,6 +230,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=2, help="timed encodes per option, taking turns")
     parser.add_argument("--append", action="store_true", help="add this run to --out instead of replacing it")
+    parser.add_argument("--note", default="", help="a line of context written under the run's heading")
     parser.add_argument("--no-distill", action="store_true", help="skip timing the table distillation")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "embed_speed.md")
     args = parser.parse_args()

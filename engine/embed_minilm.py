@@ -100,38 +100,41 @@ class ThreadTuner:
     """Picks torch's intra-op thread count batch by batch, from measured tokens per second.
 
     On an idle machine all cores win; on a CPU shared with other busy processes one thread is faster
-    (1.6x on ChemProt at load 10 on 2 cores: sibling threads wait at every op for one that was
-    descheduled). Each cycle of `every` batches starts by timing each choice `probes` times on
-    alternating batches (similar lengths, since batches are length-sorted), then uses the fastest.
+    (2-6x at load 8-10 on 2 cores: sibling threads wait at every op for one that was descheduled).
+    A cycle starts by timing each choice `probes` times on alternating batches (similar lengths, since
+    batches are length-sorted), then uses the fastest. Cycles last `every` batches, doubling up to
+    `max_every` while the winner stays the same (probing a slow choice costs), and reset when it changes.
     """
 
-    def __init__(self, choices: Sequence[int], probes: int = 2, every: int = 40):
+    def __init__(self, choices: Sequence[int], probes: int = 1, every: int = 40, max_every: int = 320):
         self.choices = tuple(dict.fromkeys(choices))
-        self.probes, self.every = probes, every
+        self.probes, self.base_every, self.every, self.max_every = probes, every, every, max_every
         self.best = self.choices[0]
-        self._batch = 0
+        self._phase = 0  # batches into the current cycle
         self._tokens = dict.fromkeys(self.choices, 0.0)
         self._seconds = dict.fromkeys(self.choices, 0.0)
 
-    def _probing(self) -> bool:
-        return len(self.choices) > 1 and self._batch % self.every < self.probes * len(self.choices)
+    @property
+    def _n_probes(self) -> int:
+        return self.probes * len(self.choices) if len(self.choices) > 1 else 0
 
     def pick(self) -> int:
-        if not self._probing():
+        if self._phase >= self._n_probes:
             return self.best
-        phase = self._batch % self.every
-        if phase == 0:
+        if self._phase == 0:
             self._tokens = dict.fromkeys(self.choices, 0.0)
             self._seconds = dict.fromkeys(self.choices, 0.0)
-        return self.choices[phase % len(self.choices)]
+        return self.choices[self._phase % len(self.choices)]
 
     def record(self, threads: int, tokens: int, seconds: float) -> None:
-        if self._probing():
+        if self._phase < self._n_probes:
             self._tokens[threads] += tokens
             self._seconds[threads] += seconds
-            if self._batch % self.every == self.probes * len(self.choices) - 1:
-                self.best = max(self.choices, key=lambda c: self._tokens[c] / max(self._seconds[c], 1e-9))
-        self._batch += 1
+            if self._phase == self._n_probes - 1:
+                best = max(self.choices, key=lambda c: self._tokens[c] / max(self._seconds[c], 1e-9))
+                self.every = min(2 * self.every, self.max_every) if best == self.best else self.base_every
+                self.best = best
+        self._phase = (self._phase + 1) % max(self.every, self._n_probes + 1)
 
 
 class MiniLMEmbedder:

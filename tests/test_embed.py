@@ -82,20 +82,23 @@ def test_length_batches_go_longest_first_within_size_and_token_budget():
     assert [b.tolist() for b in batches] == [[5], [1, 3], [2, 4], [0]]
 
 
-def test_thread_tuner_probes_alternately_then_keeps_the_faster_choice():
-    tuner = ThreadTuner((2, 1), probes=2, every=6)
+def test_thread_tuner_probes_then_keeps_the_faster_choice_and_backs_off():
+    tuner = ThreadTuner((2, 1), probes=2, every=6, max_every=12)
+    busy, idle = {2: 100.0, 1: 150.0}, {2: 300.0, 1: 150.0}  # tokens per second of each thread count
     picked = []
-    for batch in range(10):
-        # tokens per second of each choice: busy machine first (one thread wins), idle from batch 6 on
-        speed = {2: 100.0, 1: 150.0} if batch < 6 else {2: 300.0, 1: 150.0}
+    for batch in range(28):
+        speed = busy if batch < 18 else idle
         threads = tuner.pick()
         picked.append(threads)
-        tokens = 1000 - 50 * batch  # length-sorted batches shrink
+        tokens = 1000 - 30 * batch  # length-sorted batches shrink
         tuner.record(threads, tokens, tokens / speed[threads])
-        if batch == 5:
-            assert tuner.best == 1
-    assert picked == [2, 1, 2, 1, 1, 1, 2, 1, 2, 1]  # probe, use the best, probe again every 6 batches
-    assert tuner.best == 2 and tuner.pick() == 2
+        if batch == 9:
+            assert tuner.best == 1 and tuner.every == 12  # same winner twice: probe half as often
+    assert picked == [2, 1, 2, 1, 1, 1,  # probe twice each, one thread wins (a change: next cycle after 6)
+                      2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1,  # probe, one thread again: cycle of 12
+                      2, 1, 2, 1, 2, 2,  # idle now: two threads win, cycles back to 6
+                      2, 1, 2, 1]
+    assert tuner.best == 2 and tuner.every == 12
     assert ThreadTuner((1, 1)).choices == (1,) and ThreadTuner((1,)).pick() == 1
 
 

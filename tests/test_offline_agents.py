@@ -60,9 +60,14 @@ def _context(task: Task, dev: tuple[Example, ...], pool: list[Annotator] = (), s
                            dev_votes=votes, generation=generation, seed=seed)
 
 
+def _member(spec: AnnotatorSpec) -> Annotator:
+    """A pool member written by the offline templates (as if accepted in an earlier generation)."""
+    return make_annotator(Candidate(render(spec), "generator", name=spec.describe()[:40]), 1)
+
+
 def _annotate_fn(source: str):
     namespace: dict = {}
-    exec(compile(source, "<annotator>", "exec"), namespace)  # own generated code; the product uses the sandbox
+    exec(compile(source, "<annotator>", "exec"), namespace)  # own generated code (product: the sandbox)
     return namespace["annotate"]
 
 
@@ -120,8 +125,7 @@ def test_unknown_role_is_an_error():
 
 def test_improver_targets_the_weak_class():
     task, dev = _spam_task(), _spam_dev()
-    spam_rule = make_annotator(Candidate(render(AnnotatorSpec("cue", "spam", "sentence", ("free", "win*", "prize"))),
-                                         "generator"), 1)
+    spam_rule = _member(AnnotatorSpec("cue", "spam", "sentence", ("free", "win*", "prize")))
     context = _context(task, dev, [spam_rule])
     assert context.scores[spam_rule.id].precision == 1.0  # ham is never voted: F1 0 -> the weak class
     cands = OfflineProposer().propose("improver", context)
@@ -135,7 +139,7 @@ def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
     spam = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in SPAM]
     ham = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in HAM]
     dev = tuple(_rows(ham, 0, "dev", "h") + _rows(spam, 1, "dev", "s"))
-    narrow = make_annotator(Candidate(render(AnnotatorSpec("cue", "spam", "sentence", ("urgent",))), "generator"), 1)
+    narrow = _member(AnnotatorSpec("cue", "spam", "sentence", ("urgent",)))
     context = _context(task, dev, [narrow])
     score = context.scores[narrow.id]
     assert score.precision >= 0.55 and score.coverage <= 0.08
@@ -166,7 +170,8 @@ def test_no_candidate_repeats_a_pool_member_or_an_excluded_one():
     excluded = make_annotator(first[1], 1)
     ctx = _context(task, dev)
     ctx = ProposalContext(**{**ctx.__dict__, "excluded_ids": frozenset({excluded.id})})
-    assert excluded.source not in {check_source(c.source) for c in OfflineProposer().propose("generator", ctx)}
+    proposed = {check_source(c.source) for c in OfflineProposer().propose("generator", ctx)}
+    assert excluded.source not in proposed
 
 
 RELATION_ROWS = [
@@ -230,9 +235,10 @@ def test_mined_fired_rows_match_the_emitted_code(spec):
 
 def test_view_helpers_agree_with_mining_on_awkward_spans():
     text = "Alpha-beta binds (gamma) and then delta"
-    cases = [{"text": text, "span1": [0, 10], "span2": [18, 23]}, {"text": text, "span1": [18, 23], "span2": [0, 10]},
-             {"text": text, "span1": [0, 20], "span2": [5, 9]}, {"text": text}, {"text": text, "span1": [1.5, 2]},
-             {"text": text, "span1": "ab", "span2": [0, 1]}, {}]
+    spans = [([0, 10], [18, 23]), ([18, 23], [0, 10]), ([0, 20], [5, 9]), ([0, 3], [5.5, 9]), ("ab", [0, 1]),
+             ([0, 3, 4], [5, 6]), (None, [1, 2])]
+    cases = [{"text": text, "span1": a, "span2": b} for a, b in spans]
+    cases += [{"text": text}, {}, {"span1": [0, 1]}]
     for view in ("between", "before", "after", "entity1", "sentence", "lead"):
         spec = AnnotatorSpec("cue", "Up", view, ("x",))
         namespace: dict = {}
@@ -255,8 +261,8 @@ def test_surface_annotators_measure_what_mining_measures():
 
 
 def test_prefix_and_ending_columns_count_exactly():
-    rows = [{"text": "inhibits", "entity1": "decarboxylase"}, {"text": "inhibitor binding", "entity1": "kinase"},
-            {"text": "in hibit", "entity1": "ase"}]
+    rows = [{"text": "inhibits", "entity1": "decarboxylase"},
+            {"text": "inhibitor binding", "entity1": "kinase"}, {"text": "in hibit", "entity1": "ase"}]
     index = ViewIndex(rows, ("sentence", "entity1"))
     assert index.fires("sentence", ["inhibit*"]).tolist() == [True, True, False]
     assert index.fires("sentence", ["inhibitor binding"]).tolist() == [False, True, False]
@@ -279,3 +285,13 @@ def test_youtube_generator_finds_spam_cues():
     inputs, y = [ex.as_input() for ex in dev], np.array([ex.label for ex in dev])
     precisions = [score_annotator("a", _votes(c.source, inputs, task.labels), y).precision for c in cands]
     assert min(precisions) >= 0.3 and max(precisions) >= 0.8
+
+
+def test_awkward_label_names_survive_rendering():
+    for label in ('say "hi"', "back\\slash", "naïve / ünïcode", "tri'''ple"):
+        for spec in (AnnotatorSpec("cue", label, "sentence", ("hello",)),
+                     AnnotatorSpec("surface", label, feature="words", op="<=", threshold=3)):
+            source = render(spec)
+            check_source(source)
+            assert _annotate_fn(source)({"text": "hello there"}) == label
+            assert parse_spec(source) == spec

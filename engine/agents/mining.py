@@ -49,13 +49,15 @@ def view_text(example: dict[str, Any], view: str) -> str:
         return " ".join(normalise(text).split()[:LEAD])
     if view in ("entity1", "entity2"):
         return normalise(example.get(view))
-    try:
-        (first_start, first_end), (second_start, second_end) = _ordered_spans(example)
+    try:  # unpacking exactly as the emitted helpers do, so malformed spans fail (or not) alike
         if view == "between":
+            (_, first_end), (second_start, _) = _ordered_spans(example)
             return normalise(text[first_end:second_start])
         if view == "before":
+            (first_start, _), _ = _ordered_spans(example)
             return " ".join(normalise(text[:first_start]).split()[-WINDOW:])
         if view == "after":
+            _, (_, second_end) = _ordered_spans(example)
             return " ".join(normalise(text[second_end:]).split()[:WINDOW])
     except (KeyError, TypeError, ValueError):
         return ""

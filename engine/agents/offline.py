@@ -54,11 +54,11 @@ class OfflineProposer:
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision)
         else:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
-        known = {a.id for a in context.annotators} | set(context.excluded_ids)  # in the pool, or human-rejected
+        known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
         proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
         votes = _valid_votes(context)
         base = vote_counts(votes, ws.n_classes, len(ws.y))
-        taken = [(votes[:, j] != ABSTAIN, _voted_class(votes[:, j])) for j in range(votes.shape[1])]
+        taken = [votes[:, j] != ABSTAIN for j in range(votes.shape[1])]
         picks = greedy_select(proposals, ws.y, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"))
@@ -72,7 +72,8 @@ class OfflineProposer:
             views = task_views(_fields(context))
             dev_inputs = [ex.as_input() for ex in context.dev]
             pool_inputs = [ex.as_input() for ex in context.pool_sample[: self.pool_rows]]
-            self._cache = {key: build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views)}
+            workspace = build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views)
+            self._cache = {key: workspace}
         return self._cache[key]
 
 
@@ -102,11 +103,6 @@ def _valid_votes(context: ProposalContext) -> np.ndarray:
     return votes
 
 
-def _voted_class(column: np.ndarray) -> int:
-    fired = column[column != ABSTAIN]
-    return int(np.bincount(fired).argmax()) if fired.size else ABSTAIN
-
-
 def _hash(source: str) -> str:
     return code_hash(ast.unparse(ast.parse(source)) + "\n")
 
@@ -115,7 +111,8 @@ def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     rationale = (
         f"{role}: {p.spec.describe()}. On dev it fires on {int(stats.get('fires', 0))} rows with precision "
-        f"{stats.get('precision', 0):.2f}; adding it raised the simulated pool macro-F1 by {stats.get('gain', 0):.3f}."
+        f"{stats.get('precision', 0):.2f}; adding it changed the simulated pool macro-F1 by "
+        f"{stats.get('gain', 0):+.3f}."
     )
     if p.note:
         rationale += f" ({p.note})"

@@ -182,7 +182,8 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
     cues = ws.dev.cues["sentence"]
     too_short = np.array([len(c.strip("*")) < 2 for c in cues], dtype=bool)  # one-letter vetoes are noise
     out: list[Proposal] = []
-    ranked = sorted((p for p in proposals if p.spec.kind == "cue" and not p.spec.unless), key=lambda p: -p.prior)
+    plain = [p for p in proposals if p.spec.kind == "cue" and not p.spec.unless]
+    ranked = sorted(plain, key=lambda p: -p.prior)
     for p in ranked[:top]:
         right = p.fired & (ws.y == p.label)
         wrong = p.fired & (ws.y != p.label)
@@ -241,7 +242,8 @@ def build_workspace(task: Task, dev_inputs: list[dict], y: np.ndarray, pool_inpu
     dev_surface = surface.measure_all(dev_raw) if text_task else {}
     return OfflineWorkspace(
         task=task, views=views, y=y, onehot=onehot, dev=ViewIndex(dev_inputs, views),
-        pool=ViewIndex(pool_inputs, views, with_prefixes=False) if pool_inputs else None, dev_surface=dev_surface,
+        pool=ViewIndex(pool_inputs, views, with_prefixes=False) if pool_inputs else None,
+        dev_surface=dev_surface,
         class_prior=onehot.mean(axis=0) if len(y) else np.full(k, 1.0 / k), dev_raw=dev_raw,
         pool_raw=[str(ex.get("text") or "") for ex in pool_inputs],
     )

@@ -31,7 +31,9 @@ def _jitter(proposals: list[Proposal], rng: np.random.Generator, scale: float = 
     return proposals
 
 
-def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator, min_precision: float) -> list[Proposal]:
+def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator,
+                        min_precision: float) -> list[Proposal]:
+    """Single cues, keyword banks, vetoed variants and surface thresholds mined from all of dev."""
     singles = cue_proposals(ws, min_precision=min_precision)
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     vetoed = exception_variants(ws, singles + banks)
@@ -72,8 +74,8 @@ def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndar
     """A cue plus a second, whole-text cue of the same class: higher precision for classes that need it."""
     out: list[Proposal] = []
     for label in classes:
-        ranked = sorted([p for p in singles if p.label == label and p.spec.kind == "cue"], key=lambda p: -p.prior)
-        ranked = ranked[:top]
+        mine = [p for p in singles if p.label == label and p.spec.kind == "cue"]
+        ranked = sorted(mine, key=lambda p: -p.prior)[:top]
         sentence_cues = [p for p in ranked if p.spec.view == "sentence"]
         for a in ranked:
             for b in sentence_cues:
@@ -138,8 +140,8 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
         out.append((replace(spec, cues=_dedupe_prefixes(stemmed)), "word stems instead of exact words"))
     company = cooccurring_words(ws, spec)
     if company:
-        out.append((replace(spec, cues=spec.cues + company), f"added words it keeps company with in the pool: "
-                    f"{', '.join(company)}"))
+        out.append((replace(spec, cues=spec.cues + company),
+                    f"added words it keeps company with in the pool: {', '.join(company)}"))
     base = ws.fires(spec)
     extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.y[base] == label)))
                           if base.any() else min_precision, per_class=15, classes=[label])
@@ -152,7 +154,8 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
             grown += list(p.spec.cues)
             fired |= p.fired
             if len(grown) > len(spec.cues):
-                out.append((replace(spec, cues=tuple(grown)), f"added cues {', '.join(grown[len(spec.cues):])}"))
+                how = f"added cues {', '.join(grown[len(spec.cues):])}"
+                out.append((replace(spec, cues=tuple(grown)), how))
     return out
 
 

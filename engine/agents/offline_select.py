@@ -73,6 +73,8 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class SelectConfig:
+    """How strict the proposer's own preview of the gate is (stricter than the gate where noted)."""
+
     min_fires: int = 5
     min_precision: float = 0.30
     max_jaccard: float = 0.95  # the gate's near-duplicate limit
@@ -87,17 +89,15 @@ class SelectConfig:
 
 
 class _Taken:
-    """Fired masks (and voted class) of the pool plus the picks so far, for fast overlap checks."""
+    """Fired masks of the pool plus the picks so far, stacked for fast overlap checks."""
 
-    def __init__(self, taken: list[tuple[np.ndarray, int]], n_rows: int):
+    def __init__(self, taken: list[np.ndarray], n_rows: int):
         self.masks = np.zeros((0, n_rows), dtype=np.float32)
-        self.labels = np.zeros(0, dtype=np.int64)
-        for mask, label in taken:
-            self.add(mask, label)
+        for mask in taken:
+            self.add(mask)
 
-    def add(self, mask: np.ndarray, label: int) -> None:
+    def add(self, mask: np.ndarray) -> None:
         self.masks = np.vstack([self.masks, mask.astype(np.float32)[None, :]])
-        self.labels = np.append(self.labels, label)
 
     def too_close(self, mask: np.ndarray, max_jaccard: float) -> bool:
         """A near duplicate of a member, as the gate's diversity check would see it."""
@@ -110,13 +110,13 @@ class _Taken:
 
 
 def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base_counts: np.ndarray,
-                  taken: list[tuple[np.ndarray, int]], config: SelectConfig,
+                  taken: list[np.ndarray], config: SelectConfig,
                   pool_covered: np.ndarray | None = None,
                   pool_mask_of: Callable[[Proposal], np.ndarray] | None = None) -> list[Proposal]:
     """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
     pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
 
-    `taken` holds (fired mask, voted class) of the current pool members; a candidate is skipped when it
+    `taken` holds the (n_dev,) fired masks of the pool members; a candidate is skipped when it
     nearly duplicates a member or an earlier pick, as the gate's diversity check would do.
     """
     viable = [p for p in proposals if _viable(p, y, config)]
@@ -160,7 +160,7 @@ def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base
                 covered |= c.pool_fired if c.pool_fired is not None else pool_mask_of(c)
             counts[c.fired, c.label] += 1
             c.stats["gain"] = round(best_gain / len(chosen), 4)
-            members.add(c.fired, c.label)
+            members.add(c.fired)
             picks.append(c)
         current = macro_f1(y, predictions(counts), n_classes)
     return picks

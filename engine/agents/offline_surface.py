@@ -45,7 +45,9 @@ _CODE = {
         "",
         "Share of capital letters among the letters (0 for texts under 8 letters).",
         "letters = [ch for ch in text if ch.isalpha()]\n"
-        "    return round(sum(ch.isupper() for ch in letters) / len(letters), 2) if len(letters) >= 8 else 0.0",
+        "    if len(letters) < 8:\n"
+        "        return 0.0\n"
+        "    return round(sum(ch.isupper() for ch in letters) / len(letters), 2)",
     ),
     "exclamations": ("", "Number of exclamation marks.", 'return text.count("!")'),
     "currency": ("", "Number of currency symbols.", 'return sum(text.count(sym) for sym in "£$€")'),
@@ -81,18 +83,24 @@ def measure_all(texts: list[str]) -> dict[str, np.ndarray]:
 
 def threshold_grid(values: np.ndarray) -> list[float]:
     """Candidate thresholds: the distinct values at a few quantiles (skipping the always-true ones)."""
-    qs = np.quantile(values, [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95]) if values.size else []
-    return sorted({float(np.round(q, 2)) for q in qs})
+    if not values.size:
+        return []
+    qs = np.quantile(values, [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95])
+    digits = 0 if np.all(values == np.round(values)) else 2  # counts get whole-number thresholds
+    return sorted({float(np.round(q, digits)) for q in qs})
 
 
 def render_surface(spec) -> str:  # spec: templates.AnnotatorSpec (untyped: avoids an import cycle)
     from engine.agents.templates import quote
 
     """Source of a threshold annotator on one surface feature."""
+    from engine.agents.templates import doc_safe
+
     setup, doc, body = _CODE[spec.feature]
+    condition = describe_surface(spec.feature, spec.op, spec.threshold)
     compare = ">=" if spec.op == ">=" else "<="
     lines = [
-        f'"""{spec.describe()}."""',
+        f'"""{doc_safe(spec.describe())}."""',
         "import re",
         "",
         f"LABEL = {quote(spec.label)}",
@@ -111,7 +119,7 @@ def render_surface(spec) -> str:  # spec: templates.AnnotatorSpec (untyped: avoi
         "",
         "",
         "def annotate(example: dict) -> str | None:",
-        f'    """Vote {spec.label} when {describe_surface(spec.feature, spec.op, spec.threshold)}; else abstain."""',
+        f'    """Vote {doc_safe(spec.label)} when {condition}; else abstain."""',
         '    value = measure(str(example.get("text") or ""))',
         f"    return LABEL if value {compare} THRESHOLD else None",
         "",

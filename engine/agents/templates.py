@@ -82,7 +82,8 @@ def view(example: dict) -> str:
 
 def _pattern_line(name: str, constant: str) -> str:
     """A whole-word regex over a cue tuple; a trailing * lets the word continue (inhibit* -> inhibitors)."""
-    return f'{name} = re.compile(r"\\b(?:" + "|".join(cue.replace("*", r"\\w*") for cue in {constant}) + r")\\b")'
+    alternatives = f'"|".join(cue.replace("*", r"\\w*") for cue in {constant})'
+    return f'{name} = re.compile(r"\\b(?:" + {alternatives} + r")\\b")'
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,11 @@ def quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def doc_safe(text: str) -> str:
+    """Text that cannot end or escape a triple-quoted docstring (labels are user data)."""
+    return text.replace("\\", "/").replace('"', "'")
+
+
 def _tuple_literal(items: tuple[str, ...]) -> str:
     return "(" + ", ".join(quote(i) for i in items) + ("," if len(items) == 1 else "") + ")"
 
@@ -131,8 +137,10 @@ def render(spec: AnnotatorSpec) -> str:
         from engine.agents.offline_surface import render_surface
 
         return render_surface(spec)
-    doc = spec.describe()
-    consts = [f"LABEL = {quote(spec.label)}", f"VIEW = {quote(spec.view)}", f"CUES = {_tuple_literal(spec.cues)}"]
+    doc = doc_safe(spec.describe())
+    where = VIEW_PHRASES.get(spec.view, spec.view)
+    consts = [f"LABEL = {quote(spec.label)}", f"VIEW = {quote(spec.view)}",
+              f"CUES = {_tuple_literal(spec.cues)}"]
     if spec.also:
         consts.append(f"ALSO = {_tuple_literal(spec.also)}")
     if spec.unless:
@@ -153,7 +161,7 @@ def render(spec: AnnotatorSpec) -> str:
         f'"""{doc}."""', "import re", "", *consts, *patterns, "", "", _NORMALISE.strip("\n"), "", "",
         _VIEW_HELPERS[spec.view].strip("\n"), "", "",
         "def annotate(example: dict) -> str | None:",
-        f'    """Vote {spec.label} when a cue appears {VIEW_PHRASES.get(spec.view, spec.view)}; else abstain."""',
+        f'    """Vote {doc_safe(spec.label)} when a cue appears {where}; else abstain."""',
         *body, "",
     ])
 
@@ -176,7 +184,8 @@ def parse_spec(source: str) -> AnnotatorSpec | None:
         return None
     if "FEATURE" in values:
         try:
-            return AnnotatorSpec("surface", label, feature=str(values["FEATURE"]), op=str(values.get("OP", ">=")),
+            return AnnotatorSpec("surface", label, feature=str(values["FEATURE"]),
+                                 op=str(values.get("OP", ">=")),
                                  threshold=float(values.get("THRESHOLD", 0)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return None
@@ -186,7 +195,8 @@ def parse_spec(source: str) -> AnnotatorSpec | None:
     also, unless = values.get("ALSO", ()), values.get("UNLESS", ())
     if not _str_tuple(also) or not _str_tuple(unless):
         return None
-    return AnnotatorSpec("cue", label, view, tuple(cues), tuple(also), tuple(unless))  # type: ignore[arg-type]
+    return AnnotatorSpec("cue", label, view, tuple(cues),  # type: ignore[arg-type]
+                         tuple(also), tuple(unless))  # type: ignore[arg-type]
 
 
 def _str_tuple(value: object) -> bool:

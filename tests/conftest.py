@@ -5,6 +5,9 @@ import os
 from pathlib import Path
 
 import pytest
+from fake_openai_server import FakeOpenAIServer
+
+from engine.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"
@@ -24,3 +27,17 @@ def shared_data() -> Path:
 @pytest.fixture
 def demo_csv() -> Path:
     return DEMO_CSV
+
+
+@pytest.fixture
+def fake_openai():
+    """A scripted OpenAI-compatible HTTP server on 127.0.0.1 (see fake_openai_server.py)."""
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    """An empty workspace on a real DuckDB file."""
+    yield Store.open(tmp_path / "ws")
+    Store.close_all()

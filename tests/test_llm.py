@@ -33,18 +33,6 @@ def make_client(server: FakeOpenAIServer, store: Store | None = None, budget: Bu
     return OpenAICompatibleClient(LLMConfig(**settings), store=store, budget=budget)
 
 
-@pytest.fixture
-def fake_openai():
-    with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    yield Store.open(tmp_path / "ws")
-    Store.close_all()
-
-
 # ---- configuration -----------------------------------------------------------------------------
 def test_config_precedence_overrides_env_secrets_defaults():
     secrets = {"OPENAI_API_KEY": "sk-from-secrets", "EVOPOOL_MODEL": "from-secrets",

@@ -1,8 +1,6 @@
 """The LLM proposer, its prompts and the mixed proposer, driven over HTTP by the scripted server."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,15 +84,8 @@ def context_for(sources: list[str], generation: int = 1, seed: int = 0, agent: s
 
 
 @pytest.fixture
-def server():
-    with FakeOpenAIServer() as fake:
-        yield fake
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    yield Store.open(tmp_path / "ws")
-    Store.close_all()
+def server(fake_openai):
+    return fake_openai
 
 
 def client_for(server: FakeOpenAIServer, store: Store | None = None, budget: Budget | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from engine.aggregate import AGGREGATORS, USES_FEATURES, expected_calibration_error, make_aggregator
 from engine.aggregators.base import make_folds
@@ -32,7 +33,7 @@ class LabelingResult:
     dev_oof_probs: np.ndarray | None = None  # (n_dev, k)
 
 
-def text_features(store: Store, example_ids: list[str], texts: list[str], kinds: tuple[str, ...],
+def text_features(store: Store, texts: list[str], kinds: tuple[str, ...],
                   on_event: EventSink = _quiet) -> dict[str, object]:
     """Named feature matrices for `texts`: sentence embeddings (cached in the workspace) and TF-IDF."""
     out: dict[str, object] = {}
@@ -79,21 +80,24 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
     for split in splits or ("dev", "test", "pool"):
         if store.count_examples(split):
             ensure_votes(store, executor, pool, split, on_event)
-    frame = store.examples_frame() if splits is None else None
-    if frame is None:
-        import pandas as pd
-
+    if splits is None:
+        frame = store.examples_frame()
+    else:
         frame = pd.concat([store.examples_frame(s) for s in splits], ignore_index=True)
     ids = list(frame["id"])
     votes = store.vote_matrix(pool, example_ids=ids).votes
     kinds = ("embedding", "tfidf") if aggregator == "auto" else ("embedding",) if aggregator in USES_FEATURES else ()
-    features = text_features(store, ids, list(frame["text"]), kinds, on_event) if kinds else None
+    features = text_features(store, list(frame["text"]), kinds, on_event) if kinds else None
     return frame, ids, votes, features
 
 
 def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None = None,
-                    seed: int = 0, on_event: EventSink = _quiet) -> LabelingResult:
-    """Fit `aggregator` on dev and label the rows of `splits` (None: every row); dev rows are out-of-fold."""
+                    seed: int = 0, on_event: EventSink = _quiet, score_dev: bool = True) -> LabelingResult:
+    """Fit `aggregator` on dev and label the rows of `splits` (None: every row).
+
+    With `score_dev` the dev rows get out-of-fold predictions and dev scores (five more fits); without
+    it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
+    """
     if aggregator not in AGGREGATORS:
         raise ValueError(f"unknown aggregator {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
     n_classes = len(store.load_task().labels)
@@ -107,16 +111,19 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     else:
         model.fit(votes[dev], y_dev, _rows(features, dev) if features else None)
     probs = model.predict_proba(votes, features)
-    oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed)
-    probs[dev] = oof
     n_votes = (votes != ABSTAIN).sum(axis=1)
+    oof, dev_scores = None, {}
+    if score_dev:
+        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed)
+        probs[dev] = oof
     hard = _hard(aggregator, probs, n_votes)
-    dev_scores = {
-        "macro_f1": round(macro_f1(y_dev, hard[dev], n_classes), 4),
-        "accuracy": round(accuracy(y_dev, hard[dev]), 4),
-        "ece": round(expected_calibration_error(y_dev, oof), 4),
-        "n": int(len(dev)),
-    }
+    if score_dev:
+        dev_scores = {
+            "macro_f1": round(macro_f1(y_dev, hard[dev], n_classes), 4),
+            "accuracy": round(accuracy(y_dev, hard[dev]), 4),
+            "ece": round(expected_calibration_error(y_dev, oof), 4),
+            "n": int(len(dev)),
+        }
     if hasattr(model, "chosen_"):
         dev_scores["chosen"] = model.chosen_
     return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)
@@ -133,8 +140,9 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
     """Quality on a labeled split. Every row counts: a row that gets no label is wrong."""
     if split not in ("test", "dev"):
         raise ValueError("evaluate on 'test' or 'dev'")
-    result = fit_and_predict(store, executor, aggregator, ("dev", split) if split != "dev" else ("dev",), seed,
-                             on_event)
+    splits = ("dev",) if split == "dev" else ("dev", split)
+    # dev rows must be out-of-fold only when dev is the split being scored
+    result = fit_and_predict(store, executor, aggregator, splits, seed, on_event, score_dev=split == "dev")
     gold_by_id = dict(zip(store.example_ids(split), store.labels(split), strict=False))
     rows = np.array([i for i, ex in enumerate(result.soft.example_ids) if ex in gold_by_id], dtype=int)
     y = np.array([gold_by_id[result.soft.example_ids[i]] for i in rows])

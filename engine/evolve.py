@@ -18,7 +18,7 @@ from engine.gate import GateConfig, run_gate
 from engine.sandbox import Executor
 from engine.score import pool_macro_f1, score_annotator
 from engine.store import Store
-from engine.types import AGENT_ROLES, Annotator, Generation
+from engine.types import AGENT_ROLES, FITNESS, Annotator, Generation
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
@@ -58,7 +58,7 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
 def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:
     """What the agents may see: task, dev (labeled), a seeded pool sample (unlabeled), the pool's state."""
     task = store.load_task()
-    dev = tuple(store.examples("dev"))
+    dev = tuple(store.examples(FITNESS))  # never the audit rows
     rng = np.random.default_rng(config.seed * 1_000_003 + generation)
     pool_ids_all = store.example_ids("pool")
     take = min(config.pool_sample_size, len(pool_ids_all))
@@ -68,7 +68,7 @@ def build_context(store: Store, generation: int, config: EvolveConfig) -> Propos
     excluded = frozenset(a for a, v in store.human_locked().items() if v == "reject")
     return ProposalContext(
         task=task, dev=dev, pool_sample=pool_sample, annotators=tuple(store.annotators(pool_ids)),
-        scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, "dev").votes,
+        scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS).votes,
         generation=generation, seed=config.seed, excluded_ids=excluded,
     )
 
@@ -109,15 +109,15 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     on_event("generation_started", {"generation": number})
     task = store.load_task()
     n_classes = len(task.labels)
-    y_dev = store.labels("dev")
+    y_dev = store.labels(FITNESS)
     context = build_context(store, number, config)
     pool_ids = [a.id for a in context.annotators]
     ensure_votes(store, executor, pool_ids, "dev", on_event)
-    pool_votes = store.vote_matrix(pool_ids, "dev").votes
+    pool_votes = store.vote_matrix(pool_ids, FITNESS).votes
 
     fresh = _check_candidates(store, proposer, context, number, config, on_event)
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
-    candidate_votes = store.vote_matrix([a.id for a in fresh], "dev").votes
+    candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS).votes
     candidates = []
     for j, annotator in enumerate(fresh):
         run = store.voted_splits(annotator.id)["dev"]
@@ -163,4 +163,5 @@ def evolve(store: Store, proposer: Proposer, executor: Executor, generations: in
 def current_dev_macro_f1(store: Store) -> float:
     """Majority-vote macro-F1 of the current pool on the dev split."""
     ids = store.pool_ids()
-    return pool_macro_f1(store.vote_matrix(ids, "dev").votes, store.labels("dev"), len(store.load_task().labels))
+    votes = store.vote_matrix(ids, FITNESS).votes
+    return pool_macro_f1(votes, store.labels(FITNESS), len(store.load_task().labels))

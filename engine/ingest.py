@@ -59,6 +59,7 @@ class IngestOptions:
     instructions: str = ""
     task_name: str | None = None
     dev_size: int = 500
+    audit_fraction: float = 0.2  # share of each class's dev rows held back from the agents and the gate
     seed: int = 0
     skip_bad_rows: bool = False
 
@@ -284,6 +285,28 @@ def _stratified(labels: pd.Series, size: int, rng: np.random.Generator) -> pd.In
     return pd.Index(sorted(picked))
 
 
+def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Series, list[str]]:
+    """Pick the audit rows: floor(fraction * n) of each class's dev rows, seeded.
+
+    The agents and the gate never see them, so the pool is not selected on them and the auto aggregator
+    can compare vote-based and text-based aggregators honestly there. Classes with fewer than 1/fraction
+    dev rows give none: their few rows are worth more to the agents.
+    """
+    if not 0 <= fraction < 1:
+        raise IngestError(f"audit_fraction must be in [0, 1), got {fraction}")
+    audit = pd.Series(False, index=frame.index)
+    rng = np.random.default_rng(seed + 7919)  # not the split draw's stream
+    dev = frame[frame["split"] == "dev"]
+    for _, rows in sorted(dev.groupby("label").groups.items()):
+        take = int(np.floor(fraction * len(rows)))
+        audit[rng.permutation(np.asarray(rows))[:take]] = True
+    notes = []
+    if audit.any():
+        notes.append(f"held back {int(audit.sum())} of {len(dev)} dev rows as audit rows: the agents and the gate "
+                     "never see them; the auto aggregator chooses on them")
+    return audit, notes
+
+
 # ---- importing -----------------------------------------------------------------------------------
 def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
                  labels: tuple[str, ...] | None = None) -> ImportReport:
@@ -296,6 +319,8 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     if clean.empty:
         raise IngestError(f"{source}: no usable rows")
     clean, notes = assign_splits(clean, opts.dev_size, opts.seed)
+    clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
+    notes += audit_notes
     if not (clean["split"] == "dev").any():
         raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
                           "add a label column with at least a few labeled rows per class")
@@ -304,7 +329,8 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
                 instructions=opts.instructions, fields=field_names)
     store.add_examples(dataset, source, clean)
     store.save_task(task)
-    store.set_meta("ingest", {"dev_size": opts.dev_size, "seed": opts.seed, "source": source})
+    store.set_meta("ingest", {"dev_size": opts.dev_size, "audit_fraction": opts.audit_fraction, "seed": opts.seed,
+                              "source": source})
     return ImportReport(dataset, len(clean), store.split_counts(), labels, tuple(problems), tuple(notes))
 
 

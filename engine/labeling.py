@@ -60,14 +60,20 @@ def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     return hard
 
 
+def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray):
+    """Fit on labeled dev rows; only `auto` reads the audit mask (it chooses its ingredient there)."""
+    extra = {"audit": audit} if name == "auto" else {}
+    return model.fit(votes, None if name in UNSUPERVISED else y, features, **extra)
+
+
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
-            seed: int = 0, n_splits: int = 5) -> np.ndarray:
+            seed: int = 0, n_splits: int = 5, audit: np.ndarray | None = None) -> np.ndarray:
     """Out-of-fold dev probabilities: each fold is predicted by a model that never saw its labels."""
+    audit = np.zeros(len(y), dtype=bool) if audit is None else np.asarray(audit, dtype=bool)
     probs = np.zeros((len(y), n_classes))
     for train, held in make_folds(y, n_splits=n_splits, seed=seed):
         model = make_aggregator(name, n_classes, seed)
-        model.fit(votes[train], None if name in UNSUPERVISED else y[train],
-                  _rows(features, train) if features else None)
+        _fit(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train])
         probs[held] = model.predict_proba(votes[held], _rows(features, held) if features else None)
     return probs
 
@@ -104,17 +110,19 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)
+    audit = frame["audit"].to_numpy(dtype=bool)[dev]
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
     if aggregator in UNSUPERVISED:
         model.fit(votes, None, features)
     else:
-        model.fit(votes[dev], y_dev, _rows(features, dev) if features else None)
+        _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit)
     probs = model.predict_proba(votes, features)
     n_votes = (votes != ABSTAIN).sum(axis=1)
     oof, dev_scores = None, {}
     if score_dev:
-        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed)
+        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
+                      audit=audit)
         probs[dev] = oof
     hard = _hard(aggregator, probs, n_votes)
     if score_dev:
@@ -124,6 +132,9 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
             "ece": round(expected_calibration_error(y_dev, oof), 4),
             "n": int(len(dev)),
         }
+        if audit.any():  # the honest figure: rows the agents and the gate never saw
+            dev_scores["audit_macro_f1"] = round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4)
+            dev_scores["n_audit"] = int(audit.sum())
     if hasattr(model, "chosen_"):
         dev_scores["chosen"] = model.chosen_
     return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)

@@ -55,4 +55,9 @@ MIGRATIONS: list[tuple[str, str]] = [
             message VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP, error VARCHAR);
         """,
     ),
+    (
+        "003_audit_rows",
+        # dev rows the agents and the gate never see: the auto aggregator chooses on them (see ingest)
+        "ALTER TABLE examples ADD COLUMN audit BOOLEAN DEFAULT FALSE;",
+    ),
 ]

@@ -15,7 +15,7 @@ from engine.evolve import ensure_votes
 from engine.sandbox import Executor
 from engine.score import pool_macro_f1, score_annotator
 from engine.store import Store
-from engine.types import ABSTAIN, Annotator, AnnotatorScore, Candidate
+from engine.types import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
 
 
 @dataclass(frozen=True)
@@ -44,17 +44,17 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
 def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:
     """Pool dev macro-F1 with `votes` added, minus without; `exclude` (the parent) is left out of both."""
     task = store.load_task()
-    y = store.labels("dev")
+    y = store.labels(FITNESS)
     others = [a for a in store.pool_ids() if a != exclude]
-    base = store.vote_matrix(others, "dev").votes
+    base = store.vote_matrix(others, FITNESS).votes
     with_it = np.column_stack([base, votes]) if base.size else votes[:, None]
     return pool_macro_f1(with_it, y, len(task.labels)) - pool_macro_f1(base, y, len(task.labels))
 
 
 def fired_rows(store: Store, votes: np.ndarray) -> pd.DataFrame:
-    """The dev rows an annotator fires on, wrong votes first."""
+    """The fitness rows (dev minus audit) an annotator fires on, wrong votes first."""
     task = store.load_task()
-    frame = store.examples_frame("dev")
+    frame = store.examples_frame(FITNESS)
     mask = votes != ABSTAIN
     out = pd.DataFrame({"id": frame["id"][mask], "text": frame["text"][mask],
                         "label": [task.labels[int(v)] for v in frame["label"][mask]],
@@ -70,7 +70,7 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
     parent_contribution = None
     if parent is not None:
         ensure_votes(store, executor, [parent.id], "dev")
-        parent_votes = store.vote_matrix([parent.id], "dev").votes[:, 0]
+        parent_votes = store.vote_matrix([parent.id], FITNESS).votes[:, 0]
         parent_contribution = _contribution(store, parent_votes, exclude=parent.id)
     empty = pd.DataFrame(columns=["id", "text", "label", "vote", "correct"])
     try:
@@ -80,10 +80,10 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
     except CodeRejected as err:
         return EditPreview(None, err.reason, None, parent_score, None, parent_contribution, empty)
     task = store.load_task()
-    frame = store.examples_frame("dev")
+    frame = store.examples_frame(FITNESS)
     inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
     result = executor.run([annotator], inputs, list(task.labels))[0]
-    score = score_annotator(annotator.id, result.votes, store.labels("dev"), faults=result.faults)
+    score = score_annotator(annotator.id, result.votes, store.labels(FITNESS), faults=result.faults)
     contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)
     return EditPreview(annotator, result.first_error, score, parent_score, contribution, parent_contribution,
                        fired_rows(store, result.votes))
@@ -103,8 +103,8 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     store.save_annotator(annotator)
     ensure_votes(store, executor, [annotator.id], "dev")
     run = store.voted_splits(annotator.id)["dev"]
-    votes = store.vote_matrix([annotator.id], "dev").votes[:, 0]
-    store.save_score(score_annotator(annotator.id, votes, store.labels("dev"), faults=run["faults"]))
+    votes = store.vote_matrix([annotator.id], FITNESS).votes[:, 0]
+    store.save_score(score_annotator(annotator.id, votes, store.labels(FITNESS), faults=run["faults"]))
     approve(store, annotator.id, note or "edited by hand")
     if parent is not None and parent.id in store.pool_ids():
         reject(store, parent.id, f"replaced by edited version {annotator.id}")

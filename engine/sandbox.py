@@ -1,9 +1,10 @@
 """Running untrusted annotator code: never in this process, always in limited worker processes.
 
 `SandboxExecutor` keeps a small pool of `python -m engine.sandbox_worker` processes (each handled through
-`engine.sandbox_process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example chunk) tasks; each worker receives a chunk's examples once and
-then runs annotators over it. Failures are data: a crash, timeout or bad return value becomes a counted
-fault with a reason on that annotator, never an exception out of `run()`.
+`engine.sandbox_process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example
+chunk) tasks; each worker receives a chunk's examples once and then runs annotators over it. Failures are
+data: a crash, timeout or bad return value becomes a counted fault with a reason on that annotator, never an
+exception out of `run()`.
 """
 from __future__ import annotations
 

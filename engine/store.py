@@ -22,7 +22,18 @@ import numpy as np
 import pandas as pd
 
 from engine.migrations import MIGRATIONS
-from engine.types import ABSTAIN, Annotator, AnnotatorScore, Example, GateDecision, Task, VoteMatrix
+from engine.types import (
+    ABSTAIN,
+    AUDIT,
+    FITNESS,
+    SPLITS,
+    Annotator,
+    AnnotatorScore,
+    Example,
+    GateDecision,
+    Task,
+    VoteMatrix,
+)
 
 DB_NAME = "workspace.duckdb"
 IN_POOL_VERDICTS = ("accept", "approve")
@@ -30,6 +41,16 @@ IN_POOL_VERDICTS = ("accept", "approve")
 
 class WorkspaceLocked(RuntimeError):
     """Another process (often a running studio) holds the workspace file."""
+
+
+def _split_filter(split: str) -> tuple[str, list[Any]]:
+    """SQL condition for a split, or for one of dev's two row sets: `fitness` (what the agents and the gate
+    see) and `audit` (held back from them, so aggregator choice on those rows is honest)."""
+    if split == FITNESS:
+        return "split = 'dev' AND NOT audit", []
+    if split == AUDIT:
+        return "split = 'dev' AND audit", []
+    return "split = ?", [split]
 
 
 def _now() -> datetime:
@@ -153,32 +174,36 @@ class Store:
             "split": frame["split"].astype(str),
             "label": pd.array(frame["label"], dtype="Int64"),
             "dataset": dataset,
+            "audit": frame["audit"].astype(bool) if "audit" in frame else False,
         })
         with self.transaction():
             self._cur.register("incoming_rows", rows)
-            self._q("INSERT INTO examples SELECT id, ord, text, fields, split, label, dataset FROM incoming_rows")
+            self._q("INSERT INTO examples SELECT id, ord, text, fields, split, label, dataset, audit "
+                    "FROM incoming_rows")
             self._cur.unregister("incoming_rows")
             self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, _now(), len(rows)])
 
     def count_examples(self, split: str | None = None) -> int:
         if split is None:
             return self._q("SELECT count(*) FROM examples")[0][0]
-        return self._q("SELECT count(*) FROM examples WHERE split = ?", [split])[0][0]
+        where, params = _split_filter(split)
+        return self._q(f"SELECT count(*) FROM examples WHERE {where}", params)[0][0]
 
     def split_counts(self) -> dict[str, int]:
         return dict(self._q("SELECT split, count(*) FROM examples GROUP BY split ORDER BY split"))
 
     def examples_frame(self, split: str | None = None, ids: Sequence[str] | None = None,
                        limit: int | None = None, offset: int = 0) -> pd.DataFrame:
-        """Rows as a frame (id, text, fields as dict, split, label), in import order."""
+        """Rows as a frame (id, text, fields as dict, split, label, audit), in import order."""
         where, params = [], []
         if split is not None:
-            where.append("split = ?")
-            params.append(split)
+            clause, values = _split_filter(split)
+            where.append(clause)
+            params.extend(values)
         if ids is not None:
             where.append("id IN (SELECT unnest(?))")
             params.append(list(ids))
-        sql = "SELECT id, text, fields, split, label FROM examples"
+        sql = "SELECT id, text, fields, split, label, audit FROM examples"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY ord"
@@ -187,6 +212,7 @@ class Store:
         frame = self._df(sql, params)
         frame["fields"] = [json.loads(f) if f else {} for f in frame["fields"]]
         frame["label"] = frame["label"].astype("Int64")
+        frame["audit"] = frame["audit"].fillna(False).astype(bool)
         return frame
 
     def examples(self, split: str | None = None, ids: Sequence[str] | None = None) -> list[Example]:
@@ -252,6 +278,8 @@ class Store:
     def save_votes(self, annotator_id: str, split: str, example_ids: Sequence[str], votes: np.ndarray,
                    faults: int = 0, first_error: str | None = None, seconds: float = 0.0) -> None:
         """Store one annotator's votes on one split (sparse: abstains are not rows)."""
+        if split not in SPLITS:
+            raise ValueError(f"votes are stored per split ({', '.join(SPLITS)}), not per {split!r}")
         votes = np.asarray(votes)
         fired = votes != ABSTAIN
         rows = pd.DataFrame({"annotator_id": annotator_id,
@@ -280,10 +308,11 @@ class Store:
         annotator_ids = list(annotator_ids)
         dense = np.full((len(example_ids), len(annotator_ids)), ABSTAIN, dtype=np.int32)
         if annotator_ids and example_ids:
+            clause, values = _split_filter(split) if split else ("", [])
             sparse = self._df(
                 "SELECT annotator_id, example_id, vote FROM votes WHERE annotator_id IN (SELECT unnest(?))"
-                + (" AND example_id IN (SELECT id FROM examples WHERE split = ?)" if split else ""),
-                [annotator_ids] + ([split] if split else []),
+                + (f" AND example_id IN (SELECT id FROM examples WHERE {clause})" if split else ""),
+                [annotator_ids] + values,
             )
             row_of = pd.Series(np.arange(len(example_ids)), index=pd.Index(example_ids))
             col_of = pd.Series(np.arange(len(annotator_ids)), index=pd.Index(annotator_ids))
@@ -295,11 +324,13 @@ class Store:
     def example_ids(self, split: str | None = None) -> list[str]:
         if split is None:
             return [r[0] for r in self._q("SELECT id FROM examples ORDER BY ord")]
-        return [r[0] for r in self._q("SELECT id FROM examples WHERE split = ? ORDER BY ord", [split])]
+        where, params = _split_filter(split)
+        return [r[0] for r in self._q(f"SELECT id FROM examples WHERE {where} ORDER BY ord", params)]
 
     def labels(self, split: str) -> np.ndarray:
         """Gold class indices of a split, import order; -1 where unknown."""
-        rows = self._q("SELECT coalesce(label, -1) FROM examples WHERE split = ? ORDER BY ord", [split])
+        where, params = _split_filter(split)
+        rows = self._q(f"SELECT coalesce(label, -1) FROM examples WHERE {where} ORDER BY ord", params)
         return np.array([r[0] for r in rows], dtype=np.int64)
 
     # ---- generations and verdicts ------------------------------------------------------------

@@ -13,6 +13,9 @@ import numpy as np
 
 ABSTAIN = -1
 SPLITS = ("pool", "dev", "test")  # pool: unlabeled work; dev: fitness; test: holdout, only `evopool eval`
+# dev's two row sets: the agents and the gate see only `fitness`; `audit` rows (a stratified share fixed at
+# import) are held back from them, so the pool's selection bias does not leak into choosing the aggregator
+FITNESS, AUDIT = "fitness", "audit"
 AGENT_ROLES = ("generator", "improver", "refiner")
 
 

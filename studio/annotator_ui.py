@@ -9,7 +9,7 @@ from engine import review
 from engine.evolve import ensure_votes
 from engine.score import pool_macro_f1
 from engine.store import Store
-from engine.types import Annotator, AnnotatorScore
+from engine.types import FITNESS, Annotator, AnnotatorScore
 from studio import editor, queries, state
 
 FIRED_PAGE = 10
@@ -37,15 +37,15 @@ def dev_votes(store: Store, annotator_id: str) -> np.ndarray:
     """The annotator's dev votes, running it in the sandbox first if they were never stored."""
     if "dev" not in store.voted_splits(annotator_id):
         ensure_votes(store, editor.shared_executor(), [annotator_id], "dev")
-    return store.vote_matrix([annotator_id], "dev").votes[:, 0]
+    return store.vote_matrix([annotator_id], FITNESS).votes[:, 0]
 
 
 def contribution(store: Store, annotator_id: str, votes: np.ndarray) -> float:
     """Pool dev macro-F1 with this annotator minus without it (whether or not it is in the pool now)."""
     k = len(store.load_task().labels)
-    y = store.labels("dev")
+    y = store.labels(FITNESS)
     others = [a for a in store.pool_ids() if a != annotator_id]
-    base = store.vote_matrix(others, "dev").votes
+    base = store.vote_matrix(others, FITNESS).votes
     with_it = np.column_stack([base, votes]) if base.size else votes[:, None]
     return pool_macro_f1(with_it, y, k) - pool_macro_f1(base, y, k)
 

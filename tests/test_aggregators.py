@@ -210,6 +210,26 @@ def test_auto_is_never_worse_on_dev_oof_than_its_best_ingredient():
     assert not any("embedding" in name for name in votes_only.oof_scores_)
 
 
+def test_auto_judges_on_audit_rows_where_votes_were_selected():
+    """Votes that are right on the rows they were chosen on and noise elsewhere fool all-dev scoring, not audit."""
+    rng = np.random.default_rng(5)
+    n = 200
+    y = rng.integers(0, K, n)
+    audit = np.zeros(n, dtype=bool)
+    audit[rng.permutation(n)[:40]] = True
+    votes = rng.integers(0, K, (n, 6))
+    votes[~audit] = y[~audit, None]  # "mined" on the fitness rows: perfect there, noise on the audit rows
+    embedding = 1.0 * np.eye(K)[y] + rng.normal(0, 0.6, (n, K))
+    fooled = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding})
+    assert fooled.judged_on_ == "dev" and fooled.chosen_ != "embedding-only"  # trusts the votes
+    honest = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding}, audit=audit)
+    assert honest.judged_on_ == "audit" and honest.chosen_ == "embedding-only"
+    assert honest.oof_scores_["embedding-only"] > honest.oof_scores_["mv"] + 0.3
+    # too few audit rows to judge on: back to all dev rows
+    few = AutoAggregator(K, seed=0, min_audit=41).fit(votes, y, {"embedding": embedding}, audit=audit)
+    assert few.judged_on_ == "dev"
+
+
 def test_registry():
     assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto")
     assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3

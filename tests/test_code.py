@@ -158,7 +158,8 @@ def test_oversized_source_is_rejected():
 # --- normalisation and hashing ------------------------------------------------------------------------------
 
 def test_reformatted_code_normalises_to_the_same_hash():
-    a = "import re\ndef annotate(example):\n    # look for money\n    if re.search('win', example['text']): return 'spam'\n"
+    a = ("import re\ndef annotate(example):\n    # look for money\n"
+         "    if re.search('win', example['text']): return 'spam'\n")
     b = textwrap.dedent('''
         import re
 

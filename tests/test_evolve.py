@@ -10,6 +10,7 @@ from engine.review import approve, reject
 from engine.sandbox import SandboxExecutor
 from engine.score import pool_macro_f1
 from engine.store import Store
+from engine.types import AUDIT, FITNESS
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +32,9 @@ def test_two_generations_build_a_gated_pool(demo_store, executor):
     assert [g.number for g in done] == [1, 2]
     pool = demo_store.pool_ids()
     assert pool and demo_store.last_complete_generation() == 2
-    # the stored pool's dev macro-F1 is what the generation reported, recomputed from stored votes
-    votes = demo_store.vote_matrix(pool, "dev").votes
-    assert pool_macro_f1(votes, demo_store.labels("dev"), 2) == pytest.approx(done[-1].dev_macro_f1_after)
+    # the stored pool's fitness macro-F1 is what the generation reported, recomputed from stored votes
+    votes = demo_store.vote_matrix(pool, FITNESS).votes
+    assert pool_macro_f1(votes, demo_store.labels(FITNESS), 2) == pytest.approx(done[-1].dev_macro_f1_after)
     assert done[-1].dev_macro_f1_after >= done[0].dev_macro_f1_before
     # every candidate got exactly one gate verdict with reasons, and events report it
     verdicts = demo_store.verdicts()
@@ -46,6 +47,35 @@ def test_two_generations_build_a_gated_pool(demo_store, executor):
     for j, annotator_id in enumerate(pool):
         fired = votes[:, j] != -1
         assert scores[annotator_id].fires == int(fired.sum())
+
+
+class _Recorder(OfflineProposer):
+    """The offline proposer, noting which labeled rows it was shown."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def propose(self, role, context):
+        self.seen.update(ex.id for ex in context.dev)
+        return super().propose(role, context)
+
+
+def test_agents_and_gate_never_see_the_audit_rows(demo_store, executor):
+    audit = set(demo_store.example_ids(AUDIT))
+    fitness = set(demo_store.example_ids(FITNESS))
+    assert audit and fitness and not audit & fitness
+    assert audit | fitness == set(demo_store.example_ids("dev"))
+    recorder = _Recorder()
+    evolve(demo_store, recorder, executor, 1)
+    assert recorder.seen == fitness
+    # annotator scores (what the gate judged) count fires on fitness rows only
+    votes = demo_store.vote_matrix(demo_store.pool_ids(), FITNESS).votes
+    scores = demo_store.scores(demo_store.pool_ids())
+    for j, annotator_id in enumerate(demo_store.pool_ids()):
+        assert scores[annotator_id].fires == int((votes[:, j] != -1).sum())
+    # the pool still votes on the audit rows, so aggregators can be judged there
+    assert (demo_store.vote_matrix(demo_store.pool_ids(), AUDIT).votes != -1).any()
 
 
 def test_rerun_resumes_after_a_killed_generation(demo_store, executor):
@@ -82,4 +112,4 @@ def test_human_verdicts_hold_in_later_generations(demo_store, executor):
     # the human verdicts are still the latest ones: the gate did not overrule them
     assert demo_store.human_locked() == {pool[0]: "reject", rejected[0]: "approve"}
     assert current_dev_macro_f1(demo_store) == pytest.approx(
-        pool_macro_f1(demo_store.vote_matrix(after, "dev").votes, demo_store.labels("dev"), 2))
+        pool_macro_f1(demo_store.vote_matrix(after, FITNESS).votes, demo_store.labels(FITNESS), 2))

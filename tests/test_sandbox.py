@@ -84,7 +84,8 @@ def test_values_outside_the_label_set_are_faults(executor):
 
 def test_chunks_keep_global_example_numbers_and_order():
     examples = [{"text": str(i)} for i in range(10)]
-    ann = annotator("n = int(example['text'])\nif n == 7:\n    raise KeyError('entity1')\nreturn 'spam' if n % 2 else 'ham'")
+    ann = annotator("n = int(example['text'])\nif n == 7:\n    raise KeyError('entity1')\n"
+                    "return 'spam' if n % 2 else 'ham'")
     with SandboxExecutor(workers=2, batch_size=3) as ex:
         seen = []
         (res,) = ex.run([ann], examples, LABELS, on_progress=lambda done, total: seen.append((done, total)))

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.migrations import MIGRATIONS
 from engine.store import Store
 from engine.types import ABSTAIN, Annotator, GateDecision
 
@@ -32,7 +33,7 @@ def test_migrations_apply_once_and_reopen_keeps_data(tmp_path):
     Store.close_all()
     again = Store.open(tmp_path / "ws")
     assert again.count_examples() == 4
-    assert again._q("SELECT count(*) FROM _migrations")[0][0] == 2
+    assert again._q("SELECT count(*) FROM _migrations")[0][0] == len(MIGRATIONS)
 
 
 def test_votes_are_sparse_and_dense_matrix_is_ordered(tmp_path):

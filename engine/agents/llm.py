@@ -164,7 +164,7 @@ class LLMProposer:
             return done
         with ThreadPoolExecutor(max_workers=min(self.parallel, len(jobs))) as pool:
             futures = [pool.submit(self._call, job) for job in jobs]
-            return [(job, f.result()) for job, f in zip(jobs, futures)]
+            return [(job, f.result()) for job, f in zip(jobs, futures, strict=True)]
 
     def _call(self, job: _Job) -> _Outcome:
         """One call plus at most one repair turn; budget and call failures become part of the outcome."""

@@ -16,6 +16,7 @@ SPLITS = ("pool", "dev", "test")  # pool: unlabeled work; dev: fitness; test: ho
 # dev's two row sets: the agents and the gate see only `fitness`; `audit` rows (a stratified share fixed at
 # import) are held back from them, so the pool's selection bias does not leak into choosing the aggregator
 FITNESS, AUDIT = "fitness", "audit"
+AUDIT_MIN_ROWS_TO_JUDGE = 50  # below this many audit rows, macro-F1 is too noisy to choose an aggregator by
 AGENT_ROLES = ("generator", "improver", "refiner")
 
 

@@ -222,7 +222,7 @@ def test_auto_judges_on_audit_rows_where_votes_were_selected():
     embedding = 1.0 * np.eye(K)[y] + rng.normal(0, 0.6, (n, K))
     fooled = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding})
     assert fooled.judged_on_ == "dev" and fooled.chosen_ != "embedding-only"  # trusts the votes
-    honest = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding}, audit=audit)
+    honest = AutoAggregator(K, seed=0, min_audit=40).fit(votes, y, {"embedding": embedding}, audit=audit)
     assert honest.judged_on_ == "audit" and honest.chosen_ == "embedding-only"
     assert honest.oof_scores_["embedding-only"] > honest.oof_scores_["mv"] + 0.3
     # too few audit rows to judge on: back to all dev rows

@@ -5,7 +5,7 @@ import pytest
 
 from engine.agents.offline import OfflineProposer
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve, run_generation
-from engine.ingest import import_path
+from engine.ingest import IngestOptions, import_path
 from engine.review import approve, reject
 from engine.sandbox import SandboxExecutor
 from engine.score import pool_macro_f1
@@ -61,7 +61,9 @@ class _Recorder(OfflineProposer):
         return super().propose(role, context)
 
 
-def test_agents_and_gate_never_see_the_audit_rows(demo_store, executor):
+def test_agents_and_gate_never_see_the_audit_rows(tmp_path, demo_csv, executor):
+    demo_store = Store.open(tmp_path / "audited")
+    import_path(demo_store, demo_csv, IngestOptions(audit_fraction=0.5))  # the demo's 120 dev rows: 60 audit
     audit = set(demo_store.example_ids(AUDIT))
     fitness = set(demo_store.example_ids(FITNESS))
     assert audit and fitness and not audit & fitness

@@ -88,27 +88,37 @@ def test_no_split_column_draws_stratified_dev_rest_to_test(tmp_path):
 
 
 def test_audit_rows_are_a_stratified_share_of_dev_fixed_at_import(tmp_path):
-    rows = [(str(i), f"text {i}", "pos" if i % 4 == 0 else "neg", "dev") for i in range(40)]
-    rows += [("r1", "rare one", "rare", "dev"), ("r2", "rare two", "rare", "dev")]
+    rows = [(str(i), f"text {i}", "pos" if i % 4 == 0 else "neg", "dev") for i in range(300)]
+    rows += [(f"r{i}", f"rare {i}", "rare", "dev") for i in range(8)]
     path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label", "split"))
     store = Store.open(tmp_path / "ws")
     report = import_path(store, path, IngestOptions(audit_fraction=0.2, seed=5))
     labels = dict(zip(store.example_ids("dev"), store.labels("dev"), strict=True))
     names = store.load_task().labels
     audit = [names[labels[i]] for i in store.example_ids(AUDIT)]
-    # floor(20% of 30 neg) = 6, floor(20% of 10 pos) = 2, a class with 2 rows keeps both for the agents
-    assert sorted(audit) == ["neg"] * 6 + ["pos"] * 2
-    assert store.count_examples(FITNESS) == 42 - 8 and store.count_examples("dev") == 42
-    assert any("audit" in note for note in report.notes)
+    # floor(20% of 225 neg) = 45, floor(20% of 75 pos) = 15; a class with < 10 dev rows keeps them all
+    assert sorted(audit) == ["neg"] * 45 + ["pos"] * 15
+    assert store.count_examples(FITNESS) == 308 - 60 and store.count_examples("dev") == 308
+    assert any("held back 60" in note for note in report.notes)
     # seeded: the same seed holds back the same rows; 0 holds back none
     again = Store.open(tmp_path / "ws2")
     import_path(again, path, IngestOptions(audit_fraction=0.2, seed=5))
     assert again.example_ids(AUDIT) == store.example_ids(AUDIT)
     none = Store.open(tmp_path / "ws3")
     import_path(none, path, IngestOptions(audit_fraction=0.0))
-    assert none.count_examples(AUDIT) == 0 and none.count_examples(FITNESS) == 42
+    assert none.count_examples(AUDIT) == 0 and none.count_examples(FITNESS) == 308
     with pytest.raises(IngestError, match="audit_fraction"):
         import_path(Store.open(tmp_path / "ws4"), path, IngestOptions(audit_fraction=1.0))
+
+
+def test_small_dev_holds_back_no_audit_rows(tmp_path):
+    rows = [(str(i), f"text {i}", "pos" if i % 2 else "neg", "dev") for i in range(120)]
+    path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label", "split"))
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, path, IngestOptions(audit_fraction=0.2))
+    # 24 audit rows would be too few to choose an aggregator on: the agents keep all 120
+    assert store.count_examples(AUDIT) == 0 and store.count_examples(FITNESS) == 120
+    assert any("no audit rows" in note for note in report.notes)
 
 
 def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):

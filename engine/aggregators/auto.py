@@ -36,13 +36,14 @@ from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.score import macro_f1
+from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
 
 
 class AutoAggregator(BaseAggregator):
     """Fitted on labeled dev rows. X: a dict of named feature matrices (a bare matrix is named "x")."""
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
-                 top_k: int = 3, min_audit: int = 30):
+                 top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits

@@ -32,6 +32,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/quality.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/embed_speed.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

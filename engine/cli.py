@@ -65,7 +65,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
         if not args.data:
             raise SystemExit("error: the workspace is empty; give DATA to import")
         opts = IngestOptions(dev_size=args.dev_size, seed=args.seed, text_column=args.text_column,
-                             label_column=args.label_column)
+                             label_column=args.label_column, multi_label=args.multi_label,
+                             label_separator=args.label_separator)
         report = import_path(store, args.data, opts)
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
               file=sys.stderr, flush=True)
@@ -86,12 +87,19 @@ def cmd_run(args: argparse.Namespace) -> dict:
     }
 
 
+def _aggregator(args: argparse.Namespace) -> str:
+    """The asked aggregator; by default mv, or evoagg on a multi-label task (vote-only ones cannot label it)."""
+    task = args.store.load_task()
+    return args.aggregator or ("evoagg" if task is not None and task.multi_label else "mv")
+
+
 def cmd_eval(args: argparse.Namespace) -> dict:
     from engine.labeling import evaluate
     from engine.sandbox import SandboxExecutor
 
     with SandboxExecutor() as executor:
-        return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose))
+        return evaluate(args.store, executor, args.split, _aggregator(args), on_event=_progress(args.verbose),
+                        threshold=args.threshold)
 
 
 def cmd_export(args: argparse.Namespace) -> dict:
@@ -100,9 +108,11 @@ def cmd_export(args: argparse.Namespace) -> dict:
     from engine.sandbox import SandboxExecutor
 
     with SandboxExecutor() as executor:
-        result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose))
+        result = soft_labels(args.store, executor, _aggregator(args), on_event=_progress(args.verbose),
+                             threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
-                                       args.format, extra={"dev_scores": result.dev_scores})
+                                       args.format, extra={"dev_scores": result.dev_scores},
+                                       threshold=result.threshold)
     return {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
             "aggregator": result.soft.aggregator}
 
@@ -134,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--text-column", default="text")
     run.add_argument("--label-column", default="label")
+    run.add_argument("--multi-label", action="store_true",
+                     help="a label cell may hold several labels (CSV: joined by --label-separator; JSONL: a list)")
+    run.add_argument("--label-separator", default="|", help="between the labels of a multi-label cell")
     run.add_argument("--gate-config", help="JSON file overriding gate thresholds")
     run.add_argument("--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)")
     run.add_argument("--model", help="model name (else EVOPOOL_MODEL)")
@@ -146,14 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score the pool's labels on a labeled split")
     common(ev)
     ev.add_argument("--split", choices=("test", "dev"), default="test")
-    ev.add_argument("--aggregator", default="mv")
+    ev.add_argument("--aggregator", help="mv (default), wmv, ds, evoagg, embedding, auto; multi-label: evoagg")
+    ev.add_argument("--threshold", type=float, default=0.5, help="multi-label: probability a class needs")
     ev.set_defaults(handler=cmd_eval)
 
     ex = sub.add_parser("export", help="write every example with its soft label")
     common(ex)
     ex.add_argument("--out", required=True, type=Path)
     ex.add_argument("--format", choices=("csv", "jsonl", "parquet"))
-    ex.add_argument("--aggregator", default="mv")
+    ex.add_argument("--aggregator", help="mv (default), wmv, ds, evoagg, embedding, auto; multi-label: evoagg")
+    ex.add_argument("--threshold", type=float, default=0.5, help="multi-label: probability a class needs")
     ex.set_defaults(handler=cmd_export)
 
     pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
@@ -167,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.store = Store.open(args.workdir)
         result = args.handler(args)
-    except (IngestError, WorkspaceLocked, LLMError) as err:
+    except (IngestError, WorkspaceLocked, LLMError, ValueError) as err:  # ValueError: e.g. a wrong aggregator
         print(f"error: {err}", file=sys.stderr)
         return 2
     if result is not None:

@@ -109,7 +109,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     on_event("generation_started", {"generation": number})
     task = store.load_task()
     n_classes = len(task.labels)
-    y_dev = store.labels(FITNESS)
+    y_dev = store.gold(FITNESS)  # (n,) labels, or (n, k) label sets on a multi-label task
     context = build_context(store, number, config)
     pool_ids = [a.id for a in context.annotators]
     ensure_votes(store, executor, pool_ids, "dev", on_event)
@@ -161,7 +161,7 @@ def evolve(store: Store, proposer: Proposer, executor: Executor, generations: in
 
 
 def current_dev_macro_f1(store: Store) -> float:
-    """Majority-vote macro-F1 of the current pool on the dev split."""
+    """Macro-F1 of the current pool on the fitness rows (majority vote; any-vote sets when multi-label)."""
     ids = store.pool_ids()
     votes = store.vote_matrix(ids, FITNESS).votes
-    return pool_macro_f1(votes, store.labels(FITNESS), len(store.load_task().labels))
+    return pool_macro_f1(votes, store.gold(FITNESS), len(store.load_task().labels))

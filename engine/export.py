@@ -1,4 +1,8 @@
-"""Files out: the labeled dataset (with soft labels and provenance), a manifest, and the pool as a .py file."""
+"""Files out: the labeled dataset (with soft labels and provenance), a manifest, and the pool as a .py file.
+
+A multi-label export has a `labels` column (every class predicted for the row, joined by the import's
+label separator) where a single-label export has `label`.
+"""
 from __future__ import annotations
 
 import io
@@ -19,10 +23,24 @@ def probability_column(label: str) -> str:
     return f"p_{label}"
 
 
+def label_separator(store: Store) -> str:
+    """What joins a multi-label row's labels in files: the separator its data was imported with."""
+    return (store.get_meta("ingest") or {}).get("label_separator") or "|"
+
+
+def confidence(probs: np.ndarray, hard: np.ndarray) -> np.ndarray:
+    """(n,) how sure each row's hard label is: its probability (0 where there is none). Multi-label (hard is
+    (n, k)): the least certain per-class decision, min over classes of max(p, 1 - p)."""
+    if hard.ndim == 2:
+        return np.maximum(probs, 1 - probs).min(axis=1) if probs.shape[1] else np.ones(len(probs))
+    return np.where(hard != ABSTAIN, probs.max(axis=1), 0.0)
+
+
 def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray) -> pd.DataFrame:
     """One row per example: id, text, split, hard label, confidence, per-class probabilities, votes, provenance.
 
     `hard` is ABSTAIN where the aggregator gives no label (a vote-only aggregator on a row nobody voted on).
+    A multi-label `hard` is (n, k) 0/1: the frame gets `labels` (the predicted set) instead of `label`.
     """
     task = store.load_task()
     frame = store.examples_frame()
@@ -33,8 +51,12 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
     for name in task.fields:
         out[name] = [json.dumps(f.get(name)) if isinstance(f.get(name), (list, dict)) else f.get(name)
                      for f in frame["fields"]]
-    out["label"] = [task.labels[h] if h != ABSTAIN else "" for h in hard]
-    out["confidence"] = np.where(hard != ABSTAIN, probs.max(axis=1), 0.0).round(6)
+    if hard.ndim == 2:
+        sep = label_separator(store)
+        out["labels"] = [sep.join(task.labels[c] for c in np.flatnonzero(row)) for row in hard]
+    else:
+        out["label"] = [task.labels[h] if h != ABSTAIN else "" for h in hard]
+    out["confidence"] = confidence(probs, hard).round(6)
     for k, label in enumerate(task.labels):
         out[probability_column(label)] = probs[:, k].round(6)
     out["n_votes"] = n_votes
@@ -65,9 +87,14 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) ->
     return out
 
 
-def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None) -> dict:
-    """Provenance of an export: which pool, which aggregator, when, and how many rows per split."""
+def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None,
+             threshold: float | None = None) -> dict:
+    """Provenance of an export: which pool, which aggregator, when, and how many rows per split.
+
+    A multi-label export also records `multi_label: true`, the threshold and the label separator.
+    """
     pool = store.pool_ids()
+    multi = store.load_task().multi_label
     return {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workspace": str(store.path),
@@ -79,18 +106,20 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
                  for a in store.annotators(pool)],
         "rows": int(len(frame)),
         "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
-        "unlabeled_rows": int((frame["label"] == "").sum()),
+        "unlabeled_rows": int((frame["labels" if multi else "label"] == "").sum()),
+        **({"multi_label": True, "threshold": threshold, "label_separator": label_separator(store)} if multi else {}),
         **(extra or {}),
     }
 
 
 def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray, out: str | Path,
-                 fmt: str | None = None, extra: dict | None = None) -> tuple[Path, Path]:
-    """Write the labeled dataset and a `<file>.manifest.json` beside it."""
+                 fmt: str | None = None, extra: dict | None = None,
+                 threshold: float | None = None) -> tuple[Path, Path]:
+    """Write the labeled dataset and a `<file>.manifest.json` beside it (threshold: multi-label only)."""
     frame = labeled_frame(store, soft, hard, n_votes)
     path = write_frame(frame, out, fmt)
     manifest_path = path.with_name(path.name + ".manifest.json")
-    manifest_path.write_text(json.dumps(manifest(store, soft, frame, extra), indent=2))
+    manifest_path.write_text(json.dumps(manifest(store, soft, frame, extra, threshold), indent=2))
     return path, manifest_path
 
 

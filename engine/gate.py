@@ -118,7 +118,10 @@ def run_gate(
     config: GateConfig = GateConfig(),
     human_locked: Mapping[str, str] | None = None,
 ) -> GateOutcome:
-    """Judge one generation's candidates against the pool on the dev split (votes: (n_dev, m) / (n_dev,))."""
+    """Judge one generation's candidates against the pool on the dev split (votes: (n_dev, m) / (n_dev,)).
+
+    y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/score.py).
+    """
     cfg, locked = config, dict(human_locked or {})
     y = np.asarray(y_dev, dtype=np.int64)
     n = y.shape[0]

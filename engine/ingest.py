@@ -4,6 +4,10 @@ Every rejection names the row and the reason. By default a file with any bad row
 (`IngestError` lists every problem); with `skip_bad_rows=True` the good rows are imported and the
 bad ones are reported. Splits: `pool` (unlabeled work), `dev` (labeled fitness set) and `test`
 (holdout, only ever read by `evopool eval`).
+
+Multi-label tasks (`multi_label=True`): a label cell holds several labels, joined by `label_separator`
+(CSV / TSV) or as a JSON list (JSONL). The row's first label is kept as its `label` (stratified draws and
+the agents read it); all of them as its `label_set`.
 """
 from __future__ import annotations
 
@@ -62,6 +66,8 @@ class IngestOptions:
     audit_fraction: float = 0.2  # share of each class's dev rows held back from the agents and the gate
     seed: int = 0
     skip_bad_rows: bool = False
+    multi_label: bool = False  # a label cell may hold several labels
+    label_separator: str = "|"  # between the labels of a multi-label CSV / TSV cell
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,33 @@ def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
     return text
 
 
+def _label_names(value, labels: tuple[str, ...] | None, opts: IngestOptions) -> list[str] | None:
+    """A cell's label names (one, or several for a multi-label task, duplicates dropped); None when blank."""
+    if not opts.multi_label:
+        name = _label_of(value, labels)
+        return None if name is None else [name]
+    if isinstance(value, np.ndarray):  # Parquet list cells
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):  # JSONL list cells
+        parts = list(value)
+    elif _label_of(value, None) is None:
+        return None
+    else:
+        parts = str(value).split(opts.label_separator)
+    names = [name for name in (_label_of(p, labels) for p in parts) if name is not None]
+    return list(dict.fromkeys(names)) or None
+
+
+def _unknown(names: list[str], labels: tuple[str, ...]) -> str | None:
+    """Why a cell's labels are refused, or None when every one is in the label set."""
+    bad = [n for n in names if n not in labels]
+    if not bad:
+        return None
+    if len(bad) == 1:
+        return f"label {bad[0]!r} is not in the label set ({', '.join(labels)})"
+    return f"labels {', '.join(map(repr, bad))} are not in the label set ({', '.join(labels)})"
+
+
 def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
     """Check and normalise a raw frame. Returns (clean frame, label names, problems)."""
     if opts.text_column not in frame.columns:
@@ -179,12 +212,15 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     if missing:
         raise IngestError(f"field column(s) not in the file: {', '.join(missing)}")
 
-    raw_labels = [_label_of(v, labels) for v in frame[opts.label_column]] if has_labels else [None] * len(frame)
+    if opts.multi_label and not opts.label_separator:
+        raise IngestError("a multi-label import needs a label separator (e.g. '|')")
+    raw_labels = ([_label_names(v, labels, opts) for v in frame[opts.label_column]] if has_labels
+                  else [None] * len(frame))
     if labels is None:
-        labels = tuple(sorted({lab for lab in raw_labels if lab is not None}))
+        labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
     problems: list[RowProblem] = []
     seen_ids: dict[str, int] = {}
-    keep, out = [], {"id": [], "text": [], "label": [], "split": [], "fields": []}
+    keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
     for i in range(len(frame)):
         row_no = i + 1
         text = frame[opts.text_column].iloc[i]
@@ -198,9 +234,11 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         if row_id in seen_ids:
             problems.append(RowProblem(row_no, f"duplicate id {row_id!r} (first seen on row {seen_ids[row_id]})"))
             continue
-        label = raw_labels[i]
-        if label is not None and label not in labels:
-            problems.append(RowProblem(row_no, f"label {label!r} is not in the label set ({', '.join(labels)})"))
+        names = raw_labels[i]
+        label = names[0] if names else None
+        refused = _unknown(names, labels) if names else None
+        if refused:
+            problems.append(RowProblem(row_no, refused))
             continue
         split = None
         if has_split:
@@ -217,6 +255,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         out["id"].append(row_id)
         out["text"].append(str(text))
         out["label"].append(labels.index(label) if label is not None else None)
+        out["label_set"].append(sorted(labels.index(n) for n in names) if opts.multi_label and names else None)
         out["split"].append(split)
         out["fields"].append({c: _plain(frame[c].iloc[i]) for c in field_cols})
     if len(labels) < 2 and keep:
@@ -236,7 +275,7 @@ def _plain(value):
 
 
 def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.DataFrame, list[str]]:
-    """Fill in missing splits and cap the dev split at `dev_size` (seeded, stratified by label).
+    """Fill in missing splits and cap the dev split at `dev_size` (seeded, stratified by (first) label).
 
     Rows without a split: unlabeled → pool; labeled → a stratified dev sample, the rest → test.
     Dev rows beyond `dev_size` move to the pool with their labels dropped (the pool is unlabeled).
@@ -265,6 +304,8 @@ def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.Dat
     if pool_labeled.any():
         notes.append(f"ignored the labels of {int(pool_labeled.sum())} pool rows (the pool is unlabeled work)")
         frame.loc[pool_labeled, "label"] = None
+        if "label_set" in frame:
+            frame.loc[pool_labeled, "label_set"] = None
     return frame, notes
 
 
@@ -326,11 +367,12 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
                           "add a label column with at least a few labeled rows per class")
     field_names = tuple(sorted({k for f in clean["fields"] for k in f}))
     task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=opts.label_descriptions,
-                instructions=opts.instructions, fields=field_names)
+                instructions=opts.instructions, fields=field_names, multi_label=opts.multi_label)
     store.add_examples(dataset, source, clean)
     store.save_task(task)
     store.set_meta("ingest", {"dev_size": opts.dev_size, "audit_fraction": opts.audit_fraction, "seed": opts.seed,
-                              "source": source})
+                              "source": source, "multi_label": opts.multi_label,
+                              "label_separator": opts.label_separator})
     return ImportReport(dataset, len(clean), store.split_counts(), labels, tuple(problems), tuple(notes))
 
 

@@ -260,7 +260,7 @@ class SavedLabels:
     resolved: str  # the aggregator actually used
     probs: np.ndarray  # (n, k)
     example_ids: tuple[str, ...]
-    hard: np.ndarray  # (n,) -1 = no label
+    hard: np.ndarray  # (n,) -1 = no label; multi-label: (n, k) 0/1
     n_votes: np.ndarray  # (n,)
     dev_scores: dict[str, Any]
     comparison: pd.DataFrame  # one row per aggregator (may be empty)

@@ -3,6 +3,8 @@
 Aggregators are fitted on dev labels only (Dawid–Skene, which needs no labels, on every row's votes).
 Dev rows get out-of-fold predictions, so every dev figure the studio or CLI shows is honest.
 Test labels are read only by `evaluate(split="test")`, after fitting.
+A multi-label task is labeled by MultiLabelEvoAgg (one binary model per class; "evoagg" and "auto" both
+name it, "embedding" is it without the votes); a row gets every class whose probability reaches `threshold`.
 """
 from __future__ import annotations
 
@@ -11,26 +13,40 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from engine.aggregate import AGGREGATORS, USES_FEATURES, expected_calibration_error, make_aggregator
+from engine.aggregate import (
+    AGGREGATORS,
+    USES_FEATURES,
+    MultiLabelEvoAgg,
+    expected_calibration_error,
+    make_aggregator,
+    predict_labels,
+)
 from engine.aggregators.base import make_folds
 from engine.aggregators.features import TfidfFeatures
 from engine.evolve import EventSink, _quiet, ensure_votes
 from engine.sandbox import Executor
-from engine.score import accuracy, macro_f1
+from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store import Store
-from engine.types import ABSTAIN, SoftLabels
+from engine.types import ABSTAIN, SoftLabels, Task
 
 VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
 UNSUPERVISED = frozenset({"ds"})
+THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
 @dataclass(frozen=True)
 class LabelingResult:
-    soft: SoftLabels
-    hard: np.ndarray  # (n,) class index, ABSTAIN where the aggregator gives no label
+    soft: SoftLabels  # multi-label: probs are independent per class (rows need not sum to 1)
+    hard: np.ndarray  # (n,) class index, ABSTAIN where the aggregator gives no label; multi-label: (n, k) 0/1
     n_votes: np.ndarray  # (n,) non-abstaining votes per row
     dev_scores: dict = field(default_factory=dict)  # dev out-of-fold macro_f1, accuracy, ece, chosen
     dev_oof_probs: np.ndarray | None = None  # (n_dev, k)
+    threshold: float | None = None  # multi-label only: the probability a class needs to be predicted
+
+
+def aggregators_for(task: Task) -> tuple[str, ...]:
+    """The aggregators a task can use: vote-only ones give one label per row, so none of them is multi-label."""
+    return tuple(a for a in AGGREGATORS if not (task.multi_label and a in VOTE_ONLY))
 
 
 def text_features(store: Store, texts: list[str], kinds: tuple[str, ...],
@@ -79,7 +95,7 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
 
 
 def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
-             on_event: EventSink):
+             on_event: EventSink, kinds: tuple[str, ...] | None = None):
     pool = store.pool_ids()
     if not pool and aggregator in VOTE_ONLY:
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
@@ -92,21 +108,28 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
         frame = pd.concat([store.examples_frame(s) for s in splits], ignore_index=True)
     ids = list(frame["id"])
     votes = store.vote_matrix(pool, example_ids=ids).votes
-    kinds = ("embedding", "tfidf") if aggregator == "auto" else ("embedding",) if aggregator in USES_FEATURES else ()
+    if kinds is None:
+        kinds = (("embedding", "tfidf") if aggregator == "auto"
+                 else ("embedding",) if aggregator in USES_FEATURES else ())
     features = text_features(store, list(frame["text"]), kinds, on_event) if kinds else None
     return frame, ids, votes, features
 
 
 def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None = None,
-                    seed: int = 0, on_event: EventSink = _quiet, score_dev: bool = True) -> LabelingResult:
+                    seed: int = 0, on_event: EventSink = _quiet, score_dev: bool = True,
+                    threshold: float = THRESHOLD) -> LabelingResult:
     """Fit `aggregator` on dev and label the rows of `splits` (None: every row).
 
     With `score_dev` the dev rows get out-of-fold predictions and dev scores (five more fits); without
     it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
+    `threshold` is read on multi-label tasks only.
     """
     if aggregator not in AGGREGATORS:
         raise ValueError(f"unknown aggregator {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
-    n_classes = len(store.load_task().labels)
+    task = store.load_task()
+    if task.multi_label:
+        return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
+    n_classes = len(task.labels)
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)
@@ -140,32 +163,80 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)
 
 
+def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None,
+                           seed: int, on_event: EventSink, score_dev: bool, threshold: float) -> LabelingResult:
+    """fit_and_predict for a multi-label task: MultiLabelEvoAgg fitted on dev label sets, 5-fold OOF dev."""
+    if aggregator in VOTE_ONLY:
+        raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
+                         "'evoagg' or 'auto' (both MultiLabelEvoAgg), or 'embedding' (the text alone)")
+    k = len(store.load_task().labels)
+    frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event, kinds=("embedding",))
+    used = votes[:, :0] if aggregator == "embedding" else votes  # embedding: the same model without the votes
+    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
+    position = {e: i for i, e in enumerate(store.example_ids("dev"))}
+    Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
+    audit = frame["audit"].to_numpy(dtype=bool)[dev]
+    dev_features = _rows(features, dev)
+    on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
+    probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
+    oof, dev_scores = None, {}
+    if score_dev:
+        oof = np.zeros((len(dev), k))
+        first = frame["label"].to_numpy()[dev].astype(int)  # folds stratified by each row's first label
+        for train, held in make_folds(first, n_splits=5, seed=seed):
+            model = MultiLabelEvoAgg(k, seed=seed).fit(used[dev][train], Y_dev[train], _rows(dev_features, train))
+            oof[held] = model.predict_proba(used[dev][held], _rows(dev_features, held))
+        probs[dev] = oof
+    hard = predict_labels(probs, threshold)
+    if score_dev:
+        dev_scores = {**multilabel_scores(Y_dev, hard[dev]), "n": int(len(dev)), "threshold": threshold}
+        if audit.any():
+            dev_scores["audit_macro_f1"] = multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"]
+            dev_scores["n_audit"] = int(audit.sum())
+    if aggregator == "auto":
+        dev_scores["chosen"] = "evoagg"
+    n_votes = (votes != ABSTAIN).sum(axis=1)
+    return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof, threshold)
+
+
+def multilabel_scores(Y: np.ndarray, hard: np.ndarray) -> dict[str, float]:
+    """Macro-F1 (per-class binary F1 averaged), micro-F1 and exact-match accuracy of (n, k) 0/1 label sets."""
+    macro, micro = multilabel_f1(Y, hard)
+    return {"macro_f1": round(macro, 4), "micro_f1": round(micro, 4), "exact_match": round(exact_match(Y, hard), 4)}
+
+
 def soft_labels(store: Store, executor: Executor, aggregator: str = "auto", seed: int = 0,
-                on_event: EventSink = _quiet) -> LabelingResult:
+                on_event: EventSink = _quiet, threshold: float = THRESHOLD) -> LabelingResult:
     """Soft labels for every row of the workspace (what `export` writes)."""
-    return fit_and_predict(store, executor, aggregator, None, seed, on_event)
+    return fit_and_predict(store, executor, aggregator, None, seed, on_event, threshold=threshold)
 
 
 def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: str = "mv", seed: int = 0,
-             on_event: EventSink = _quiet) -> dict:
+             on_event: EventSink = _quiet, threshold: float = THRESHOLD) -> dict:
     """Quality on a labeled split. Every row counts: a row that gets no label is wrong."""
     if split not in ("test", "dev"):
         raise ValueError("evaluate on 'test' or 'dev'")
     splits = ("dev",) if split == "dev" else ("dev", split)
     # dev rows must be out-of-fold only when dev is the split being scored
-    result = fit_and_predict(store, executor, aggregator, splits, seed, on_event, score_dev=split == "dev")
-    gold_by_id = dict(zip(store.example_ids(split), store.labels(split), strict=False))
-    rows = np.array([i for i, ex in enumerate(result.soft.example_ids) if ex in gold_by_id], dtype=int)
-    y = np.array([gold_by_id[result.soft.example_ids[i]] for i in rows])
+    result = fit_and_predict(store, executor, aggregator, splits, seed, on_event, score_dev=split == "dev",
+                             threshold=threshold)
+    task = store.load_task()
+    gold = store.gold(split)  # (n,) labels, or (n, k) label sets on a multi-label task
+    gold_row = {e: i for i, e in enumerate(store.example_ids(split))}
+    rows = np.array([i for i, ex in enumerate(result.soft.example_ids) if ex in gold_row], dtype=int)
+    y = gold[[gold_row[result.soft.example_ids[i]] for i in rows]]
     hard = result.hard[rows]
-    n_classes = len(store.load_task().labels)
+    coverage = round(float((result.n_votes[rows] > 0).mean()), 4)
+    if task.multi_label:
+        figures = {"multi_label": True, "threshold": threshold, **multilabel_scores(y, hard), "coverage": coverage,
+                   "labeled": round(float(hard.any(axis=1).mean()), 4) if len(rows) else 0.0}
+    else:
+        figures = {"macro_f1": round(macro_f1(y, hard, len(task.labels)), 4), "accuracy": round(accuracy(y, hard), 4),
+                   "coverage": coverage, "labeled": round(float((hard != ABSTAIN).mean()), 4)}
     return {
         "split": split,
         "aggregator": aggregator,
-        "macro_f1": round(macro_f1(y, hard, n_classes), 4),
-        "accuracy": round(accuracy(y, hard), 4),
-        "coverage": round(float((result.n_votes[rows] > 0).mean()), 4),
-        "labeled": round(float((hard != ABSTAIN).mean()), 4),
+        **figures,
         "n": int(len(rows)),
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
@@ -175,7 +246,13 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
 
 def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...] = AGGREGATORS, seed: int = 0,
                         on_event: EventSink = _quiet) -> list[dict]:
-    """Dev out-of-fold scores of each aggregator, side by side (dev only: no test label is read)."""
+    """Dev out-of-fold scores of each aggregator, side by side (dev only: no test label is read).
+
+    On a multi-label task only those that can label it, and not `auto` (it is `evoagg` there).
+    """
+    task = store.load_task()
+    if task.multi_label:
+        names = tuple(n for n in names if n in aggregators_for(task) and n != "auto")
     out = []
     for name in names:
         result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)

@@ -60,4 +60,9 @@ MIGRATIONS: list[tuple[str, str]] = [
         # dev rows the agents and the gate never see: the auto aggregator chooses on them (see ingest)
         "ALTER TABLE examples ADD COLUMN audit BOOLEAN DEFAULT FALSE;",
     ),
+    (
+        "004_label_sets",
+        # a multi-label row's gold classes; `label` keeps the first one. NULL on single-label rows
+        "ALTER TABLE examples ADD COLUMN label_set INTEGER[];",
+    ),
 ]

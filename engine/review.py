@@ -44,7 +44,7 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
 def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:
     """Pool dev macro-F1 with `votes` added, minus without; `exclude` (the parent) is left out of both."""
     task = store.load_task()
-    y = store.labels(FITNESS)
+    y = store.gold(FITNESS)
     others = [a for a in store.pool_ids() if a != exclude]
     base = store.vote_matrix(others, FITNESS).votes
     with_it = np.column_stack([base, votes]) if base.size else votes[:, None]
@@ -52,14 +52,20 @@ def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float
 
 
 def fired_rows(store: Store, votes: np.ndarray) -> pd.DataFrame:
-    """The fitness rows (dev minus audit) an annotator fires on, wrong votes first."""
+    """The fitness rows (dev minus audit) an annotator fires on, wrong votes first.
+
+    `label` names the gold class (every class of a multi-label row, comma separated); a vote is correct
+    when its class is among them.
+    """
     task = store.load_task()
     frame = store.examples_frame(FITNESS)
+    gold = store.label_matrix(FITNESS)
     mask = votes != ABSTAIN
+    rows = np.flatnonzero(mask)
     out = pd.DataFrame({"id": frame["id"][mask], "text": frame["text"][mask],
-                        "label": [task.labels[int(v)] for v in frame["label"][mask]],
+                        "label": [", ".join(task.labels[c] for c in np.flatnonzero(gold[i])) for i in rows],
                         "vote": [task.labels[int(v)] for v in votes[mask]]})
-    out["correct"] = out["label"] == out["vote"]
+    out["correct"] = gold[rows, votes[mask].astype(int)] == 1
     return out.sort_values("correct", kind="stable").reset_index(drop=True)
 
 
@@ -83,7 +89,7 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
     frame = store.examples_frame(FITNESS)
     inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
     result = executor.run([annotator], inputs, list(task.labels))[0]
-    score = score_annotator(annotator.id, result.votes, store.labels(FITNESS), faults=result.faults)
+    score = score_annotator(annotator.id, result.votes, store.gold(FITNESS), faults=result.faults)
     contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)
     return EditPreview(annotator, result.first_error, score, parent_score, contribution, parent_contribution,
                        fired_rows(store, result.votes))
@@ -104,7 +110,7 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     ensure_votes(store, executor, [annotator.id], "dev")
     run = store.voted_splits(annotator.id)["dev"]
     votes = store.vote_matrix([annotator.id], FITNESS).votes[:, 0]
-    store.save_score(score_annotator(annotator.id, votes, store.labels(FITNESS), faults=run["faults"]))
+    store.save_score(score_annotator(annotator.id, votes, store.gold(FITNESS), faults=run["faults"]))
     approve(store, annotator.id, note or "edited by hand")
     if parent is not None and parent.id in store.pool_ids():
         reject(store, parent.id, f"replaced by edited version {annotator.id}")

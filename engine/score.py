@@ -2,6 +2,8 @@
 
 Pure numpy and deterministic. Votes are integer class ids with `ABSTAIN` (-1) for "no vote";
 an abstaining *prediction* always counts as wrong, so a pool cannot look better by staying silent.
+Gold is an (n,) class vector, or for a multi-label task an (n, k) 0/1 matrix of label sets: the
+annotator and pool scores dispatch on its ndim, so the gate and the evolve loop need no other change.
 """
 from __future__ import annotations
 
@@ -71,15 +73,28 @@ def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(np.mean((y_pred == y_true) & (y_pred != ABSTAIN)))
 
 
-def score_annotator(annotator_id: str, votes: np.ndarray, y: np.ndarray, faults: int = 0) -> AnnotatorScore:
-    """Fitness of one annotator from its (n,) dev votes and the (n,) gold labels."""
-    v = np.asarray(votes, dtype=np.int64).ravel()
-    y = np.asarray(y, dtype=np.int64).ravel()
+def _hits(v: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(n,) bool: the vote is right. Multi-label gold (n, k): the voted class is in the row's label set."""
+    if y.ndim == 2:
+        if y.shape[0] != v.shape[0]:
+            raise ValueError(f"votes {v.shape} and label matrix {y.shape} differ in rows")
+        fired = v != ABSTAIN
+        out = np.zeros(v.shape[0], dtype=bool)
+        out[fired] = y[np.flatnonzero(fired), v[fired]] == 1
+        return out
+    y = y.ravel()
     if v.shape != y.shape:
         raise ValueError(f"votes {v.shape} and labels {y.shape} differ in shape")
+    return (v != ABSTAIN) & (v == y)
+
+
+def score_annotator(annotator_id: str, votes: np.ndarray, y: np.ndarray, faults: int = 0) -> AnnotatorScore:
+    """Fitness of one annotator from its (n,) dev votes and the gold: (n,) labels or (n, k) 0/1 label sets."""
+    v = np.asarray(votes, dtype=np.int64).ravel()
+    y = np.asarray(y, dtype=np.int64)
     fired = v != ABSTAIN
     fires = int(fired.sum())
-    correct = int(np.sum(fired & (v == y)))
+    correct = int(np.sum(_hits(v, y)))
     if fires:
         classes, counts = np.unique(v[fired], return_counts=True)
         label = int(classes[counts.argmax()])  # np.unique sorts, so ties go to the lowest id
@@ -97,8 +112,39 @@ def score_annotator(annotator_id: str, votes: np.ndarray, y: np.ndarray, faults:
 
 
 def pool_macro_f1(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
-    """Dev macro-F1 of the pool's majority vote (an empty pool abstains everywhere)."""
-    return macro_f1(np.asarray(y, dtype=np.int64), majority_vote(votes, n_classes), n_classes)
+    """Dev macro-F1 of the pool (an empty pool abstains everywhere).
+
+    (n,) gold: of the pool's majority vote. (n, k) gold: multi-label macro-F1, where a row is predicted
+    class c when at least one annotator voted c.
+    """
+    y = np.asarray(y, dtype=np.int64)
+    if y.ndim == 2:
+        return multilabel_f1(y, vote_counts(votes, n_classes) > 0)[0]
+    return macro_f1(y, majority_vote(votes, n_classes), n_classes)
+
+
+def multilabel_f1(Y: np.ndarray, P: np.ndarray) -> tuple[float, float]:
+    """(macro, micro) F1 of (n, k) 0/1 predictions P against gold Y.
+
+    Macro averages the per-class binary F1 over the classes present in gold or predictions, as
+    `macro_f1` does; both are 0.0 when nothing is present.
+    """
+    Y, P = np.asarray(Y).astype(bool), np.asarray(P).astype(bool)
+    if Y.shape != P.shape:
+        raise ValueError(f"gold {Y.shape} and predictions {P.shape} differ in shape")
+    tp = (Y & P).sum(axis=0)
+    denom = Y.sum(axis=0) + P.sum(axis=0)  # 2tp + fp + fn per class
+    present = denom > 0
+    if not present.any():
+        return 0.0, 0.0
+    macro = float(np.mean(2.0 * tp[present] / denom[present]))
+    return macro, float(2.0 * tp.sum() / denom.sum())
+
+
+def exact_match(Y: np.ndarray, P: np.ndarray) -> float:
+    """Share of rows whose predicted label set equals the gold set; 0.0 for no rows."""
+    Y, P = np.asarray(Y).astype(bool), np.asarray(P).astype(bool)
+    return float((Y == P).all(axis=1).mean()) if Y.shape[0] else 0.0
 
 
 def overlap_matrix(votes: np.ndarray) -> np.ndarray:
@@ -146,7 +192,7 @@ def disagreement(votes: np.ndarray) -> np.ndarray:
 
 
 def marginal_contributions(votes: np.ndarray, y: np.ndarray, n_classes: int) -> np.ndarray:
-    """(m,) pool MV macro-F1 minus the MV macro-F1 of the pool without each annotator."""
+    """(m,) pool macro-F1 minus the pool macro-F1 without each annotator (gold as in `pool_macro_f1`)."""
     v = _as_votes(votes)
     full = pool_macro_f1(v, y, n_classes)
     return np.array([full - pool_macro_f1(np.delete(v, j, axis=1), y, n_classes) for j in range(v.shape[1])])

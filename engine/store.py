@@ -162,10 +162,12 @@ class Store:
         return self._q("SELECT count(*) FROM examples")[0][0] > 0
 
     def add_examples(self, dataset: str, source: str, frame: pd.DataFrame) -> None:
-        """Insert a validated frame with columns id, text, fields (dict), split, label (int or NA).
+        """Insert a validated frame with columns id, text, fields (dict), split, label (int or NA) and, for a
+        multi-label task, label_set (list of ints or None).
 
         All or nothing: one transaction.
         """
+        sets = frame["label_set"] if "label_set" in frame else [None] * len(frame)
         rows = pd.DataFrame({
             "id": frame["id"].astype(str),
             "ord": np.arange(len(frame), dtype=np.int64) + self.count_examples(),
@@ -175,11 +177,14 @@ class Store:
             "label": pd.array(frame["label"], dtype="Int64"),
             "dataset": dataset,
             "audit": frame["audit"].astype(bool) if "audit" in frame else False,
+            "label_set": pd.Series([json.dumps([int(c) for c in s]) if isinstance(s, (list, tuple)) else None
+                                    for s in sets], dtype="string"),
         })
         with self.transaction():
             self._cur.register("incoming_rows", rows)
-            self._q("INSERT INTO examples SELECT id, ord, text, fields, split, label, dataset, audit "
-                    "FROM incoming_rows")
+            self._q("INSERT INTO examples (id, ord, text, fields, split, label, dataset, audit, label_set) "
+                    "SELECT id, ord, text, fields, split, label, dataset, audit, "
+                    "CAST(from_json(label_set, '[\"INTEGER\"]') AS INTEGER[]) FROM incoming_rows")
             self._cur.unregister("incoming_rows")
             self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, _now(), len(rows)])
 
@@ -194,7 +199,9 @@ class Store:
 
     def examples_frame(self, split: str | None = None, ids: Sequence[str] | None = None,
                        limit: int | None = None, offset: int = 0) -> pd.DataFrame:
-        """Rows as a frame (id, text, fields as dict, split, label, audit), in import order."""
+        """Rows as a frame (id, text, fields as dict, split, label, audit, label_set), in import order.
+
+        label_set is a tuple of class ids on multi-label rows, None elsewhere."""
         where, params = [], []
         if split is not None:
             clause, values = _split_filter(split)
@@ -203,7 +210,7 @@ class Store:
         if ids is not None:
             where.append("id IN (SELECT unnest(?))")
             params.append(list(ids))
-        sql = "SELECT id, text, fields, split, label, audit FROM examples"
+        sql = "SELECT id, text, fields, split, label, audit, label_set FROM examples"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY ord"
@@ -213,6 +220,8 @@ class Store:
         frame["fields"] = [json.loads(f) if f else {} for f in frame["fields"]]
         frame["label"] = frame["label"].astype("Int64")
         frame["audit"] = frame["audit"].fillna(False).astype(bool)
+        frame["label_set"] = pd.Series([tuple(int(c) for c in s) if isinstance(s, (list, np.ndarray)) else None
+                                        for s in frame["label_set"]], index=frame.index, dtype=object)
         return frame
 
     def examples(self, split: str | None = None, ids: Sequence[str] | None = None) -> list[Example]:
@@ -332,6 +341,25 @@ class Store:
         where, params = _split_filter(split)
         rows = self._q(f"SELECT coalesce(label, -1) FROM examples WHERE {where} ORDER BY ord", params)
         return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def label_matrix(self, split: str) -> np.ndarray:
+        """Gold label sets of a split as (n, k) 0/1, import order; all-zero rows where unknown.
+
+        Single-label rows (no label_set) give a one-hot row of their label.
+        """
+        k = len(self.load_task().labels)
+        where, params = _split_filter(split)
+        rows = self._q(f"SELECT label, label_set FROM examples WHERE {where} ORDER BY ord", params)
+        out = np.zeros((len(rows), k), dtype=np.int64)
+        for i, (label, label_set) in enumerate(rows):
+            members = label_set if label_set is not None else ([] if label is None else [label])
+            out[i, members] = 1
+        return out
+
+    def gold(self, split: str) -> np.ndarray:
+        """What scoring compares votes with: (n,) class ids, or (n, k) 0/1 label sets on a multi-label task."""
+        task = self.load_task()
+        return self.label_matrix(split) if task is not None and task.multi_label else self.labels(split)
 
     # ---- generations and verdicts ------------------------------------------------------------
     def last_complete_generation(self) -> int:

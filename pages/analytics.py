@@ -22,12 +22,14 @@ split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_s
 votes, gold, pool = queries.pool_votes(store, split)
 short = [queries.short(a, names) for a in pool]
 dev_votes, dev_gold, _ = queries.pool_votes(store, "dev")
+dev_target = store.gold("dev") if task.multi_label else dev_gold  # label sets score a multi-label pool
 
 cols = st.columns(4)
 cols[0].metric("Annotators in the pool", len(pool))
 cols[1].metric(f"Rows ({split})", f"{votes.shape[0]:,}")
 cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():.1%}")
-cols[3].metric("Dev macro-F1 (majority vote)", f"{score.pool_macro_f1(dev_votes, dev_gold, k):.3f}")
+cols[3].metric("Dev macro-F1 (any vote)" if task.multi_label else "Dev macro-F1 (majority vote)",
+               f"{score.pool_macro_f1(dev_votes, dev_target, k):.3f}")
 
 left, right = st.columns(2)
 with left:
@@ -57,7 +59,7 @@ with scatter_col:
         st.switch_page("pages/annotator.py", query_params={state.QP_WORKSPACE: state.workspace_name(),
                                                             state.QP_ANNOTATOR: picked})
 with contrib_col:
-    st.plotly_chart(figures.contributions(short, score.marginal_contributions(dev_votes, dev_gold, k)),
+    st.plotly_chart(figures.contributions(short, score.marginal_contributions(dev_votes, dev_target, k)),
                     key="contributions")
 
 st.subheader("Where the annotators disagree most")

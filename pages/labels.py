@@ -1,11 +1,10 @@
 """Labels & export: turn the pool's votes into soft labels, check them, and download the labeled data."""
-import numpy as np
 import streamlit as st
 
 from engine import export
-from engine.aggregate import AGGREGATORS, DESCRIPTIONS
+from engine.aggregate import DESCRIPTIONS
 from engine.jobs import REGISTRY, pool_key, start_labels
-from engine.types import ABSTAIN
+from engine.labeling import THRESHOLD, aggregators_for
 from studio import figures, labels_ui, state, widgets
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
@@ -19,7 +18,8 @@ job = REGISTRY.running(workdir, "labels")
 # ---- choose and compute ---------------------------------------------------------------------------
 with st.container(border=True):
     left, right = st.columns([2, 1])
-    aggregator = left.selectbox("Aggregator", AGGREGATORS, index=AGGREGATORS.index("auto"), key=state.AGGREGATOR,
+    usable = aggregators_for(task)  # a multi-label task has no vote-only aggregators
+    aggregator = left.selectbox("Aggregator", usable, index=usable.index("auto"), key=state.AGGREGATOR,
                                 format_func=lambda a: f"{a}: {DESCRIPTIONS[a]}")
     result = labels_ui.saved(name, aggregator)
     stale = result is not None and result.pool_key != pool_key(store)
@@ -59,14 +59,11 @@ if not result.comparison.empty:
     st.subheader("Aggregators compared on dev (out-of-fold)")
     st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True)
 dev_probs, dev_gold = labels_ui.dev_parts(store, result)
-k = len(task.labels)
-labeled = result.hard != ABSTAIN
-predicted = np.bincount(result.hard[labeled], minlength=k) / max(1, labeled.sum())
-dev_balance = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())
+plots = labels_ui.plot_inputs(result, dev_probs, dev_gold, len(task.labels))
 a, b, c = st.columns(3)
-a.plotly_chart(figures.confidence_histogram(result.probs.max(axis=1)[labeled]), key="confidence")
-b.plotly_chart(figures.class_balance(task.labels, predicted, dev_balance), key="balance")
-bins = figures.reliability_bins(dev_probs.max(axis=1), (dev_probs.argmax(axis=1) == dev_gold).astype(float))
+a.plotly_chart(figures.confidence_histogram(plots["confidence"]), key="confidence")
+b.plotly_chart(figures.class_balance(task.labels, plots["predicted"], plots["dev"]), key="balance")
+bins = figures.reliability_bins(plots["rel_confidence"], plots["rel_correct"])
 c.plotly_chart(figures.reliability(bins), key="reliability")
 st.caption("Dev rows carry out-of-fold probabilities (each from a model that never saw that row's label), so "
            "the reliability diagram and the dev scores are honest.")
@@ -86,5 +83,10 @@ for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
                         "secondary")
 cols[3].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
                         mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
-st.caption(f"Columns: {', '.join(frame.columns)}. `label` is empty where no annotator voted and the aggregator "
-           "gives no label; `n_votes` counts the annotators that voted on the row.")
+if task.multi_label:
+    st.caption(f"Columns: {', '.join(frame.columns)}. `labels` holds every class whose probability reaches "
+               f"{THRESHOLD}, joined by `{export.label_separator(store)}`; `n_votes` counts the annotators that "
+               "voted on the row.")
+else:
+    st.caption(f"Columns: {', '.join(frame.columns)}. `label` is empty where no annotator voted and the aggregator "
+               "gives no label; `n_votes` counts the annotators that voted on the row.")

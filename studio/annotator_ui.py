@@ -43,7 +43,7 @@ def dev_votes(store: Store, annotator_id: str) -> np.ndarray:
 def contribution(store: Store, annotator_id: str, votes: np.ndarray) -> float:
     """Pool dev macro-F1 with this annotator minus without it (whether or not it is in the pool now)."""
     k = len(store.load_task().labels)
-    y = store.labels(FITNESS)
+    y = store.gold(FITNESS)  # label sets on a multi-label task
     others = [a for a in store.pool_ids() if a != annotator_id]
     base = store.vote_matrix(others, FITNESS).votes
     with_it = np.column_stack([base, votes]) if base.size else votes[:, None]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -92,7 +93,13 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -
     with right:
         extra = [c for c in columns if c not in reserved]
         fields = st.multiselect("Extra fields the annotators may read", extra, default=extra, key="map_fields")
-        found = wrench_labels or _labels_in(frame, label_col)
+        multi, sep_col = st.columns([1, 1])
+        multi_label = multi.checkbox("Multi-label", key="map_multi", on_change=_relist_labels,
+                                     help="a label cell may hold several labels (JSONL: a list)")
+        separator = sep_col.text_input("Label separator", "|", key="map_sep", disabled=not multi_label,
+                                       on_change=_relist_labels,
+                                       help="between the labels of one cell, e.g. sports|politics")
+        found = wrench_labels or _labels_in(frame, label_col, separator if multi_label else None)
         label_text = st.text_input("Label set (comma separated, in order)", ", ".join(found), key="map_labels")
         labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
         dev_size = st.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, 500, step=50,
@@ -103,13 +110,24 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
     return IngestOptions(text_column=text_col, label_column=label_col, split_column=split_col, id_column=id_col,
                          field_columns=tuple(fields), labels=labels or None, label_descriptions=descriptions,
-                         instructions=instructions.strip(), dev_size=int(dev_size), skip_bad_rows=skip)
+                         instructions=instructions.strip(), dev_size=int(dev_size), skip_bad_rows=skip,
+                         multi_label=multi_label, label_separator=separator or "|")
 
 
-def _labels_in(frame: pd.DataFrame, column: str | None) -> tuple[str, ...]:
+def _relist_labels() -> None:
+    """Multi-label or its separator changed: forget the label set field so it is read from the file again."""
+    st.session_state.pop("map_labels", None)
+
+
+def _labels_in(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> tuple[str, ...]:
+    """The label names found in a column (a sample); with a separator, each cell may hold several."""
     if column is None:
         return ()
-    values = frame[column].dropna().astype(str).str.strip()
+    values = frame[column].dropna()
+    if separator:  # multi-label: split joined cells, unpack list cells (JSONL)
+        values = values.map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else str(v).split(separator))
+        values = values.explode().dropna()
+    values = values.astype(str).str.strip()
     return tuple(sorted(v for v in values.unique()[:1000] if v))[:50]
 
 

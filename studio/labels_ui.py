@@ -40,10 +40,35 @@ def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
 
 
 def dev_parts(store: Store, result: SavedLabels) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities (n_dev, k), gold (n_dev,)) of the dev rows, for calibration and class balance."""
+    """(probabilities (n_dev, k), gold (n_dev,) or multi-label (n_dev, k)) of the dev rows, for the plots."""
     position = pd.Series(np.arange(len(result.example_ids)), index=pd.Index(result.example_ids))
     dev_ids = store.example_ids("dev")
-    return result.probs[position[dev_ids].to_numpy()], store.labels("dev")
+    return result.probs[position[dev_ids].to_numpy()], store.gold("dev")
+
+
+def labeled_rows(result: SavedLabels) -> np.ndarray:
+    """(n,) bool: rows that got a label (multi-label: at least one)."""
+    return result.hard.any(axis=1) if result.hard.ndim == 2 else result.hard != ABSTAIN
+
+
+def plot_inputs(result: SavedLabels, dev_probs: np.ndarray, dev_gold: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """What the three plots draw: confidence of labeled rows, class shares (predicted, dev), reliability points.
+
+    Multi-label: class shares are the share of rows carrying each class, and reliability pairs each
+    per-class probability with whether the class is in the dev row's set.
+    """
+    labeled = labeled_rows(result)
+    out = {"confidence": export.confidence(result.probs, result.hard)[labeled]}
+    if result.hard.ndim == 2:
+        out["predicted"] = result.hard.mean(axis=0) if len(result.hard) else np.zeros(k)
+        out["dev"] = dev_gold.mean(axis=0) if len(dev_gold) else np.zeros(k)
+        out["rel_confidence"], out["rel_correct"] = dev_probs.ravel(), dev_gold.ravel().astype(float)
+        return out
+    out["predicted"] = np.bincount(result.hard[labeled], minlength=k) / max(1, labeled.sum())
+    out["dev"] = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())
+    out["rel_confidence"] = dev_probs.max(axis=1)
+    out["rel_correct"] = (dev_probs.argmax(axis=1) == dev_gold).astype(float)
+    return out
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -60,14 +85,21 @@ def _disagreement(name: str, version: tuple) -> pd.Series:
 
 
 def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]) -> None:
-    """Filter the labeled rows by class, confidence and disagreement; one page at a time."""
+    """Filter the labeled rows by class, confidence and disagreement; one page at a time.
+
+    A multi-label frame (a `labels` column) matches a class when the class is in the row's label set.
+    """
     a, b, c, d = st.columns([2, 2, 2, 1])
     classes = a.multiselect("Class", list(labels) + ["(no label)"], key="browse_class")
     low, high = b.slider("Confidence", 0.0, 1.0, (0.0, 1.0), 0.01, key="browse_conf")
     only_disputed = c.toggle("Only rows where annotators disagree", key="browse_disputed")
     split = d.selectbox("Split", ["all", "pool", "dev", "test"], key="browse_split")
     mask = frame["confidence"].between(low, high)
-    if classes:
+    if classes and "labels" in frame:
+        sep = export.label_separator(store)
+        sets = [set(s.split(sep)) if s else {"(no label)"} for s in frame["labels"]]
+        mask &= np.array([bool(s & set(classes)) for s in sets], dtype=bool)
+    elif classes:
         mask &= frame["label"].replace("", "(no label)").isin(classes)
     if split != "all":
         mask &= frame["split"] == split
@@ -94,10 +126,11 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_metrics(result: SavedLabels) -> None:
-    labeled = result.hard != ABSTAIN
+    labeled = labeled_rows(result)
     cols = st.columns(4)
     cols[0].metric("Rows labeled", f"{int(labeled.sum()):,} / {len(result.hard):,}")
-    cols[1].metric("Mean confidence", f"{result.probs.max(axis=1)[labeled].mean():.2f}" if labeled.any() else "–")
+    mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
+    cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
     chosen = result.dev_scores.get("chosen") if isinstance(result.dev_scores, dict) else None
     cols[2].metric("Aggregator", result.resolved, help=f"auto chose: {chosen}" if chosen else None)
     best = result.dev_scores.get("macro_f1") if isinstance(result.dev_scores, dict) else None

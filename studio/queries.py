@@ -37,7 +37,9 @@ def number(value: object, fmt: str) -> str:
 
 
 def examples_page(store: Store, split: str, key: str, page_size: int = PAGE_SIZE) -> pd.DataFrame:
-    """One page of a split's rows (id, text, label name); a page picker under it. Test labels stay hidden."""
+    """One page of a split's rows (id, text, label name); a page picker under it. Test labels stay hidden.
+
+    A multi-label row shows its whole label set, comma separated."""
     total = store.count_examples(split)
     pages = max(1, -(-total // page_size))
     page = st.number_input(f"Page (of {pages:,}; {total:,} rows)", 1, pages, 1, key=f"{key}_{split}")
@@ -45,7 +47,8 @@ def examples_page(store: Store, split: str, key: str, page_size: int = PAGE_SIZE
     labels = store.load_task().labels
     out = pd.DataFrame({"id": frame["id"], "text": frame["text"]})
     if split == "dev":
-        out["label"] = [labels[int(v)] if pd.notna(v) else "" for v in frame["label"]]
+        out["label"] = [", ".join(labels[c] for c in s) if s else labels[int(v)] if pd.notna(v) else ""
+                        for v, s in zip(frame["label"], frame["label_set"], strict=True)]
     elif split == "test":
         out["label"] = "(holdout: hidden)"
     return out

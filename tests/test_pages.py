@@ -323,6 +323,43 @@ def test_labels_screen_before_and_after_computing(home):
     assert isinstance(at.dataframe[-1].value, pd.DataFrame)
 
 
+def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, monkeypatch):
+    from test_multilabel import write_csv  # the topics data: cue words for one or two of three labels
+
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "ml"))
+    workdir = tmp_path / "ml" / "topics"
+    Store.open(workdir)
+    write_csv(tmp_path / "topics.csv")
+    at = run("topics")
+    at.file_uploader(key="upload").upload("topics.csv", (tmp_path / "topics.csv").read_bytes(), "text/csv")
+    at.run()
+    at.checkbox(key="map_multi").check().run()
+    assert at.text_input(key="map_sep").value == "|"
+    assert at.text_input(key="map_labels").value == "politics, sports, tech"  # cells split on the separator
+    import_and_wait(at, workdir)
+    assert not at.exception and "Imported 120 rows" in texts(at)
+    assert Store.open(workdir).load_task().multi_label
+    rows = at.dataframe[0].value  # the dev rows show their whole label set
+    assert "politics, sports" in set(rows["label"]) and "sports" in set(rows["label"])
+
+    with SandboxExecutor() as executor:
+        evolve(Store.open(workdir), OfflineProposer(), executor, 1)
+    job = start_labels(workdir, "evoagg", compare=False)
+    assert job.wait(180) and job.status == "done", job.error
+    at = run("topics", "pages/labels.py")
+    assert "mv" not in at.selectbox(key="aggregator").options  # vote-only aggregators cannot label it
+    at.selectbox(key="aggregator").set_value("evoagg").run()
+    assert not at.exception
+    assert metrics(at)["Rows labeled"].endswith("/ 120") and len(at.get("plotly_chart")) == 3
+    table = at.dataframe[-1].value
+    assert {"labels", "confidence", "p_politics", "p_sports", "p_tech"} <= set(table.columns)
+    assert "label" not in table.columns
+    at.multiselect(key="browse_class").set_value(["tech"]).run()
+    assert all("tech" in s.split("|") for s in at.dataframe[-1].value["labels"])
+    at = run("topics", "pages/analytics.py")
+    assert "Dev macro-F1 (any vote)" in metrics(at)
+
+
 # ---- safe markdown ------------------------------------------------------------------------------------
 def test_data_text_cannot_become_markup():
     from studio.queries import escape_md

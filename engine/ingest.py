@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from engine.store import Store
-from engine.types import Task
+from engine.types import AUDIT_MIN_ROWS_TO_JUDGE, Task
 
 SPLIT_ALIASES = {
     "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",
@@ -49,6 +49,10 @@ class IngestError(ValueError):
         if more > 0:
             shown += f"\n  - … and {more} more"
         super().__init__(message + (f"\n{shown}" if shown else ""))
+
+
+AUDIT_MIN_CLASS_ROWS = 10  # a class needs this many dev rows before any of them is held back as audit
+AUDIT_MIN_ROWS = AUDIT_MIN_ROWS_TO_JUDGE  # fewer audit rows than this would be held back for nothing
 
 
 @dataclass(frozen=True)
@@ -330,8 +334,10 @@ def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Seri
     """Pick the audit rows: floor(fraction * n) of each class's dev rows, seeded.
 
     The agents and the gate never see them, so the pool is not selected on them and the auto aggregator
-    can compare vote-based and text-based aggregators honestly there. Classes with fewer than 1/fraction
-    dev rows give none: their few rows are worth more to the agents.
+    can compare vote-based and text-based aggregators honestly there. Classes with fewer than
+    AUDIT_MIN_CLASS_ROWS dev rows give none (their few rows are worth more to the agents), and when the
+    share would come to fewer than AUDIT_MIN_ROWS rows no row is held back: a macro-F1 on so few rows is
+    too noisy to choose an aggregator by, so the agents get them all.
     """
     if not 0 <= fraction < 1:
         raise IngestError(f"audit_fraction must be in [0, 1), got {fraction}")
@@ -339,8 +345,12 @@ def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Seri
     rng = np.random.default_rng(seed + 7919)  # not the split draw's stream
     dev = frame[frame["split"] == "dev"]
     for _, rows in sorted(dev.groupby("label").groups.items()):
-        take = int(np.floor(fraction * len(rows)))
+        take = int(np.floor(fraction * len(rows))) if len(rows) >= AUDIT_MIN_CLASS_ROWS else 0
         audit[rng.permutation(np.asarray(rows))[:take]] = True
+    if 0 < audit.sum() < AUDIT_MIN_ROWS:
+        return pd.Series(False, index=frame.index), [
+            f"no audit rows: {int(audit.sum())} would be too few to choose an aggregator on (fewer than "
+            f"{AUDIT_MIN_ROWS}), so the agents get all {len(dev)} dev rows"]
     notes = []
     if audit.any():
         notes.append(f"held back {int(audit.sum())} of {len(dev)} dev rows as audit rows: the agents and the gate "

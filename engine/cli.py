@@ -64,7 +64,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
     if not store.has_data():
         if not args.data:
             raise SystemExit("error: the workspace is empty; give DATA to import")
-        opts = IngestOptions(dev_size=args.dev_size, seed=args.seed, text_column=args.text_column,
+        opts = IngestOptions(dev_size=args.dev_size, audit_fraction=args.audit_fraction, seed=args.seed,
+                             text_column=args.text_column,
                              label_column=args.label_column, multi_label=args.multi_label,
                              label_separator=args.label_separator)
         report = import_path(store, args.data, opts)
@@ -141,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--generations", type=int, default=5, help="evolve until this many generations are complete")
     run.add_argument("--agents", choices=("offline", "llm", "mixed"), default="offline")
     run.add_argument("--dev-size", type=int, default=500)
+    run.add_argument("--audit-fraction", type=float, default=0.2,
+                     help="share of dev held back from the agents and the gate; auto chooses on it (0: none)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--text-column", default="text")
     run.add_argument("--label-column", default="label")

@@ -160,6 +160,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
             dev_scores["n_audit"] = int(audit.sum())
     if hasattr(model, "chosen_"):
         dev_scores["chosen"] = model.chosen_
+        dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
     return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)
 
 

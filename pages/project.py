@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.ingest import IngestError
+from engine.types import AUDIT
 from studio import importer, queries, state, widgets
 
 widgets.header("Project & data", "bring your data")
@@ -58,7 +59,10 @@ counts = store.split_counts()
 cols = st.columns(4)
 cols[0].metric("Rows", f"{store.count_examples():,}")
 cols[1].metric("Unlabeled (pool)", f"{counts.get('pool', 0):,}")
-cols[2].metric("Dev (fitness)", f"{counts.get('dev', 0):,}")
+n_audit = store.count_examples(AUDIT)
+cols[2].metric("Dev (labeled)", f"{counts.get('dev', 0):,}" + (f" ({n_audit:,} audit)" if n_audit else ""),
+               help="the agents and the gate see the fitness rows; audit rows are held back from them, so the "
+                    "auto aggregator is chosen on rows the pool was not selected on")
 cols[3].metric("Test (holdout)", f"{counts.get('test', 0):,}")
 st.markdown(f"**Task:** {queries.escape_md(task.name)} · **labels:** "
             + ", ".join(f"`{lab}`" for lab in task.labels))

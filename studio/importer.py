@@ -102,15 +102,21 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -
         found = wrench_labels or _labels_in(frame, label_col, separator if multi_label else None)
         label_text = st.text_input("Label set (comma separated, in order)", ", ".join(found), key="map_labels")
         labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
-        dev_size = st.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, 500, step=50,
-                                   key="map_dev")
+        size_col, audit_col = st.columns([1, 1])
+        dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, 500, step=50,
+                                         key="map_dev")
+        audit = audit_col.number_input(
+            "Audit share of dev", 0.0, 0.5, 0.2, step=0.05, key="map_audit",
+            help="dev rows held back from the agents and the gate, so choosing the aggregator on them is honest "
+                 "(none when it would come to fewer than 50 rows)")
     descriptions = _descriptions(labels)
     instructions = st.text_area("Task instructions (what the agents read)", key="map_instructions",
                                 placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
     return IngestOptions(text_column=text_col, label_column=label_col, split_column=split_col, id_column=id_col,
                          field_columns=tuple(fields), labels=labels or None, label_descriptions=descriptions,
-                         instructions=instructions.strip(), dev_size=int(dev_size), skip_bad_rows=skip,
+                         instructions=instructions.strip(), dev_size=int(dev_size), audit_fraction=float(audit),
+                         skip_bad_rows=skip,
                          multi_label=multi_label, label_separator=separator or "|")
 
 

@@ -11,12 +11,14 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine import score
 from engine.agents.offline import OfflineProposer
 from engine.evolve import evolve
-from engine.ingest import import_path
+from engine.ingest import IngestOptions, import_path
 from engine.jobs import REGISTRY, load_labels, start_labels
 from engine.sandbox import SandboxExecutor
 from engine.store import Store
+from engine.types import AUDIT, FITNESS
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -24,9 +26,9 @@ DEMO = ROOT / "data" / "demo" / "youtube_spam.csv"
 SEEDED = "seeded"
 
 
-def seed(home: Path, name: str, generations: int = 2) -> Store:
+def seed(home: Path, name: str, generations: int = 2, options: IngestOptions | None = None) -> Store:
     store = Store.open(home / name)
-    import_path(store, DEMO)
+    import_path(store, DEMO, options or IngestOptions())
     with SandboxExecutor() as executor:
         evolve(store, OfflineProposer(), executor, generations)
     return store
@@ -112,7 +114,7 @@ def test_sidebar_picks_the_workspace_and_shows_its_facts(home):
 def test_project_screen_shows_the_workspace_rows_and_splits():
     at = run(SEEDED)
     assert at.title[0].value == "Project & data"
-    assert metrics(at) == {"Rows": "2,056", "Unlabeled (pool)": "1,686", "Dev (fitness)": "120",
+    assert metrics(at) == {"Rows": "2,056", "Unlabeled (pool)": "1,686", "Dev (labeled)": "120",
                            "Test (holdout)": "250"}
     rows = at.dataframe[0].value
     assert len(rows) == 25 and list(rows.columns) == ["id", "text", "label"]
@@ -297,6 +299,22 @@ def test_analytics_screen_shows_the_pool_in_numbers_and_plots(home):
     assert {"text", "disagreement (bits)", "votes HAM", "votes SPAM", "gold"} <= set(disputed.columns)
     assert (disputed["disagreement (bits)"] > 0).all()
     assert (disputed["votes HAM"] > 0).all() and (disputed["votes SPAM"] > 0).all()
+
+
+def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
+    store = seed(home, "audited", generations=1, options=IngestOptions(audit_fraction=0.5))
+    assert metrics(run("audited"))["Dev (labeled)"] == "120 (60 audit)"
+    at = run("audited", "pages/analytics.py")
+    audit_metric = next(m for m in at.metric if m.label == "Macro-F1 on audit rows (majority vote)")
+    fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)
+    audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.labels(AUDIT), 2)
+    assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    job = start_labels(home / "audited", "auto", compare=False)
+    assert job.wait(300) and job.status == "done", job.error
+    saved = load_labels(home / "audited", "auto")
+    assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
+    at = run("audited", "pages/labels.py")
+    assert metrics(at)["Macro-F1 on audit rows (out-of-fold)"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
 
 
 # ---- labels & export ----------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from engine.labeling import evaluate  # noqa: E402
 from engine.sandbox import SandboxExecutor  # noqa: E402
 from engine.score import accuracy, macro_f1, majority_vote  # noqa: E402
 from engine.store import Store  # noqa: E402
+from engine.types import AUDIT  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto")
@@ -59,7 +60,7 @@ def wrench_lf_baseline(folder: Path) -> dict | None:
     return {"macro_f1": macro_f1(y, pred, k), "accuracy": accuracy(y, pred)}
 
 
-def import_banking77(store: Store, folder: Path, dev_size: int, seed: int) -> None:
+def import_banking77(store: Store, folder: Path, dev_size: int, seed: int, audit_fraction: float) -> None:
     """banking77 has no valid split: a seeded stratified dev sample comes from train, the rest is pool."""
     names = json.loads((folder / "categories.json").read_text())
     train = pd.read_csv(folder / "train.csv")
@@ -73,11 +74,13 @@ def import_banking77(store: Store, folder: Path, dev_size: int, seed: int) -> No
     test["split"] = "test"
     frame = pd.concat([train, test], ignore_index=True)
     frame["id"] = [f"{s}-{i}" for i, s in enumerate(frame["split"])]
-    opts = IngestOptions(label_column="category", labels=tuple(names), dev_size=dev_size, seed=seed)
+    opts = IngestOptions(label_column="category", labels=tuple(names), dev_size=dev_size, seed=seed,
+                         audit_fraction=audit_fraction)
     import_frame(store, frame, opts, dataset="banking77", source=str(folder))
 
 
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
+                audit_fraction: float = IngestOptions.audit_fraction,
                 reuse: bool = False) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
@@ -85,10 +88,11 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     store = Store.open(workdir)
     if not store.has_data():
         if name == "banking77":
-            import_banking77(store, folder, 500, seed)
+            import_banking77(store, folder, 500, seed, audit_fraction)
         else:
-            import_path(store, folder, IngestOptions(dev_size=500, seed=seed))
-    row: dict = {"dataset": name, "dev": store.count_examples("dev"), "test": store.count_examples("test")}
+            import_path(store, folder, IngestOptions(dev_size=500, seed=seed, audit_fraction=audit_fraction))
+    row: dict = {"dataset": name, "dev": store.count_examples("dev"), "audit": store.count_examples(AUDIT),
+                 "test": store.count_examples("test")}
     started = time.monotonic()
     with SandboxExecutor() as executor:
         evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
@@ -115,7 +119,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
 
 
 def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
-    head = ["dataset", "dev", "test", "pool", "evolve s", "WRENCH LFs + MV", "embeddings (dev only)"]
+    head = ["dataset", "dev (audit)", "test", "pool", "evolve s", "WRENCH LFs + MV", "embeddings (dev only)"]
     head += [f"pool + {a}" for a in aggregators] + ["auto chose"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -125,7 +129,7 @@ def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
         return f"{r[key]:.3f} / {r[key + '_acc']:.3f}"
 
     for r in rows:
-        cells = [r["dataset"], str(r["dev"]), str(r["test"]), str(r["pool"]), str(r["evolve_s"]),
+        cells = [r["dataset"], f"{r['dev']} ({r.get('audit', 0)})", str(r["test"]), str(r["pool"]), str(r["evolve_s"]),
                  cell(r, "wrench_lf_mv"), cell(r, "emb_dev_only")]
         cells += [cell(r, a) for a in aggregators] + [str(r.get("auto_chose", ""))]
         lines.append("| " + " | ".join(cells) + " |")
@@ -138,6 +142,8 @@ def main() -> None:
                                                           "banking77"])
     parser.add_argument("--generations", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--audit-fraction", type=float, default=IngestOptions.audit_fraction,
+                        help="share of dev held back from the agents and the gate (0: none)")
     parser.add_argument("--aggregators", nargs="*", default=list(AGGREGATORS))
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp")
     parser.add_argument("--reuse", action="store_true", help="resume existing workspaces instead of starting fresh")
@@ -148,13 +154,15 @@ def main() -> None:
     aggregators = tuple(args.aggregators)
     rows = []
     for name in args.datasets:
-        workdir = args.workdir / f"{name}-g{args.generations}-s{args.seed}"
+        workdir = args.workdir / f"{name}-g{args.generations}-s{args.seed}-a{args.audit_fraction}"
         print(f"== {name}", file=sys.stderr, flush=True)
-        rows.append(run_dataset(name, workdir, args.generations, args.seed, aggregators, args.reuse))
+        rows.append(run_dataset(name, workdir, args.generations, args.seed, aggregators, args.audit_fraction,
+                                args.reuse))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     text = (f"Test macro-F1 / accuracy. Measured {date.today().isoformat()} on {machine()} with "
             f"`python bench/quality.py` ({args.generations} generations, offline agents, seed {args.seed}, "
-            "dev = 500 rows or the whole valid split when smaller). Rows with no label count as wrong.\n\n"
+            f"dev = 500 rows or the whole valid split when smaller, audit share {args.audit_fraction}). "
+            "Rows with no label count as wrong.\n\n"
             + table(rows, aggregators) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

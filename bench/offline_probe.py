@@ -25,7 +25,8 @@ from engine.agents.base import ProposalContext  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.code import make_annotator  # noqa: E402
 from engine.gate import GateConfig, run_gate  # noqa: E402
-from engine.ingest import IngestOptions, assign_splits, read_wrench, validate  # noqa: E402
+from engine.ingest import IngestOptions, validate  # noqa: E402
+from engine.readers import read_wrench  # noqa: E402
 from engine.score import (  # noqa: E402
     majority_vote,
     marginal_contributions,
@@ -33,6 +34,7 @@ from engine.score import (  # noqa: E402
     pool_macro_f1,
     score_annotator,  # noqa: E402
 )
+from engine.splits import assign_splits  # noqa: E402
 from engine.types import ABSTAIN, AGENT_ROLES, Annotator, Example, Task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -10,7 +10,8 @@ from typing import Any
 
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
-from engine.ingest import IngestError, IngestOptions, import_path
+from engine.ingest import IngestOptions, import_path
+from engine.ingest_errors import IngestError
 from engine.llm import LLMError
 from engine.store import Store, WorkspaceLocked
 

@@ -1,4 +1,7 @@
-"""Reading user data into a workspace: validate, normalise, assign splits.
+"""Importing user data into a workspace: options, row validation and normalisation, the import itself.
+
+Files are read by `engine.readers`, splits and audit rows are drawn by `engine.splits`, and the error types
+(`IngestError`, `RowProblem`) live in `engine.ingest_errors`; this module ties them together.
 
 Every rejection names the row and the reason. By default a file with any bad row imports nothing
 (`IngestError` lists every problem); with `skip_bad_rows=True` the good rows are imported and the
@@ -11,48 +14,23 @@ the agents read it); all of them as its `label_set`.
 """
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from engine.ingest_errors import IngestError, RowProblem
+from engine.readers import read_table, read_wrench
+from engine.splits import assign_splits, mark_audit
 from engine.store import Store
-from engine.types import AUDIT_MIN_ROWS_TO_JUDGE, Task
+from engine.types import Task
 
 SPLIT_ALIASES = {
     "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",
     "dev": "dev", "valid": "dev", "validation": "dev", "val": "dev",
     "test": "test", "holdout": "test",
 }
-MAX_PROBLEMS_SHOWN = 50
-
-
-@dataclass(frozen=True)
-class RowProblem:
-    row: int  # 1-based data row (CSV: line number minus the header)
-    reason: str
-
-    def __str__(self) -> str:
-        return f"row {self.row}: {self.reason}"
-
-
-class IngestError(ValueError):
-    """The input cannot be imported as it is; `problems` says where and why."""
-
-    def __init__(self, message: str, problems: list[RowProblem] | None = None):
-        self.problems = problems or []
-        shown = "\n".join(f"  - {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN])
-        more = len(self.problems) - MAX_PROBLEMS_SHOWN
-        if more > 0:
-            shown += f"\n  - … and {more} more"
-        super().__init__(message + (f"\n{shown}" if shown else ""))
-
-
-AUDIT_MIN_CLASS_ROWS = 10  # a class needs this many dev rows before any of them is held back as audit
-AUDIT_MIN_ROWS = AUDIT_MIN_ROWS_TO_JUDGE  # fewer audit rows than this would be held back for nothing
 
 
 @dataclass(frozen=True)
@@ -82,82 +60,6 @@ class ImportReport:
     labels: tuple[str, ...]
     skipped: tuple[RowProblem, ...] = ()
     notes: tuple[str, ...] = ()
-
-
-# ---- reading files -------------------------------------------------------------------------------
-def _decode(raw: bytes, name: str) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise IngestError(f"{name} is not UTF-8 text: byte 0x{raw[err.start]:02x} on line {line} "
-                          "cannot be decoded; save the file as UTF-8 and upload it again") from None
-
-
-def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
-    """Read CSV / JSONL / Parquet into a frame of strings (Parquet keeps its types).
-
-    `source` is a path or the raw bytes of an upload (then `name` gives the format by extension).
-    """
-    name = name or str(source)
-    suffix = Path(name).suffix.lower()
-    raw = Path(source).read_bytes() if not isinstance(source, bytes) else source
-    if suffix == ".parquet":
-        try:
-            return pd.read_parquet(io.BytesIO(raw))
-        except Exception as err:  # pyarrow raises several types for a corrupt file
-            raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
-    text = _decode(raw, name)
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        records, problems = [], []
-        for i, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(RowProblem(i, f"not valid JSON ({err.msg} at column {err.colno})"))
-                continue
-            if not isinstance(record, dict):
-                problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
-                continue
-            records.append(record)
-        if problems:
-            raise IngestError(f"{name} has lines that are not JSON objects", problems)
-        return pd.DataFrame.from_records(records)
-    if suffix in (".csv", ".tsv", ".txt"):
-        sep = "\t" if suffix == ".tsv" else ","
-        try:
-            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False)
-        except pd.errors.ParserError as err:
-            raise IngestError(f"{name} is not a well-formed CSV: {err}") from None
-    raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
-                      "or a WRENCH folder)")
-
-
-def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
-
-    The `weak_labels` are dropped here: annotators and agents must never see them.
-    """
-    folder = Path(folder)
-    label_file = folder / "label.json"
-    if not label_file.exists():
-        raise IngestError(f"{folder} is not a WRENCH folder: label.json is missing")
-    names = json.loads(label_file.read_text())
-    labels = tuple(names[str(i)] for i in range(len(names)))
-    rows = []
-    for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
-        path = folder / f"{file_split}.json"
-        if not path.exists():
-            continue
-        for key, record in json.loads(path.read_text()).items():
-            data = dict(record.get("data", {}))
-            rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
-                         "label": record.get("label"), "split": split, **data})
-    if not rows:
-        raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    return pd.DataFrame.from_records(rows), labels
 
 
 # ---- validating ----------------------------------------------------------------------------------
@@ -276,86 +178,6 @@ def _plain(value):
     if isinstance(value, float) and np.isnan(value):
         return None
     return value
-
-
-def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.DataFrame, list[str]]:
-    """Fill in missing splits and cap the dev split at `dev_size` (seeded, stratified by (first) label).
-
-    Rows without a split: unlabeled → pool; labeled → a stratified dev sample, the rest → test.
-    Dev rows beyond `dev_size` move to the pool with their labels dropped (the pool is unlabeled).
-    Labels on pool rows are dropped too, so nothing downstream can lean on them.
-    """
-    rng = np.random.default_rng(seed)
-    frame = frame.copy()
-    notes = []
-    unassigned = frame["split"].isna()
-    labeled = frame["label"].notna()
-    frame.loc[unassigned & ~labeled, "split"] = "pool"
-    free = frame.index[unassigned & labeled]
-    if len(free):
-        picked = _stratified(frame.loc[free, "label"], dev_size - int((frame["split"] == "dev").sum()), rng)
-        frame.loc[picked, "split"] = "dev"
-        frame.loc[free.difference(picked), "split"] = "test"
-        notes.append(f"drew a stratified dev split of {len(picked)} labeled rows; {len(free) - len(picked)} "
-                     "other labeled rows became the test (holdout) split")
-    dev = frame.index[frame["split"] == "dev"]
-    if len(dev) > dev_size:
-        keep = _stratified(frame.loc[dev, "label"], dev_size, rng)
-        moved = dev.difference(keep)
-        frame.loc[moved, "split"] = "pool"
-        notes.append(f"dev split subsampled to {dev_size} rows (seeded, stratified); {len(moved)} rows moved to pool")
-    pool_labeled = (frame["split"] == "pool") & frame["label"].notna()
-    if pool_labeled.any():
-        notes.append(f"ignored the labels of {int(pool_labeled.sum())} pool rows (the pool is unlabeled work)")
-        frame.loc[pool_labeled, "label"] = None
-        if "label_set" in frame:
-            frame.loc[pool_labeled, "label_set"] = None
-    return frame, notes
-
-
-def _stratified(labels: pd.Series, size: int, rng: np.random.Generator) -> pd.Index:
-    """A seeded sample of `size` index entries with class shares as in `labels` (each class ≥ 1 if possible)."""
-    size = max(0, min(size, len(labels)))
-    if size == len(labels):
-        return labels.index
-    picked = []
-    groups = {k: rng.permutation(v.to_numpy()) for k, v in labels.groupby(labels).groups.items()}
-    quotas = {k: max(1, int(round(size * len(v) / len(labels)))) for k, v in groups.items()}
-    while sum(quotas.values()) > size:  # rounding overshoot: trim the largest classes
-        quotas[max(quotas, key=quotas.get)] -= 1
-    for k, members in groups.items():
-        picked.extend(members[: quotas[k]])
-    leftover = rng.permutation(np.setdiff1d(labels.index.to_numpy(), np.array(picked, dtype=labels.index.dtype)))
-    picked.extend(leftover[: size - len(picked)])
-    return pd.Index(sorted(picked))
-
-
-def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Series, list[str]]:
-    """Pick the audit rows: floor(fraction * n) of each class's dev rows, seeded.
-
-    The agents and the gate never see them, so the pool is not selected on them and the auto aggregator
-    can compare vote-based and text-based aggregators honestly there. Classes with fewer than
-    AUDIT_MIN_CLASS_ROWS dev rows give none (their few rows are worth more to the agents), and when the
-    share would come to fewer than AUDIT_MIN_ROWS rows no row is held back: a macro-F1 on so few rows is
-    too noisy to choose an aggregator by, so the agents get them all.
-    """
-    if not 0 <= fraction < 1:
-        raise IngestError(f"audit_fraction must be in [0, 1), got {fraction}")
-    audit = pd.Series(False, index=frame.index)
-    rng = np.random.default_rng(seed + 7919)  # not the split draw's stream
-    dev = frame[frame["split"] == "dev"]
-    for _, rows in sorted(dev.groupby("label").groups.items()):
-        take = int(np.floor(fraction * len(rows))) if len(rows) >= AUDIT_MIN_CLASS_ROWS else 0
-        audit[rng.permutation(np.asarray(rows))[:take]] = True
-    if 0 < audit.sum() < AUDIT_MIN_ROWS:
-        return pd.Series(False, index=frame.index), [
-            f"no audit rows: {int(audit.sum())} would be too few to choose an aggregator on (fewer than "
-            f"{AUDIT_MIN_ROWS}), so the agents get all {len(dev)} dev rows"]
-    notes = []
-    if audit.any():
-        notes.append(f"held back {int(audit.sum())} of {len(dev)} dev rows as audit rows: the agents and the gate "
-                     "never see them; the auto aggregator chooses on them")
-    return audit, notes
 
 
 # ---- importing -----------------------------------------------------------------------------------

@@ -4,12 +4,11 @@ The studio never runs long work inside a page script: it starts a job, and the j
 events to the workspace (`store.add_event`) and its status to the `jobs` table (`store.upsert_job`).
 Pages only poll the store. The registry is process-wide, so a job outlives the browser tab that
 started it and a reloaded page finds it again. Soft labels, once computed, are kept as files in the
-workspace folder (keyed by the pool they came from), so pages stay fast and a reload keeps them.
+workspace folder (keyed by the pool they came from; see `engine.saved_labels`), so pages stay fast and a
+reload keeps them.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import traceback
 import uuid
@@ -19,14 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from engine.saved_labels import pool_key, save_labels
 from engine.store import Store
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
 AGENT_CHOICES = ("offline", "llm", "mixed")
-LABELS_DIR = "labels"
 
 
 class JobStopped(Exception):
@@ -252,78 +250,6 @@ def _sandbox():
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SavedLabels:
-    """Soft labels as computed by a labels job, read back from the workspace folder."""
-
-    aggregator: str  # what was asked for ("auto" may resolve to another)
-    resolved: str  # the aggregator actually used
-    probs: np.ndarray  # (n, k)
-    example_ids: tuple[str, ...]
-    hard: np.ndarray  # (n,) -1 = no label; multi-label: (n, k) 0/1
-    n_votes: np.ndarray  # (n,)
-    dev_scores: dict[str, Any]
-    comparison: pd.DataFrame  # one row per aggregator (may be empty)
-    pool_key: str
-    created_at: str
-
-
-def pool_key(store: Store) -> str:
-    """Fingerprint of what soft labels depend on: the pool and the number of rows."""
-    text = json.dumps([sorted(store.pool_ids()), store.count_examples()])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _labels_base(workdir: Path, aggregator: str) -> Path:
-    return Path(workdir) / LABELS_DIR / aggregator
-
-
-def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: Any, key: str) -> Path:
-    """Keep a LabelingResult beside the workspace: arrays in .npz, the rest in .json."""
-    base = _labels_base(Path(workdir), aggregator)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    soft = result.soft
-    np.savez_compressed(base.with_suffix(".npz"), probs=soft.probs, hard=np.asarray(result.hard),
-                        n_votes=np.asarray(result.n_votes), example_ids=np.asarray(soft.example_ids, dtype=str))
-    meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
-            "dev_scores": getattr(result, "dev_scores", {}) or {},
-            "comparison": _records(comparison),
-            "created_at": _now().isoformat(timespec="seconds")}
-    base.with_suffix(".json").write_text(json.dumps(meta, default=_json_default))
-    return base
-
-
-def _records(comparison: Any) -> list[dict]:
-    """compare_aggregators' rows (a list of dicts or a DataFrame) as plain records."""
-    if comparison is None:
-        return []
-    if isinstance(comparison, pd.DataFrame):
-        return comparison.to_dict(orient="records")
-    return [dict(row) for row in comparison]
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-def load_labels(workdir: str | Path, aggregator: str) -> SavedLabels | None:
-    """The saved soft labels for `aggregator`, or None (never computed, or unreadable)."""
-    base = _labels_base(Path(workdir), aggregator)
-    if not base.with_suffix(".npz").exists() or not base.with_suffix(".json").exists():
-        return None
-    try:
-        meta = json.loads(base.with_suffix(".json").read_text())
-        with np.load(base.with_suffix(".npz")) as arrays:
-            return SavedLabels(aggregator, meta["resolved"], arrays["probs"], tuple(arrays["example_ids"].tolist()),
-                               arrays["hard"], arrays["n_votes"], meta.get("dev_scores", {}),
-                               pd.DataFrame.from_records(meta.get("comparison", [])), meta["pool_key"],
-                               meta.get("created_at", ""))
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def start_labels(workdir: str | Path, aggregator: str = "auto", *, compare: bool = True,
                  executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""

@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from engine.ingest import IngestError
+from engine.ingest_errors import IngestError
 from engine.types import AUDIT
 from studio import importer, queries, state, widgets
 

@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.ingest import ImportReport, IngestError, IngestOptions, read_table, read_wrench
+from engine.ingest import ImportReport, IngestOptions
+from engine.ingest_errors import IngestError
 from engine.jobs import REGISTRY, start_import
+from engine.readers import read_table, read_wrench
 from engine.store import Store
 from studio import state, workspace
 

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.jobs import SavedLabels, load_labels
+from engine.saved_labels import SavedLabels, load_labels
 from engine.store import Store
 from engine.types import ABSTAIN, SoftLabels
 from studio import workspace

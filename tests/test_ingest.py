@@ -6,7 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from engine.ingest import IngestError, IngestOptions, import_path, read_table
+from engine.ingest import IngestOptions, import_path
+from engine.ingest_errors import IngestError
+from engine.readers import read_table
 from engine.store import Store
 from engine.types import AUDIT, FITNESS
 

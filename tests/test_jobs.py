@@ -13,12 +13,10 @@ from engine.jobs import (
     FAILED,
     STOPPED,
     JobRegistry,
-    load_labels,
-    pool_key,
-    save_labels,
     start_evolve,
     start_labels,
 )
+from engine.saved_labels import load_labels, pool_key, save_labels
 from engine.store import Store
 from engine.types import Candidate, SoftLabels
 

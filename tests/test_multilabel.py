@@ -16,7 +16,8 @@ import pytest
 from engine.agents.offline import OfflineProposer
 from engine.evolve import current_dev_macro_f1, evolve
 from engine.export import write_export
-from engine.ingest import IngestError, IngestOptions, import_path
+from engine.ingest import IngestOptions, import_path
+from engine.ingest_errors import IngestError
 from engine.labeling import evaluate, fit_and_predict, soft_labels
 from engine.sandbox import SandboxExecutor
 from engine.score import exact_match, multilabel_f1, pool_macro_f1, score_annotator

@@ -15,8 +15,9 @@ from engine import score
 from engine.agents.offline import OfflineProposer
 from engine.evolve import evolve
 from engine.ingest import IngestOptions, import_path
-from engine.jobs import REGISTRY, load_labels, start_labels
+from engine.jobs import REGISTRY, start_labels
 from engine.sandbox import SandboxExecutor
+from engine.saved_labels import load_labels
 from engine.store import Store
 from engine.types import AUDIT, FITNESS
 

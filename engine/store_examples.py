@@ -1,0 +1,145 @@
+"""The workspace's rows: the task, the imported examples, and the gold labels scoring compares with.
+
+`ExamplesMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening
+and migrating the DuckDB file. It holds no connection of its own: it runs SQL through the host's `_q`, `_df`,
+`_cur` and `transaction`, filters splits with its `_split_filter` and stamps rows with its `_now`, so it never
+imports duckdb. Rows keep their import order (`ord`); the `fitness` and `audit` pseudo-splits are dev's two
+row sets.
+"""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from engine.types import Example, Task
+
+
+class ExamplesMixin:
+    """Task, examples and label matrices of a workspace (mixed into `engine.store.Store`)."""
+
+    # ---- task and examples -------------------------------------------------------------------
+    def save_task(self, task: Task) -> None:
+        with self.transaction():
+            self._q("DELETE FROM task")
+            self._q(
+                "INSERT INTO task VALUES (?, ?, ?, ?, ?, ?)",
+                [task.name, json.dumps(list(task.labels)), json.dumps(dict(task.label_descriptions)),
+                 task.instructions, json.dumps(list(task.fields)), task.multi_label],
+            )
+
+    def load_task(self) -> Task | None:
+        rows = self._q("SELECT * FROM task")
+        if not rows:
+            return None
+        name, labels, descs, instructions, fields, multi = rows[0]
+        return Task(name, tuple(json.loads(labels)), json.loads(descs), instructions,
+                    tuple(json.loads(fields)), bool(multi))
+
+    def has_data(self) -> bool:
+        return self._q("SELECT count(*) FROM examples")[0][0] > 0
+
+    def add_examples(self, dataset: str, source: str, frame: pd.DataFrame) -> None:
+        """Insert a validated frame with columns id, text, fields (dict), split, label (int or NA) and, for a
+        multi-label task, label_set (list of ints or None).
+
+        All or nothing: one transaction.
+        """
+        sets = frame["label_set"] if "label_set" in frame else [None] * len(frame)
+        rows = pd.DataFrame({
+            "id": frame["id"].astype(str),
+            "ord": np.arange(len(frame), dtype=np.int64) + self.count_examples(),
+            "text": frame["text"].astype(str),
+            "fields": [json.dumps(f, ensure_ascii=False, default=str) for f in frame["fields"]],
+            "split": frame["split"].astype(str),
+            "label": pd.array(frame["label"], dtype="Int64"),
+            "dataset": dataset,
+            "audit": frame["audit"].astype(bool) if "audit" in frame else False,
+            "label_set": pd.Series([json.dumps([int(c) for c in s]) if isinstance(s, (list, tuple)) else None
+                                    for s in sets], dtype="string"),
+        })
+        with self.transaction():
+            self._cur.register("incoming_rows", rows)
+            self._q("INSERT INTO examples (id, ord, text, fields, split, label, dataset, audit, label_set) "
+                    "SELECT id, ord, text, fields, split, label, dataset, audit, "
+                    "CAST(from_json(label_set, '[\"INTEGER\"]') AS INTEGER[]) FROM incoming_rows")
+            self._cur.unregister("incoming_rows")
+            self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, self._now(), len(rows)])
+
+    def count_examples(self, split: str | None = None) -> int:
+        if split is None:
+            return self._q("SELECT count(*) FROM examples")[0][0]
+        where, params = self._split_filter(split)
+        return self._q(f"SELECT count(*) FROM examples WHERE {where}", params)[0][0]
+
+    def split_counts(self) -> dict[str, int]:
+        return dict(self._q("SELECT split, count(*) FROM examples GROUP BY split ORDER BY split"))
+
+    def examples_frame(self, split: str | None = None, ids: Sequence[str] | None = None,
+                       limit: int | None = None, offset: int = 0) -> pd.DataFrame:
+        """Rows as a frame (id, text, fields as dict, split, label, audit, label_set), in import order.
+
+        label_set is a tuple of class ids on multi-label rows, None elsewhere."""
+        where, params = [], []
+        if split is not None:
+            clause, values = self._split_filter(split)
+            where.append(clause)
+            params.extend(values)
+        if ids is not None:
+            where.append("id IN (SELECT unnest(?))")
+            params.append(list(ids))
+        sql = "SELECT id, text, fields, split, label, audit, label_set FROM examples"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ord"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
+        frame = self._df(sql, params)
+        frame["fields"] = [json.loads(f) if f else {} for f in frame["fields"]]
+        frame["label"] = frame["label"].astype("Int64")
+        frame["audit"] = frame["audit"].fillna(False).astype(bool)
+        frame["label_set"] = pd.Series([tuple(int(c) for c in s) if isinstance(s, (list, np.ndarray)) else None
+                                        for s in frame["label_set"]], index=frame.index, dtype=object)
+        return frame
+
+    def examples(self, split: str | None = None, ids: Sequence[str] | None = None) -> list[Example]:
+        frame = self.examples_frame(split, ids)
+        return [
+            Example(r.id, r.text, r.split, None if pd.isna(r.label) else int(r.label), r.fields)
+            for r in frame.itertuples(index=False)
+        ]
+
+    # ---- gold labels -------------------------------------------------------------------------
+    def example_ids(self, split: str | None = None) -> list[str]:
+        if split is None:
+            return [r[0] for r in self._q("SELECT id FROM examples ORDER BY ord")]
+        where, params = self._split_filter(split)
+        return [r[0] for r in self._q(f"SELECT id FROM examples WHERE {where} ORDER BY ord", params)]
+
+    def labels(self, split: str) -> np.ndarray:
+        """Gold class indices of a split, import order; -1 where unknown."""
+        where, params = self._split_filter(split)
+        rows = self._q(f"SELECT coalesce(label, -1) FROM examples WHERE {where} ORDER BY ord", params)
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def label_matrix(self, split: str) -> np.ndarray:
+        """Gold label sets of a split as (n, k) 0/1, import order; all-zero rows where unknown.
+
+        Single-label rows (no label_set) give a one-hot row of their label.
+        """
+        k = len(self.load_task().labels)
+        where, params = self._split_filter(split)
+        rows = self._q(f"SELECT label, label_set FROM examples WHERE {where} ORDER BY ord", params)
+        out = np.zeros((len(rows), k), dtype=np.int64)
+        for i, (label, label_set) in enumerate(rows):
+            members = label_set if label_set is not None else ([] if label is None else [label])
+            out[i, members] = 1
+        return out
+
+    def gold(self, split: str) -> np.ndarray:
+        """What scoring compares votes with: (n,) class ids, or (n, k) 0/1 label sets on a multi-label task."""
+        task = self.load_task()
+        return self.label_matrix(split) if task is not None and task.multi_label else self.labels(split)
+

@@ -28,6 +28,7 @@ from engine.sandbox import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store import Store
 from engine.types import ABSTAIN, SoftLabels, Task
+from engine.views import task_views, view_text
 
 VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
 UNSUPERVISED = frozenset({"ds"})
@@ -49,9 +50,20 @@ def aggregators_for(task: Task) -> tuple[str, ...]:
     return tuple(a for a in AGGREGATORS if not (task.multi_label and a in VOTE_ONLY))
 
 
-def text_features(store: Store, texts: list[str], kinds: tuple[str, ...],
+def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
+    """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
+    on relation tasks (two entity spans), TF-IDF of the words between the mentions, the classic relation
+    cue that a whole-sentence embedding dilutes."""
+    if aggregator == "auto":
+        return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
+    return ("embedding",) if aggregator in USES_FEATURES else ()
+
+
+def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
                   on_event: EventSink = _quiet) -> dict[str, object]:
-    """Named feature matrices for `texts`: sentence embeddings (cached in the workspace) and TF-IDF."""
+    """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
+    of the text and, for "relation", TF-IDF of the words between the two entity mentions."""
+    texts = list(frame["text"])
     out: dict[str, object] = {}
     if "embedding" in kinds:
         from engine.embed import embed_texts, get_embedder
@@ -62,6 +74,11 @@ def text_features(store: Store, texts: list[str], kinds: tuple[str, ...],
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
         out["tfidf"] = TfidfFeatures().fit_transform(texts)
+    if "relation" in kinds:
+        between = [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], texts,
+                                                                                           strict=True)]
+        if any(between):  # entities side by side everywhere: no such view to learn from
+            out["relation"] = TfidfFeatures().fit_transform(between)
     return out
 
 
@@ -109,9 +126,8 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
     ids = list(frame["id"])
     votes = store.vote_matrix(pool, example_ids=ids).votes
     if kinds is None:
-        kinds = (("embedding", "tfidf") if aggregator == "auto"
-                 else ("embedding",) if aggregator in USES_FEATURES else ())
-    features = text_features(store, list(frame["text"]), kinds, on_event) if kinds else None
+        kinds = feature_kinds(store.load_task(), aggregator)
+    features = text_features(store, frame, kinds, on_event) if kinds else None
     return frame, ids, votes, features
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import sparse
 from sklearn.base import clone
@@ -23,8 +24,10 @@ from engine.aggregate import (
     predict_labels,
     reliability,
 )
+from engine.labeling import feature_kinds, text_features
 from engine.score import accuracy, macro_f1
-from engine.types import ABSTAIN
+from engine.types import ABSTAIN, Task
+from engine.views import view_text
 
 K = 3
 
@@ -273,3 +276,28 @@ def test_tfidf_features():
     both = TfidfFeatures(min_df=1, char_ngrams=(2, 4)).fit_transform(texts)
     assert both.shape[1] > T.shape[1]
     assert np.asarray(sparse.linalg.norm(both, axis=1)) == pytest.approx(np.ones(5))
+
+
+def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
+    relation = Task(name="r", labels=("a", "b"), fields=("entity1", "entity2", "span1", "span2"))
+    plain = Task(name="p", labels=("a", "b"))
+    assert feature_kinds(relation, "auto") == ("embedding", "tfidf", "relation")
+    assert feature_kinds(plain, "auto") == ("embedding", "tfidf")
+    assert feature_kinds(relation, "evoagg") == ("embedding",) and feature_kinds(relation, "mv") == ()
+    texts = ["aspirin strongly inhibits COX in cells", "caffeine binds to the receptor", "X inhibits Y"]
+    mentions = [("aspirin", "COX"), ("caffeine", "receptor"), ("X", "Y")]
+
+    def span(text: str, mention: str) -> list[int]:
+        return [text.index(mention), text.index(mention) + len(mention)]
+
+    spans = [(span(t, a), span(t, b)) for t, (a, b) in zip(texts, mentions, strict=True)]
+    frame = pd.DataFrame({"text": texts, "fields": [{"span1": a, "span2": b} for a, b in spans]})
+    features = text_features(None, frame, ("relation",))  # TF-IDF only: no store needed
+    vocabulary = features["relation"].shape[1]
+    assert features["relation"].shape[0] == 3 and vocabulary > 0
+    # the words between the mentions, not the whole sentence: "cells" and "aspirin" never enter
+    between = [view_text({**f, "text": t}, "between") for f, t in zip(frame["fields"], texts, strict=True)]
+    assert between == ["strongly inhibits", "binds to the", "inhibits"]
+    # rows 0 and 2 share "inhibits" (min_df 2 keeps only it), row 1 shares nothing
+    dense = features["relation"].toarray()
+    assert dense[0] @ dense[2] > 0 and not dense[1].any()

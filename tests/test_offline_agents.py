@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from engine.agents.base import ProposalContext
-from engine.agents.mining import ViewIndex, view_text
+from engine.agents.mining import ViewIndex
 from engine.agents.offline import OfflineProposer
 from engine.agents.offline_mine import build_workspace
 from engine.agents.offline_surface import MEASURES
@@ -21,6 +21,7 @@ from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.code import ALLOWED_IMPORTS, check_source, make_annotator
 from engine.score import score_annotator
 from engine.types import ABSTAIN, Annotator, Candidate, Example, Task
+from engine.views import view_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -1,23 +1,22 @@
 """Cue mining for the offline proposer: which words, in which part of an example, point to which class.
 
-A *view* is one part of an example reduced to lower-case words (the whole sentence, the words between two
-entity mentions, the first words of a question, ...). A *cue* is a word (`bind`), a word prefix (`inhibit*`)
-or a two-word phrase (`binds to`). The view functions here compute exactly what the emitted annotator code
-computes (templates.py renders the same logic), so a cue's fired rows can be counted without running code.
+A *view* (engine/views.py) is one part of an example reduced to lower-case words (the whole sentence,
+the words between two entity mentions, the first words of a question, ...). A *cue* is a word (`bind`),
+a word prefix (`inhibit*`) or a two-word phrase (`binds to`). The views compute exactly what the emitted
+annotator code computes (templates.py renders the same logic), so a cue's fired rows can be counted
+without running code.
 """
 from __future__ import annotations
 
 import bisect
-import re
 from itertools import pairwise
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import sparse
 
-WORD = re.compile(r"[a-z0-9]+")
-WINDOW = 3  # words kept on each side of an entity pair ("before" / "after" views)
-LEAD = 4  # words kept at the start of the text ("lead" view: question words and their head noun)
+from engine.views import view_text
+
 MIN_PREFIX = 4  # shortest word prefix a cue may use ("bind*")
 SUFFIX_LENGTHS = (3, 4)  # word endings mined on entity views ("*ase")
 SUFFIX_VIEWS = ("entity1", "entity2")
@@ -25,48 +24,6 @@ SUFFIXES = (
     "ations", "ation", "ions", "ion", "ings", "ing", "ors", "or", "ers", "er", "ies", "es", "ed", "s",
     "ists", "ist", "isms", "ism", "ity", "ive", "ory", "ic", "al", "ly", "ment", "ments", "able", "e",
 )
-RELATION_VIEWS = ("between", "sentence", "before", "after", "entity1", "entity2")
-TEXT_VIEWS = ("sentence", "lead")
-
-
-def normalise(text: object) -> str:
-    """Lower-case words joined by single spaces (what every cue regex is matched against)."""
-    return " ".join(WORD.findall(str(text or "").lower()))
-
-
-def _ordered_spans(example: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The two entity spans sorted by start; raises like the emitted code does when they are unusable."""
-    first, second = sorted([tuple(example["span1"]), tuple(example["span2"])])
-    return first, second
-
-
-def view_text(example: dict[str, Any], view: str) -> str:
-    """The normalised words of one view of an example ('' where the view does not exist)."""
-    text = str(example.get("text") or "")
-    if view == "sentence":
-        return normalise(text)
-    if view == "lead":
-        return " ".join(normalise(text).split()[:LEAD])
-    if view in ("entity1", "entity2"):
-        return normalise(example.get(view))
-    try:  # unpacking exactly as the emitted helpers do, so malformed spans fail (or not) alike
-        if view == "between":
-            (_, first_end), (second_start, _) = _ordered_spans(example)
-            return normalise(text[first_end:second_start])
-        if view == "before":
-            (first_start, _), _ = _ordered_spans(example)
-            return " ".join(normalise(text[:first_start]).split()[-WINDOW:])
-        if view == "after":
-            _, (_, second_end) = _ordered_spans(example)
-            return " ".join(normalise(text[second_end:]).split()[:WINDOW])
-    except (KeyError, TypeError, ValueError):
-        return ""
-    raise ValueError(f"unknown view {view!r}")
-
-
-def task_views(fields: Sequence[str]) -> tuple[str, ...]:
-    """Relation tasks (two entity spans) get entity-context views; others get sentence and lead."""
-    return RELATION_VIEWS if {"span1", "span2"} <= set(fields) else TEXT_VIEWS
 
 
 def stems(word: str) -> set[str]:

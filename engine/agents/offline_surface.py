@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.agents.mining import normalise
+from engine.views import normalise
 
 _LINK = re.compile(r"https?://|www\.|\.(?:com|net|org|ly|co\.uk)\b", re.IGNORECASE)
 _LONG_NUMBER = re.compile(r"\d{5,}")

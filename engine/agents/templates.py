@@ -2,7 +2,7 @@
 
 The emitted module keeps its parameters in top-level constants (`LABEL`, `VIEW`, `CUES`, ...), so the
 refiner can read a parent back with `parse_spec` instead of guessing from arbitrary code.
-The view helpers below are the source-code twins of `mining.view_text`; tests check they agree.
+The view helpers below are the source-code twins of `engine.views.view_text`; tests check they agree.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import ast
 import json
 from dataclasses import dataclass
 
-from engine.agents import mining
+from engine import views
 
 VIEW_PHRASES = {
     "sentence": "anywhere in the text",
@@ -36,8 +36,8 @@ def view(example: dict) -> str:
 ''',
     "lead": f'''
 def view(example: dict) -> str:
-    """The first {mining.LEAD} words of the text (question word and head noun)."""
-    return " ".join(normalise(example.get("text")).split()[:{mining.LEAD}])
+    """The first {views.LEAD} words of the text (question word and head noun)."""
+    return " ".join(normalise(example.get("text")).split()[:{views.LEAD}])
 ''',
     "entity1": '''
 def view(example: dict) -> str:
@@ -60,19 +60,19 @@ def view(example: dict) -> str:
 ''',
     "before": f'''
 def view(example: dict) -> str:
-    """The last {mining.WINDOW} words before the first entity mention."""
+    """The last {views.WINDOW} words before the first entity mention."""
     try:
         (first_start, _), _ = sorted([tuple(example["span1"]), tuple(example["span2"])])
-        return " ".join(normalise(str(example.get("text") or "")[:first_start]).split()[-{mining.WINDOW}:])
+        return " ".join(normalise(str(example.get("text") or "")[:first_start]).split()[-{views.WINDOW}:])
     except (KeyError, TypeError, ValueError):
         return ""
 ''',
     "after": f'''
 def view(example: dict) -> str:
-    """The first {mining.WINDOW} words after the second entity mention."""
+    """The first {views.WINDOW} words after the second entity mention."""
     try:
         _, (_, second_end) = sorted([tuple(example["span1"]), tuple(example["span2"])])
-        return " ".join(normalise(str(example.get("text") or "")[second_end:]).split()[:{mining.WINDOW}])
+        return " ".join(normalise(str(example.get("text") or "")[second_end:]).split()[:{views.WINDOW}])
     except (KeyError, TypeError, ValueError):
         return ""
 ''',

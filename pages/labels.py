@@ -76,7 +76,7 @@ labels_ui.browse(name, store, frame, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------
 st.subheader("Download")
-cols = st.columns(4)
+cols = st.columns(5)
 for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
     col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt),
                         file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",
@@ -84,6 +84,10 @@ for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
                         "secondary")
 cols[3].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
                         mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
+cols[4].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame),
+                        file_name=f"{name}-labels.manifest.json", mime="application/json", on_click="ignore",
+                        icon=":material/receipt_long:", key="download_manifest",
+                        help="provenance: the pool, the aggregator (and what auto chose), dev and audit scores")
 if task.multi_label:
     st.caption(f"Columns: {', '.join(frame.columns)}. `labels` holds every class whose probability reaches "
                f"{THRESHOLD}, joined by `{export.label_separator(store)}`; `n_votes` counts the annotators that "

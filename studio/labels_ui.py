@@ -1,6 +1,8 @@
 """Pieces of the Labels & export screen: saved soft labels, their plots' inputs, browsing, and the files out."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -127,6 +129,14 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
     key = "audit-row macro-F1 (out-of-fold)" if "audit-row macro-F1 (out-of-fold)" in table else (
         "dev macro-F1 (out-of-fold)")  # audit rows are the honest ranking where there are some
     return table.sort_values(key, ascending=False, kind="stable") if key in table else table
+
+
+def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str:
+    """The export manifest (what `evopool export` writes beside the file) for these saved labels."""
+    soft = SoftLabels(result.probs, result.example_ids, result.resolved)
+    extra = {"dev_scores": result.dev_scores, "computed_at": result.created_at}
+    threshold = result.dev_scores.get("threshold") if isinstance(result.dev_scores, dict) else None
+    return json.dumps(export.manifest(store, soft, frame, extra, threshold), indent=2, default=str)
 
 
 def summary_metrics(result: SavedLabels) -> None:

@@ -5,13 +5,14 @@ a workspace get their own copy, seeded the same way.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import score
+from engine import export, score
 from engine.agents.offline import OfflineProposer
 from engine.evolve import evolve
 from engine.ingest import IngestOptions, import_path
@@ -19,7 +20,8 @@ from engine.jobs import REGISTRY, start_labels
 from engine.sandbox import SandboxExecutor
 from engine.saved_labels import load_labels
 from engine.store import Store
-from engine.types import AUDIT, FITNESS
+from engine.types import AUDIT, FITNESS, SoftLabels
+from studio import labels_ui
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -316,6 +318,13 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
     at = run("audited", "pages/labels.py")
     assert metrics(at)["Macro-F1 on audit rows (out-of-fold)"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
+    # the manifest download carries the same provenance as `evopool export`'s
+    frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
+                                 saved.n_votes)
+    manifest = json.loads(labels_ui.manifest_json(store, saved, frame))
+    assert manifest["aggregator"] == saved.resolved and manifest["rows"] == 2056
+    assert manifest["dev_scores"]["chosen_on"] == "audit" and manifest["dev_scores"]["n_audit"] == 60
+    assert [a["id"] for a in manifest["pool"]] == store.pool_ids()
 
 
 # ---- labels & export ----------------------------------------------------------------------------------
@@ -336,7 +345,7 @@ def test_labels_screen_before_and_after_computing(home):
     assert len(table) == 25
     assert {"id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"} <= set(
         table.columns)
-    assert len(at.get("download_button")) == 4
+    assert len(at.get("download_button")) == 5
     at.multiselect(key="browse_class").set_value(["SPAM"]).run()
     assert set(at.dataframe[-1].value["label"]) == {"SPAM"}
     assert isinstance(at.dataframe[-1].value, pd.DataFrame)

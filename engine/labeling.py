@@ -93,20 +93,24 @@ def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     return hard
 
 
-def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray):
-    """Fit on labeled dev rows; only `auto` reads the audit mask (it chooses its ingredient there)."""
-    extra = {"audit": audit} if name == "auto" else {}
+def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray,
+         votes_selected: bool):
+    """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there) and whether
+    the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)."""
+    extra = {"audit": audit, "votes_selected": votes_selected} if name == "auto" else {}
     return model.fit(votes, None if name in UNSUPERVISED else y, features, **extra)
 
 
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
-            seed: int = 0, n_splits: int = 5, audit: np.ndarray | None = None) -> np.ndarray:
+            seed: int = 0, n_splits: int = 5, audit: np.ndarray | None = None,
+            votes_selected: bool = False) -> np.ndarray:
     """Out-of-fold dev probabilities: each fold is predicted by a model that never saw its labels."""
     audit = np.zeros(len(y), dtype=bool) if audit is None else np.asarray(audit, dtype=bool)
     probs = np.zeros((len(y), n_classes))
     for train, held in make_folds(y, n_splits=n_splits, seed=seed):
         model = make_aggregator(name, n_classes, seed)
-        _fit(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train])
+        _fit(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train],
+             votes_selected)
         probs[held] = model.predict_proba(votes[held], _rows(features, held) if features else None)
     return probs
 
@@ -150,18 +154,20 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
+    votes_selected = store.last_complete_generation() > 0  # the gate chose the pool on these dev rows
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
     if aggregator in UNSUPERVISED:
         model.fit(votes, None, features)
     else:
-        _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit)
+        _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
+             votes_selected)
     probs = model.predict_proba(votes, features)
     n_votes = (votes != ABSTAIN).sum(axis=1)
     oof, dev_scores = None, {}
     if score_dev:
         oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
-                      audit=audit)
+                      audit=audit, votes_selected=votes_selected)
         probs[dev] = oof
     hard = _hard(aggregator, probs, n_votes)
     if score_dev:
@@ -177,6 +183,8 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if hasattr(model, "chosen_"):
         dev_scores["chosen"] = model.chosen_
         dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
+        if model.left_out_:
+            dev_scores["left_out"] = model.left_out_
     return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)
 
 

@@ -139,6 +139,19 @@ def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str
     return json.dumps(export.manifest(store, soft, frame, extra, threshold), indent=2, default=str)
 
 
+def _auto_help(scores: dict) -> str:
+    """What auto chose, on which rows, and what it left out and why."""
+    text = f"auto chose {scores['chosen']}"
+    if scores.get("chosen_on") == "audit":
+        text += f", judged on {scores.get('n_audit')} audit rows the pool was not chosen on"
+    elif scores.get("chosen_on") == "dev":
+        text += ", judged on all dev rows (too few audit rows)"
+    if scores.get("left_out"):
+        text += (f"; left out {', '.join(scores['left_out'])}: the pool was chosen on these same rows, so their "
+                 "dev figures are inflated")
+    return text
+
+
 def summary_metrics(result: SavedLabels) -> None:
     labeled = labeled_rows(result)
     cols = st.columns(4)
@@ -146,7 +159,7 @@ def summary_metrics(result: SavedLabels) -> None:
     mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
     cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
     chosen = result.dev_scores.get("chosen") if isinstance(result.dev_scores, dict) else None
-    cols[2].metric("Aggregator", result.resolved, help=f"auto chose: {chosen}" if chosen else None)
+    cols[2].metric("Aggregator", result.resolved, help=_auto_help(result.dev_scores) if chosen else None)
     scores = result.dev_scores if isinstance(result.dev_scores, dict) else {}
     best, audit = scores.get("macro_f1"), scores.get("audit_macro_f1")
     if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on

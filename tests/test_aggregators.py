@@ -233,6 +233,22 @@ def test_auto_judges_on_audit_rows_where_votes_were_selected():
     assert few.judged_on_ == "dev"
 
 
+def test_auto_leaves_out_votes_only_ingredients_when_the_pool_was_chosen_on_dev_and_no_audit_rows():
+    y, votes, X = synthetic(8, 90, 5, cover=0.5)
+    selected = AutoAggregator(K, seed=1).fit(votes, y, X, votes_selected=True)
+    assert selected.judged_on_ == "dev"
+    assert selected.left_out_ == ["mv", "wmv", "ds", "evoagg[votes]"]
+    assert not set(selected.oof_scores_) & {"mv", "wmv", "ds", "evoagg[votes]"}
+    assert {"evoagg[embedding]", "embedding-only", "evoagg[tfidf]", "tfidf-only"} <= set(selected.oof_scores_)
+    # with audit rows to judge on, the votes-only ingredients compete again: their figures there are honest
+    audit = np.zeros(len(y), dtype=bool)
+    audit[::2] = True
+    judged = AutoAggregator(K, seed=1, min_audit=40).fit(votes, y, X, audit=audit, votes_selected=True)
+    assert judged.judged_on_ == "audit" and judged.left_out_ == [] and "mv" in judged.oof_scores_
+    # without text features there is nothing else to choose from, so nothing is left out
+    assert AutoAggregator(K).fit(votes, y, votes_selected=True).left_out_ == []
+
+
 def test_registry():
     assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto")
     assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3

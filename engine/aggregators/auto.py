@@ -8,10 +8,12 @@ probabilities replaces it only if that scores strictly higher out-of-fold. So on
 never worse than the best single ingredient.
 
 Audit rows: when the pool was evolved on the same dev rows (the agents mine cues there and the gate keeps
-what scores well there), vote-based candidates look far better out-of-fold than they are on new data
-(ChemProt: majority vote 0.77 dev vs 0.49 test). `fit(..., audit=mask)` names dev rows the agents and the
-gate never saw; with at least `min_audit` of them, candidates are ranked by their out-of-fold macro-F1 on
-those rows only, which is free of that bias.
+what scores well there), vote-based candidates look far better out-of-fold than they are on new data.
+`fit(..., audit=mask)` names dev rows the agents and the gate never saw; with at least `min_audit` of them,
+candidates are ranked by their out-of-fold macro-F1 on those rows only, which is free of that bias.
+Without enough audit rows, `votes_selected=True` (the pool was chosen on these rows) leaves out the
+candidates that read nothing but the votes (mv, wmv, ds, evoagg[votes]) whenever text features are given:
+their dev figures are the inflated ones, while EvoAgg's text block tempers its trust in the votes.
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,
@@ -37,6 +39,8 @@ from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.score import macro_f1
 from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
+
+VOTES_ONLY = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
 
 
 class AutoAggregator(BaseAggregator):
@@ -68,7 +72,7 @@ class AutoAggregator(BaseAggregator):
         return out
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
-            audit: np.ndarray | None = None) -> AutoAggregator:
+            audit: np.ndarray | None = None, votes_selected: bool = False) -> AutoAggregator:
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         v = check_votes(votes, self.n_classes)
@@ -89,7 +93,12 @@ class AutoAggregator(BaseAggregator):
         scores: dict[str, float] = {}
         makers: dict[str, Callable[[], Aggregator]] = {}
         self.C_ = {}
-        for name, make, tuned in self.candidates(feats):
+        candidates = self.candidates(feats)
+        self.left_out_ = []
+        if votes_selected and judged is None and feats:
+            self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY]
+            candidates = [c for c in candidates if c[0] not in VOTES_ONLY]
+        for name, make, tuned in candidates:
             for C in (self.Cs if tuned else (1.0,)):
                 proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)
                 score = score_of(proba)

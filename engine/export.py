@@ -124,7 +124,8 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
 
 
 def pool_as_python(store: Store) -> str:
-    """The current pool as one runnable module: each annotator, plus majority-vote `label(example)`.
+    """The current pool as one runnable module: each annotator, majority-vote `label(example)` and the
+    multi-label `labels(example)` (every label voted); run as a script it writes the one the task uses.
 
     Each annotator's source is kept verbatim in its own namespace so helper names cannot collide.
     """
@@ -175,10 +176,17 @@ def pool_as_python(store: Store) -> str:
         "    return next(lab for lab in LABELS if counts.get(lab) == best)",
         "",
         "",
+        "def labels(example):",
+        '    """Multi-label: every label some annotator voted, in label-set order (the rule the gate scores)."""',
+        "    voted = set(votes(example).values())",
+        "    return [lab for lab in LABELS if lab in voted]",
+        "",
+        "",
         'if __name__ == "__main__":',
         "    for line in sys.stdin:",
         "        if line.strip():",
         "            example = json.loads(line)",
-        '            print(json.dumps({**example, "label": label(example)}))',
+        ('            print(json.dumps({**example, "labels": labels(example)}))' if task.multi_label else
+         '            print(json.dumps({**example, "label": label(example)}))'),
     ]
     return "\n".join(lines) + "\n"

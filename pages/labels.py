@@ -53,6 +53,11 @@ if result is None:
     st.stop()
 if stale:
     st.warning("The pool changed since these soft labels were computed: recompute to include the changes.")
+if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it
+    threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.get("threshold", THRESHOLD)), 0.05,
+                          key="labels_threshold", help="a row gets every class whose probability reaches it; the dev "
+                          "figures below follow it (out-of-fold), and so do the browser and the downloads")
+    result = labels_ui.at_threshold(store, result, threshold)
 
 # ---- scores and plots ------------------------------------------------------------------------------
 labels_ui.summary_metrics(result)
@@ -89,8 +94,9 @@ cols[4].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(stor
                         icon=":material/receipt_long:", key="download_manifest",
                         help="provenance: the pool, the aggregator (and what auto chose), dev and audit scores")
 if task.multi_label:
+    cut = result.dev_scores.get("threshold", THRESHOLD)
     st.caption(f"Columns: {', '.join(frame.columns)}. `labels` holds every class whose probability reaches "
-               f"{THRESHOLD}, joined by `{export.label_separator(store)}`; `n_votes` counts the annotators that "
+               f"{cut}, joined by `{export.label_separator(store)}`; `n_votes` counts the annotators that "
                "voted on the row.")
 else:
     st.caption(f"Columns: {', '.join(frame.columns)}. `label` is empty where no annotator voted and the aggregator "

@@ -1,6 +1,7 @@
 """Pieces of the Labels & export screen: saved soft labels, their plots' inputs, browsing, and the files out."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -8,9 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
+from engine.aggregate import predict_labels
+from engine.labeling import multilabel_scores
 from engine.saved_labels import SavedLabels, load_labels
 from engine.store import Store
-from engine.types import ABSTAIN, SoftLabels
+from engine.types import ABSTAIN, AUDIT, SoftLabels
 from studio import workspace
 
 BROWSE_PAGE = 25
@@ -29,16 +32,35 @@ def saved(name: str, aggregator: str) -> SavedLabels | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _frame(name: str, aggregator: str, created_at: str) -> pd.DataFrame:
+def _frame(name: str, aggregator: str, created_at: str, threshold: float | None) -> pd.DataFrame:
     store = workspace.open_store(name)
     result = saved(name, aggregator)
+    if threshold is not None:
+        result = at_threshold(store, result, threshold)
     soft = SoftLabels(result.probs, result.example_ids, result.resolved)
     return export.labeled_frame(store, soft, result.hard, result.n_votes)
 
 
 def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
     """Every row with its hard label, confidence, per-class probabilities and provenance (the export)."""
-    return _frame(name, result.aggregator, result.created_at)
+    threshold = result.dev_scores.get("threshold") if result.hard.ndim == 2 else None
+    return _frame(name, result.aggregator, result.created_at, threshold)
+
+
+def at_threshold(store: Store, result: SavedLabels, threshold: float) -> SavedLabels:
+    """Multi-label soft labels decided at another threshold: no refit, the probabilities stay; the dev figures
+    are recomputed from the dev rows' out-of-fold probabilities, so choosing a threshold by them is honest."""
+    if result.hard.ndim != 2 or result.dev_scores.get("threshold") == threshold:
+        return result
+    hard = predict_labels(result.probs, threshold)
+    position = pd.Series(np.arange(len(result.example_ids)), index=pd.Index(result.example_ids))
+    dev = position[store.example_ids("dev")].to_numpy()
+    gold = store.gold("dev")
+    scores = {**result.dev_scores, **multilabel_scores(gold, hard[dev]), "threshold": threshold}
+    audit = position[store.example_ids(AUDIT)].to_numpy()
+    if len(audit):
+        scores["audit_macro_f1"] = multilabel_scores(store.gold(AUDIT), hard[audit])["macro_f1"]
+    return dataclasses.replace(result, hard=hard, dev_scores=scores)
 
 
 def dev_parts(store: Store, result: SavedLabels) -> tuple[np.ndarray, np.ndarray]:

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from engine.agents.offline import OfflineProposer
-from engine.evolve import current_dev_macro_f1, evolve
-from engine.export import write_export
+from engine.evolve import current_dev_macro_f1, ensure_votes, evolve
+from engine.export import pool_as_python, write_export
 from engine.ingest import IngestOptions, import_path
 from engine.ingest_errors import IngestError
 from engine.labeling import evaluate, fit_and_predict, soft_labels
@@ -293,3 +293,21 @@ def test_cli_multi_label_run_eval_export(tmp_path):
     assert frame["labels"].tolist() == [";".join(LABELS[c] for c in range(3) if row[c] >= 0.4) for row in p]
     manifest = json.loads((tmp_path / "labels.csv.manifest.json").read_text())
     assert manifest["multi_label"] is True and manifest["threshold"] == 0.4
+
+
+def test_the_pool_as_python_writes_label_sets(evolved, executor, tmp_path):
+    store = evolved
+    pool = store.pool_ids()
+    ensure_votes(store, executor, pool, "test")
+    path = tmp_path / "pool.py"
+    path.write_text(pool_as_python(store))
+    rows = store.examples_frame("test")
+    stdin = "\n".join(json.dumps({**f, "text": t}) for f, t in zip(rows["fields"], rows["text"], strict=True))
+    out = subprocess.run([sys.executable, str(path)], input=stdin, capture_output=True, text=True, check=True,
+                         timeout=120)
+    written = [json.loads(line)["labels"] for line in out.stdout.splitlines()]
+    # the script's label sets are the labels the sandboxed pool voted on each row, in label-set order
+    names = store.load_task().labels
+    votes = store.vote_matrix(pool, example_ids=list(rows["id"])).votes
+    assert written == [[names[c] for c in sorted(set(row.tolist()) - {-1})] for row in votes]
+    assert any(len(labels) > 1 for labels in written)

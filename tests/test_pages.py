@@ -384,6 +384,13 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     assert "label" not in table.columns
     at.multiselect(key="browse_class").set_value(["tech"]).run()
     assert all("tech" in s.split("|") for s in at.dataframe[-1].value["labels"])
+    # the threshold moves the decisions without a refit; rows labeled follow it
+    saved = load_labels(workdir, "evoagg")
+    assert at.slider(key="labels_threshold").value == 0.5
+    at.slider(key="labels_threshold").set_value(0.95).run()
+    assert not at.exception
+    strict = (saved.probs >= 0.95).any(axis=1).sum()
+    assert metrics(at)["Rows labeled"] == f"{strict:,} / 120" and strict < (saved.probs >= 0.5).any(axis=1).sum()
     at = run("topics", "pages/analytics.py")
     assert "Dev macro-F1 (any vote)" in metrics(at)
 

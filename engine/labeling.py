@@ -265,7 +265,7 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         "n": int(len(rows)),
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
-        **({"chosen": result.dev_scores["chosen"]} if "chosen" in result.dev_scores else {}),
+        **{key: result.dev_scores[key] for key in ("chosen", "chosen_on", "left_out") if key in result.dev_scores},
     }
 
 

@@ -7,6 +7,9 @@ import sys
 
 import pandas as pd
 
+from engine.store import Store
+from engine.types import AUDIT, FITNESS
+
 
 def evopool(*args: str) -> tuple[dict | None, subprocess.CompletedProcess]:
     out = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=600)
@@ -26,6 +29,13 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert result["split"] == "test" and result["aggregator"] == "mv" and result["n"] == 250
     assert 0.0 <= result["coverage"] <= 1.0 and 0.0 < result["macro_f1"] <= 1.0
 
+    # auto says what it chose, on which rows, and what it left out: the demo's 120 dev rows give no audit rows,
+    # and the pool was chosen on them, so the votes-only aggregators' dev figures are not trusted
+    result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto")
+    assert out.returncode == 0, out.stderr
+    assert result["chosen_on"] == "dev" and result["left_out"] == ["mv", "wmv", "ds", "evoagg[votes]"]
+    assert result["chosen"] not in result["left_out"] and 0.5 < result["macro_f1"] <= 1.0
+
     csv = tmp_path / "labels.csv"
     result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv")
     assert out.returncode == 0, out.stderr
@@ -42,6 +52,17 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert len(members) == summary["pool_size"]
     expected = {"id", "name", "agent", "generation", "author", "precision", "coverage", "fires", "source"}
     assert expected <= set(members[0])
+
+
+def test_run_holds_back_audit_rows_on_request(tmp_path, demo_csv):
+    ws = tmp_path / "audited"
+    summary, out = evopool("run", str(demo_csv), "--workdir", str(ws), "--generations", "1",
+                           "--audit-fraction", "0.5")
+    assert out.returncode == 0, out.stderr
+    assert "held back 60 of 120 dev rows as audit rows" in out.stderr
+    store = Store.open(ws)
+    assert store.count_examples(AUDIT) == 60 and store.count_examples(FITNESS) == 60
+    Store.close_all()
 
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):

@@ -14,7 +14,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pandas as pd
 
 from engine.saved_labels import pool_key, save_labels
 from engine.store import Store
+from engine.store_sql import utc_now
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
 AGENT_CHOICES = ("offline", "llm", "mixed")
@@ -30,9 +30,6 @@ AGENT_CHOICES = ("offline", "llm", "mixed")
 class JobStopped(Exception):
     """Raised inside a job's event sink when the expert asked to stop at once."""
 
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -143,7 +140,7 @@ class JobRegistry:
             job.message = "failed"
             store.add_event(job.id, "failed", {"error": job.error, "trace": traceback.format_exc(limit=8)})
         store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
-                         error=job.error, finished_at=_now())
+                         error=job.error, finished_at=utc_now())
 
     def get(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)

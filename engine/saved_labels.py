@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,10 @@ import numpy as np
 import pandas as pd
 
 from engine.store import Store
+from engine.store_sql import utc_now
 
 LABELS_DIR = "labels"
 
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,7 @@ def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: A
     meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
             "dev_scores": getattr(result, "dev_scores", {}) or {},
             "comparison": _records(comparison),
-            "created_at": _now().isoformat(timespec="seconds")}
+            "created_at": utc_now().isoformat(timespec="seconds")}
     base.with_suffix(".json").write_text(json.dumps(meta, default=_json_default))
     return base
 

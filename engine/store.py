@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -29,35 +28,18 @@ from engine.migrations import MIGRATIONS
 from engine.store_examples import ExamplesMixin
 from engine.store_logs import LogsMixin
 from engine.store_pool import PoolMixin
-from engine.types import AUDIT, FITNESS
+from engine.store_sql import utc_now
 
 DB_NAME = "workspace.duckdb"
-IN_POOL_VERDICTS = ("accept", "approve")
 
 
 class WorkspaceLocked(RuntimeError):
     """Another process (often a running studio) holds the workspace file."""
 
 
-def _split_filter(split: str) -> tuple[str, list[Any]]:
-    """SQL condition for a split, or for one of dev's two row sets: `fitness` (what the agents and the gate
-    see) and `audit` (held back from them, so aggregator choice on those rows is honest)."""
-    if split == FITNESS:
-        return "split = 'dev' AND NOT audit", []
-    if split == AUDIT:
-        return "split = 'dev' AND audit", []
-    return "split = ?", [split]
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
 class Store(ExamplesMixin, PoolMixin, LogsMixin):
     _connections: dict[str, duckdb.DuckDBPyConnection] = {}
     _lock = threading.Lock()
-    _split_filter = staticmethod(_split_filter)  # for the mixins, which cannot import this module
-    _now = staticmethod(_now)
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, path: Path):
         self._conn = conn
@@ -110,7 +92,7 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
                 continue
             cur.execute("BEGIN TRANSACTION")
             cur.execute(sql)
-            cur.execute("INSERT INTO _migrations VALUES (?, ?)", [name, _now()])
+            cur.execute("INSERT INTO _migrations VALUES (?, ?)", [name, utc_now()])
             cur.execute("COMMIT")
 
     @contextmanager

@@ -2,8 +2,8 @@
 
 `ExamplesMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening
 and migrating the DuckDB file. It holds no connection of its own: it runs SQL through the host's `_q`, `_df`,
-`_cur` and `transaction`, filters splits with its `_split_filter` and stamps rows with its `_now`, so it never
-imports duckdb. Rows keep their import order (`ord`); the `fitness` and `audit` pseudo-splits are dev's two
+`_cur` and `transaction`, filters splits with `store_sql.split_filter` and stamps rows with `store_sql.utc_now`,
+so it never imports duckdb. Rows keep their import order (`ord`); the `fitness` and `audit` pseudo-splits are dev's two
 row sets.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from engine.store_sql import split_filter, utc_now
 from engine.types import Example, Task
 
 
@@ -66,12 +67,12 @@ class ExamplesMixin:
                     "SELECT id, ord, text, fields, split, label, dataset, audit, "
                     "CAST(from_json(label_set, '[\"INTEGER\"]') AS INTEGER[]) FROM incoming_rows")
             self._cur.unregister("incoming_rows")
-            self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, self._now(), len(rows)])
+            self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, utc_now(), len(rows)])
 
     def count_examples(self, split: str | None = None) -> int:
         if split is None:
             return self._q("SELECT count(*) FROM examples")[0][0]
-        where, params = self._split_filter(split)
+        where, params = split_filter(split)
         return self._q(f"SELECT count(*) FROM examples WHERE {where}", params)[0][0]
 
     def split_counts(self) -> dict[str, int]:
@@ -84,7 +85,7 @@ class ExamplesMixin:
         label_set is a tuple of class ids on multi-label rows, None elsewhere."""
         where, params = [], []
         if split is not None:
-            clause, values = self._split_filter(split)
+            clause, values = split_filter(split)
             where.append(clause)
             params.extend(values)
         if ids is not None:
@@ -115,12 +116,12 @@ class ExamplesMixin:
     def example_ids(self, split: str | None = None) -> list[str]:
         if split is None:
             return [r[0] for r in self._q("SELECT id FROM examples ORDER BY ord")]
-        where, params = self._split_filter(split)
+        where, params = split_filter(split)
         return [r[0] for r in self._q(f"SELECT id FROM examples WHERE {where} ORDER BY ord", params)]
 
     def labels(self, split: str) -> np.ndarray:
         """Gold class indices of a split, import order; -1 where unknown."""
-        where, params = self._split_filter(split)
+        where, params = split_filter(split)
         rows = self._q(f"SELECT coalesce(label, -1) FROM examples WHERE {where} ORDER BY ord", params)
         return np.array([r[0] for r in rows], dtype=np.int64)
 
@@ -130,7 +131,7 @@ class ExamplesMixin:
         Single-label rows (no label_set) give a one-hot row of their label.
         """
         k = len(self.load_task().labels)
-        where, params = self._split_filter(split)
+        where, params = split_filter(split)
         rows = self._q(f"SELECT label, label_set FROM examples WHERE {where} ORDER BY ord", params)
         out = np.zeros((len(rows), k), dtype=np.int64)
         for i, (label, label_set) in enumerate(rows):

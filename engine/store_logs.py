@@ -13,6 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from engine.store_sql import utc_now
+
 
 class LogsMixin:
     """Events, LLM calls, embeddings and jobs of a workspace (mixed into `engine.store.Store`)."""
@@ -20,7 +22,7 @@ class LogsMixin:
     # ---- events (live progress) --------------------------------------------------------------
     def add_event(self, run_id: str, kind: str, payload: dict) -> None:
         self._q("INSERT INTO events (run_id, recorded_at, kind, payload) VALUES (?, ?, ?, ?)",
-                [run_id, self._now(), kind, json.dumps(payload, default=str)])
+                [run_id, utc_now(), kind, json.dumps(payload, default=str)])
 
     def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 500) -> list[dict]:
         sql, params = "SELECT seq, run_id, recorded_at, kind, payload FROM events WHERE seq > ?", [after_seq]
@@ -36,7 +38,7 @@ class LogsMixin:
                         cost_usd: float, error: str | None = None) -> None:
         self._q("INSERT INTO llm_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [request_hash, role, model, prompt_hash, request, reply, tokens_in, tokens_out, latency_s,
-                 cost_usd, error, self._now()])
+                 cost_usd, error, utc_now()])
 
     def cached_llm_reply(self, request_hash: str) -> str | None:
         rows = self._q("SELECT reply FROM llm_calls WHERE request_hash = ? AND error IS NULL AND reply IS NOT NULL "
@@ -63,7 +65,7 @@ class LogsMixin:
     # ---- jobs --------------------------------------------------------------------------------
     def upsert_job(self, job_id: str, **values: Any) -> None:
         if not self._q("SELECT 1 FROM jobs WHERE id = ?", [job_id]):
-            self._q("INSERT INTO jobs (id, started_at) VALUES (?, ?)", [job_id, self._now()])
+            self._q("INSERT INTO jobs (id, started_at) VALUES (?, ?)", [job_id, utc_now()])
         for key, value in values.items():
             if key not in {"kind", "status", "params", "progress", "message", "finished_at", "error"}:
                 raise KeyError(key)

@@ -1,8 +1,8 @@
 """The pool's history: annotators, their scores and votes, generations, verdicts and pool membership.
 
 `PoolMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening and
-migrating the DuckDB file. It runs SQL only through the host's `_q`, `_df`, `_cur` and `transaction` (with its
-`_split_filter` and `_now`), and reads example ids through `ExamplesMixin.example_ids`, so it never imports
+migrating the DuckDB file. It runs SQL only through the host's `_q`, `_df`, `_cur` and `transaction` (with
+`store_sql`'s split filter and clock), and reads example ids through `ExamplesMixin.example_ids`, so it never imports
 duckdb. Votes are stored sparse (abstains are not rows); the pool is every annotator whose latest verdict is
 `accept` or `approve`, and a generation's verdicts and its `complete` status are written in one transaction.
 """
@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from engine.store_sql import split_filter, utc_now
 from engine.types import ABSTAIN, SPLITS, Annotator, AnnotatorScore, GateDecision, VoteMatrix
 
 
@@ -28,7 +29,7 @@ class PoolMixin:
         self._q(
             "INSERT INTO annotators VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [a.id, a.name, a.source, a.agent, a.generation, json.dumps(list(a.parent_ids)), a.author,
-             a.rationale, self._now()],
+             a.rationale, utc_now()],
         )
 
     @staticmethod
@@ -106,7 +107,7 @@ class PoolMixin:
         annotator_ids = list(annotator_ids)
         dense = np.full((len(example_ids), len(annotator_ids)), ABSTAIN, dtype=np.int32)
         if annotator_ids and example_ids:
-            clause, values = self._split_filter(split) if split else ("", [])
+            clause, values = split_filter(split) if split else ("", [])
             sparse = self._df(
                 "SELECT annotator_id, example_id, vote FROM votes WHERE annotator_id IN (SELECT unnest(?))"
                 + (f" AND example_id IN (SELECT id FROM examples WHERE {clause})" if split else ""),
@@ -126,7 +127,7 @@ class PoolMixin:
 
     def start_generation(self, number: int) -> None:
         self._q("DELETE FROM generations WHERE number = ? AND status <> 'complete'", [number])
-        self._q("INSERT INTO generations (number, status, started_at) VALUES (?, 'running', ?)", [number, self._now()])
+        self._q("INSERT INTO generations (number, status, started_at) VALUES (?, 'running', ?)", [number, utc_now()])
 
     def complete_generation(self, number: int, decisions: Sequence[GateDecision], *, f1_before: float,
                             f1_after: float, n_candidates: int, pool_size: int, reverted: bool,
@@ -140,14 +141,14 @@ class PoolMixin:
                 "UPDATE generations SET status = 'complete', finished_at = ?, dev_macro_f1_before = ?, "
                 "dev_macro_f1_after = ?, n_candidates = ?, n_accepted = ?, pool_size = ?, reverted = ?, "
                 "seconds = ? WHERE number = ?",
-                [self._now(), f1_before, f1_after, n_candidates, n_accepted, pool_size, reverted, seconds, number],
+                [utc_now(), f1_before, f1_after, n_candidates, n_accepted, pool_size, reverted, seconds, number],
             )
 
     def _insert_verdict(self, d: GateDecision, generation: int) -> None:
         self._q(
             "INSERT INTO verdicts (annotator_id, generation, verdict, reasons, decided_by, note, recorded_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [d.annotator_id, generation, d.verdict, json.dumps(list(d.reasons)), d.decided_by, d.note, self._now()],
+            [d.annotator_id, generation, d.verdict, json.dumps(list(d.reasons)), d.decided_by, d.note, utc_now()],
         )
 
     def record_human_verdict(self, annotator_id: str, verdict: str, note: str) -> None:

@@ -185,7 +185,8 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
         if model.left_out_:
             dev_scores["left_out"] = model.left_out_
-    return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof)
+    made_by = f"auto:{dev_scores['chosen']}" if "chosen" in dev_scores else aggregator  # what the export names
+    return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof)
 
 
 def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None,
@@ -221,7 +222,8 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     if aggregator == "auto":
         dev_scores["chosen"] = "evoagg"
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    return LabelingResult(SoftLabels(probs, tuple(ids), aggregator), hard, n_votes, dev_scores, oof, threshold)
+    made_by = "auto:evoagg" if aggregator == "auto" else aggregator
+    return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
 
 
 def multilabel_scores(Y: np.ndarray, hard: np.ndarray) -> dict[str, float]:

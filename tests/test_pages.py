@@ -316,11 +316,13 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert job.wait(300) and job.status == "done", job.error
     saved = load_labels(home / "audited", "auto")
     assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
+    assert saved.resolved == f"auto:{saved.dev_scores['chosen']}"  # the export names what made the labels
     at = run("audited", "pages/labels.py")
     assert metrics(at)["Macro-F1 on audit rows (out-of-fold)"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
     # the manifest download carries the same provenance as `evopool export`'s
     frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
                                  saved.n_votes)
+    assert set(frame["aggregator"]) == {saved.resolved}
     manifest = json.loads(labels_ui.manifest_json(store, saved, frame))
     assert manifest["aggregator"] == saved.resolved and manifest["rows"] == 2056
     assert manifest["dev_scores"]["chosen_on"] == "audit" and manifest["dev_scores"]["n_audit"] == 60

@@ -4,8 +4,8 @@ Every candidate is scored by out-of-fold macro-F1 on dev, with the same seeded f
 majority vote, weighted MV, Dawid-Skene, EvoAgg on votes only, and for each named feature matrix in X
 (e.g. "embedding", "tfidf") the text-only model ("<name>-only") and EvoAgg over it ("evoagg[<name>]").
 The best wins (ties go to the simpler, earlier candidate); an average of the top 2..top_k candidates'
-probabilities replaces it only if that scores strictly higher out-of-fold. So on dev OOF the choice is
-never worse than the best single ingredient.
+probabilities replaces it only if that scores strictly higher out-of-fold. So on the rows it is judged on
+the choice is never worse than the best single ingredient it weighed.
 
 Audit rows: when the pool was evolved on the same dev rows (the agents mine cues there and the gate keeps
 what scores well there), vote-based candidates look far better out-of-fold than they are on new data.
@@ -13,7 +13,8 @@ what scores well there), vote-based candidates look far better out-of-fold than 
 candidates are ranked by their out-of-fold macro-F1 on those rows only, which is free of that bias.
 Without enough audit rows, `votes_selected=True` (the pool was chosen on these rows) leaves out the
 candidates that read nothing but the votes (mv, wmv, ds, evoagg[votes]) whenever text features are given:
-their dev figures are the inflated ones, while EvoAgg's text block tempers its trust in the votes.
+their dev figures are the inflated ones, while EvoAgg's text block tempers its trust in the votes. (On the
+benchmarks a vote-only choice made that way always lost to EvoAgg on test; see bench/results/.)
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,

@@ -13,8 +13,10 @@ what scores well there), vote-based candidates look far better out-of-fold than 
 candidates are ranked by their out-of-fold macro-F1 on those rows only, which is free of that bias.
 Without enough audit rows, `votes_selected=True` (the pool was chosen on these rows) leaves out the
 candidates that read nothing but the votes (mv, wmv, ds, evoagg[votes]) whenever text features are given:
-their dev figures are the inflated ones, while EvoAgg's text block tempers its trust in the votes. (On the
-benchmarks a vote-only choice made that way always lost to EvoAgg on test; see bench/results/.)
+their dev figures are the inflated ones, while EvoAgg's text block tempers its trust in the votes. (Before that
+rule and with no audit rows, auto picked majority vote on SMS and ChemProt for every seed and lost to EvoAgg
+on test each time:
+bench/results/audit_ablation_32eb1af.md.)
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,

@@ -187,11 +187,14 @@ class PoolMixin:
         """Annotators whose latest verdict is a human's: id -> 'approve' | 'reject'. The gate leaves them be."""
         return {a: v for a, (v, by) in self.latest_verdicts().items() if by == "human"}
 
-    def pool_ids(self) -> list[str]:
-        """The current pool: annotators whose latest verdict puts them in it, oldest first."""
+    def pool_ids(self, generation: int | None = None) -> list[str]:
+        """The pool (now, or as it stood after `generation`): annotators whose latest verdict up to then puts
+        them in it, oldest first. A human verdict counts from the generation that was last complete when given."""
+        upto, params = ("WHERE generation <= ? ", [generation]) if generation is not None else ("", [])
         rows = self._q(
             "SELECT v.annotator_id FROM (SELECT annotator_id, arg_max(verdict, seq) AS verdict, min(seq) AS first "
-            "FROM verdicts GROUP BY annotator_id) v WHERE v.verdict IN ('accept', 'approve') ORDER BY v.first"
+            f"FROM verdicts {upto}GROUP BY annotator_id) v WHERE v.verdict IN ('accept', 'approve') ORDER BY v.first",
+            params,
         )
         return [r[0] for r in rows]
 

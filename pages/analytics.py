@@ -45,7 +45,8 @@ with left:
     st.plotly_chart(figures.coverage_per_class(task.labels, score.coverage_per_class(votes, k), dev_share),
                     key="coverage")
 with right:
-    st.plotly_chart(figures.timeline(store.generations()), key="analytics_timeline")
+    st.plotly_chart(figures.timeline(store.generations(), queries.audit_by_generation(store)),
+                    key="analytics_timeline")
 
 overlap_tab, conflict_tab = st.tabs(["Overlap", "Conflict"])
 with overlap_tab:

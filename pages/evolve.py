@@ -2,7 +2,7 @@
 import streamlit as st
 
 from engine.jobs import AGENT_CHOICES, REGISTRY, start_evolve
-from studio import figures, progress, review_ui, widgets
+from studio import figures, progress, queries, review_ui, widgets
 
 widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
 store = widgets.require_data()
@@ -64,7 +64,7 @@ live()
 # ---- timeline --------------------------------------------------------------------------------------
 generations = store.generations()
 if (generations["status"] == "complete").any():
-    st.plotly_chart(figures.timeline(generations), key="timeline")
+    st.plotly_chart(figures.timeline(generations, queries.audit_by_generation(store)), key="timeline")
 else:
     st.info("No complete generation yet: press **Run** above.")
     st.stop()

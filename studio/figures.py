@@ -17,13 +17,18 @@ def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
     return fig
 
 
-def timeline(generations: pd.DataFrame) -> go.Figure:
-    """Pool size (bars) and dev macro-F1 (line) per complete generation."""
+def timeline(generations: pd.DataFrame, audit: dict[int, float] | None = None) -> go.Figure:
+    """Pool size (bars) and dev macro-F1 (line) per complete generation; with audit rows, the fitness figure
+    the gate optimised and, dashed, the same pool on the audit rows it never saw."""
     done = generations[generations["status"] == "complete"]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_bar(x=done["number"], y=done["pool_size"], name="pool size", marker_color="#b7d7cd", width=0.5)
-    fig.add_scatter(x=done["number"], y=done["dev_macro_f1_after"], name="dev macro-F1", mode="lines+markers",
+    fig.add_scatter(x=done["number"], y=done["dev_macro_f1_after"],
+                    name="fitness macro-F1" if audit else "dev macro-F1", mode="lines+markers",
                     line={"color": "#2f6f5e", "width": 3}, secondary_y=True)
+    if audit:
+        fig.add_scatter(x=list(audit), y=list(audit.values()), name="audit macro-F1", mode="lines+markers",
+                        line={"color": "#c0392b", "width": 2, "dash": "dash"}, secondary_y=True)
     last = int(done["number"].max()) if len(done) else 1
     fig.update_xaxes(title="generation", dtick=1, range=[0.4, max(last, 4) + 0.6])
     fig.update_yaxes(title="annotators in the pool", secondary_y=False)

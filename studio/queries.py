@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from engine import score
 from engine.store import Store
-from engine.types import ABSTAIN
+from engine.types import ABSTAIN, AUDIT
 from studio import state, workspace
 
 PAGE_SIZE = 25
@@ -94,6 +95,25 @@ def _pool_votes(name: str, version: tuple, split: str) -> tuple[np.ndarray, np.n
 def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(votes (n, m), gold labels (n,) with -1 where unknown, pool ids) of the current pool on a split."""
     return _pool_votes(state.workspace_name(), workspace.version(store), split)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _audit_by_generation(name: str, version: tuple) -> dict[int, float]:
+    store = workspace.open_store(name)
+    gold, k = store.gold(AUDIT), len(store.load_task().labels)
+    out = {}
+    for number in store.generations().query("status == 'complete'")["number"]:
+        members = store.pool_ids(int(number))
+        out[int(number)] = score.pool_macro_f1(store.vote_matrix(members, AUDIT).votes, gold, k)
+    return out
+
+
+def audit_by_generation(store: Store) -> dict[int, float]:
+    """Generation -> the pool's macro-F1 on the audit rows as it stood then ({} without audit rows): the honest
+    line beside the fitness figure the gate optimised."""
+    if not store.count_examples(AUDIT):
+        return {}
+    return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 
 def splits_with_votes(store: Store) -> list[str]:

@@ -305,8 +305,16 @@ def test_analytics_screen_shows_the_pool_in_numbers_and_plots(home):
 
 
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
-    store = seed(home, "audited", generations=1, options=IngestOptions(audit_fraction=0.5))
+    store = seed(home, "audited", generations=2, options=IngestOptions(audit_fraction=0.5))
     assert metrics(run("audited"))["Dev (labeled)"] == "120 (60 audit)"
+    # the timeline draws the pool of each generation on the audit rows beside its fitness figure
+    spec = json.loads(run("audited", "pages/evolve.py").get("plotly_chart")[0].proto.spec)
+    lines = {trace.get("name"): trace for trace in spec["data"]}
+    assert {"pool size", "fitness macro-F1", "audit macro-F1"} <= set(lines)
+    expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.labels(AUDIT), 2)
+                for g in (1, 2)]
+    assert lines["audit macro-F1"]["x"] == [1, 2] and lines["audit macro-F1"]["y"] == pytest.approx(expected)
+    assert store.pool_ids(2) == store.pool_ids() and store.pool_ids(0) == []
     at = run("audited", "pages/analytics.py")
     audit_metric = next(m for m in at.metric if m.label == "Macro-F1 on audit rows (majority vote)")
     fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)

@@ -30,7 +30,8 @@ _REGISTRY: dict[str, tuple[str, Callable[[int, int], Aggregator]]] = {
     "ds": ("Dawid-Skene (EM over confusion matrices)", lambda k, seed: DawidSkene(k)),
     "evoagg": ("EvoAgg: logistic regression over embeddings + one-hot votes", lambda k, seed: EvoAgg(k, seed=seed)),
     "embedding": ("text embeddings only (ignores the votes)", lambda k, seed: EmbeddingOnly(k, seed=seed)),
-    "auto": ("best of the above by dev out-of-fold macro-F1", lambda k, seed: AutoAggregator(k, seed=seed)),
+    "auto": ("the best of these (and TF-IDF views) by out-of-fold macro-F1 on the audit rows",
+             lambda k, seed: AutoAggregator(k, seed=seed)),
 }
 AGGREGATORS: tuple[str, ...] = tuple(_REGISTRY)
 DESCRIPTIONS: dict[str, str] = {name: desc for name, (desc, _) in _REGISTRY.items()}

@@ -32,12 +32,14 @@ rule = "any vote" if task.multi_label else "majority vote"
 fitness_f1 = score.pool_macro_f1(queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS), k)
 if store.count_examples(AUDIT):  # the honest figure beside the one the pool was selected on
     audit_f1 = score.pool_macro_f1(queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT), k)
-    cols[3].metric(f"Macro-F1 on audit rows ({rule})", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
-                   help=f"{fitness_f1:.3f} on the fitness rows the agents and the gate chose the pool on; the audit "
-                        "rows were held back from them, so the gap shows how much of that is selection")
+    cols[3].metric("Audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
+                   help=f"the pool's {rule} on the audit rows; {fitness_f1:.3f} on the fitness rows the agents and "
+                        "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
+                        "of the fitness figure is selection")
 else:
-    cols[3].metric(f"Dev macro-F1 ({rule})", f"{fitness_f1:.3f}",
-                   help="on the dev rows the pool was chosen on (no audit rows held back), so optimistic")
+    cols[3].metric("Dev macro-F1", f"{fitness_f1:.3f}",
+                   help=f"the pool's {rule} on the dev rows it was chosen on (no audit rows held back), so "
+                        "optimistic")
 
 left, right = st.columns(2)
 with left:

@@ -181,15 +181,19 @@ def summary_metrics(result: SavedLabels) -> None:
     mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
     cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
     chosen = result.dev_scores.get("chosen") if isinstance(result.dev_scores, dict) else None
-    cols[2].metric("Aggregator", result.resolved, help=_auto_help(result.dev_scores) if chosen else None)
+    cols[2].metric("Aggregator", result.aggregator, help=_auto_help(result.dev_scores) if chosen else None)
     scores = result.dev_scores if isinstance(result.dev_scores, dict) else {}
     best, audit = scores.get("macro_f1"), scores.get("audit_macro_f1")
     if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on
-        cols[3].metric("Macro-F1 on audit rows (out-of-fold)", f"{audit:.3f}",
-                       help=f"{scores.get('n_audit')} dev rows the agents and the gate never saw; on all dev rows "
-                            f"{best:.3f}")
+        cols[3].metric("Audit macro-F1", f"{audit:.3f}",
+                       help=f"out-of-fold, on the {scores.get('n_audit')} dev rows the agents and the gate never "
+                            f"saw; on all dev rows {best:.3f}")
     else:
-        cols[3].metric("Dev macro-F1 (out-of-fold)", f"{best:.3f}" if isinstance(best, float) else "–",
-                       help="no audit rows: the pool was chosen on these rows, so vote-based figures are optimistic")
+        cols[3].metric("Dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",
+                       help="out-of-fold; no audit rows: the pool was chosen on these rows, so vote-based figures "
+                            "are optimistic")
+    if chosen:
+        text = _auto_help(scores)
+        st.caption(text[0].upper() + text[1:] + ".")
 
 

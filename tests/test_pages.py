@@ -316,7 +316,7 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert lines["audit macro-F1"]["x"] == [1, 2] and lines["audit macro-F1"]["y"] == pytest.approx(expected)
     assert store.pool_ids(2) == store.pool_ids() and store.pool_ids(0) == []
     at = run("audited", "pages/analytics.py")
-    audit_metric = next(m for m in at.metric if m.label == "Macro-F1 on audit rows (majority vote)")
+    audit_metric = next(m for m in at.metric if m.label == "Audit macro-F1")
     fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.labels(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
@@ -326,7 +326,8 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
     assert saved.resolved == f"auto:{saved.dev_scores['chosen']}"  # the export names what made the labels
     at = run("audited", "pages/labels.py")
-    assert metrics(at)["Macro-F1 on audit rows (out-of-fold)"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
+    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
+    assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores['chosen']}" in texts(at)
     # the manifest download carries the same provenance as `evopool export`'s
     frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
                                  saved.n_votes)
@@ -402,7 +403,7 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     strict = (saved.probs >= 0.95).any(axis=1).sum()
     assert metrics(at)["Rows labeled"] == f"{strict:,} / 120" and strict < (saved.probs >= 0.5).any(axis=1).sum()
     at = run("topics", "pages/analytics.py")
-    assert "Dev macro-F1 (any vote)" in metrics(at)
+    assert "Dev macro-F1" in metrics(at)
 
 
 # ---- safe markdown ------------------------------------------------------------------------------------

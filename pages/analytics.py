@@ -21,15 +21,15 @@ split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_s
                                   "were computed once)") or splits[0]
 votes, gold, pool = queries.pool_votes(store, split)
 short = [queries.short(a, names) for a in pool]
-dev_votes, dev_gold, _ = queries.pool_votes(store, "dev")
-dev_target = store.gold("dev") if task.multi_label else dev_gold  # label sets score a multi-label pool
+dev_gold = queries.pool_votes(store, "dev")[1]
+fitness_votes, fitness_gold = queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS)  # what the gate judged
 
 cols = st.columns(4)
 cols[0].metric("Annotators in the pool", len(pool))
 cols[1].metric(f"Rows ({split})", f"{votes.shape[0]:,}")
 cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():.1%}")
 rule = "any vote" if task.multi_label else "majority vote"
-fitness_f1 = score.pool_macro_f1(queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS), k)
+fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
 if store.count_examples(AUDIT):  # the honest figure beside the one the pool was selected on
     audit_f1 = score.pool_macro_f1(queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT), k)
     cols[3].metric("Audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
@@ -70,7 +70,7 @@ with scatter_col:
         st.switch_page("pages/annotator.py", query_params={state.QP_WORKSPACE: state.workspace_name(),
                                                             state.QP_ANNOTATOR: picked})
 with contrib_col:
-    st.plotly_chart(figures.contributions(short, score.marginal_contributions(dev_votes, dev_target, k)),
+    st.plotly_chart(figures.contributions(short, score.marginal_contributions(fitness_votes, fitness_gold, k)),
                     key="contributions")
 
 st.subheader("Where the annotators disagree most")

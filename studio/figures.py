@@ -72,7 +72,7 @@ def contributions(names: list[str], values: np.ndarray) -> go.Figure:
     colors = ["#c0392b" if v < 0 else "#2f6f5e" for v in values[order]]
     fig = go.Figure(go.Bar(x=values[order], y=[names[i] for i in order], orientation="h", marker_color=colors,
                            hovertemplate="%{y}<br>%{x:+.4f}<extra></extra>"))
-    fig.update_xaxes(title="dev macro-F1 lost if removed")
+    fig.update_xaxes(title="macro-F1 lost if removed (rows the gate judges on)")
     return _layout(fig, "Marginal contribution per annotator", height=max(HEIGHT, min(900, 22 * len(names) + 100)))
 
 

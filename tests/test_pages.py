@@ -5,9 +5,11 @@ a workspace get their own copy, seeded the same way.
 """
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -320,6 +322,13 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.labels(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    # contributions are measured where the gate measures them: on the fitness rows
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    bars = next(c for c in charts if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
+    fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes
+    expected = score.marginal_contributions(fitness_votes, store.labels(FITNESS), 2)
+    shown = np.frombuffer(base64.b64decode(bars["x"]["bdata"]), dtype=bars["x"]["dtype"])  # plotly's typed array
+    assert sorted(shown) == pytest.approx(sorted(expected))
     job = start_labels(home / "audited", "auto", compare=False)
     assert job.wait(300) and job.status == "done", job.error
     saved = load_labels(home / "audited", "auto")

@@ -1,6 +1,8 @@
 """The LLM proposer, its prompts and the mixed proposer, driven over HTTP by the scripted server."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -125,6 +127,9 @@ def test_every_role_states_the_contract_and_quotes_no_holdout():
         assert "Is this text message spam?" in text and "unsolicited advertising" in text, role
     assert "Write 2 new annotators" in built["generator"][1]["content"]
     assert MEETING.split("\n")[0] in built["refiner"][1]["content"]
+    assert "multi-label" not in text
+    multi = dataclasses.replace(TASK, multi_label=True)
+    assert "The task is multi-label" in prompts.annotator_contract(multi)
 
 
 def test_holdout_rows_are_refused():

@@ -36,11 +36,15 @@ def annotator_contract(task: Task) -> str:
     keys = ", ".join(f'"{k}"' for k in ("text", *task.fields))
     keys = f"keys {keys} (all strings)" if task.fields else 'key "text" (a string)'
     labels = ", ".join(json.dumps(label) for label in task.labels)
+    multi = ("- The task is multi-label: a row may carry several of these labels. An annotator still returns one "
+             "label, the one its cue points to; the pool's votes together give each row its label set, and a vote "
+             "counts as right when its label is among the row's labels.\n") if task.multi_label else ""
     return (
         "An annotator is a small Python module defining exactly one entry point:\n\n"
         "    def annotate(example: dict) -> str | None:\n\n"
         f"- `example` is a dict with the {keys}.\n"
         f"- It returns exactly one of these label names: {labels}, or None to abstain.\n"
+        f"{multi}"
         "- Be precise: fire only on a clear cue and return None otherwise. An annotator that covers a slice "
         "of the data correctly is worth more than one that guesses everywhere.\n"
         f"- Allowed imports: {', '.join(sorted(ALLOWED_IMPORTS))}. Nothing else.\n"

@@ -70,6 +70,7 @@ def build_context(store: Store, generation: int, config: EvolveConfig) -> Propos
         task=task, dev=dev, pool_sample=pool_sample, annotators=tuple(store.annotators(pool_ids)),
         scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS).votes,
         generation=generation, seed=config.seed, excluded_ids=excluded,
+        dev_label_sets=store.label_matrix(FITNESS) if task.multi_label else None,
     )
 
 

@@ -311,3 +311,26 @@ def test_the_pool_as_python_writes_label_sets(evolved, executor, tmp_path):
     votes = store.vote_matrix(pool, example_ids=list(rows["id"])).votes
     assert written == [[names[c] for c in sorted(set(row.tolist()) - {-1})] for row in votes]
     assert any(len(labels) > 1 for labels in written)
+
+
+def test_offline_mining_counts_a_cue_right_when_its_class_is_in_the_set():
+    from engine.agents.offline_mine import build_workspace, cue_proposals
+    from engine.types import Task
+
+    task = Task("t", ("politics", "sports", "tech"))
+    # "stadium" rows are politics first and sports second: right for sports only through the label set
+    texts = [f"new stadium vote number {i}" for i in range(6)] + [f"chip launch {i}" for i in range(6)]
+    first = np.array([0] * 6 + [2] * 6)
+    sets = np.zeros((12, 3), dtype=np.int64)
+    sets[:6, 0] = sets[:6, 1] = 1
+    sets[6:, 2] = 1
+    inputs = [{"text": t} for t in texts]
+
+    def sports_cues(label_sets):
+        ws = build_workspace(task, inputs, first, [], ("sentence",), label_sets)
+        return {p.spec.cues for p in cue_proposals(ws, min_fires=5) if p.label == 1}
+
+    assert ("stadium",) in sports_cues(sets)
+    assert not sports_cues(None)  # by first labels alone, no row is sports
+    ws = build_workspace(task, inputs, first, [], ("sentence",), sets)
+    assert ws.hit(1).sum() == 6 and ws.hit(0).sum() == 6  # a row counts for each of its labels

@@ -22,6 +22,7 @@ class ProposalContext:
     generation: int
     seed: int
     excluded_ids: frozenset[str] = field(default_factory=frozenset)  # rejected by a human: never re-propose
+    dev_label_sets: np.ndarray | None = None  # multi-label task: (n_dev, k) 0/1, each Example.label its first
 
     @property
     def dev_labels(self) -> np.ndarray:

@@ -59,7 +59,8 @@ class OfflineProposer:
         votes = _valid_votes(context)
         base = vote_counts(votes, ws.n_classes, len(ws.y))
         taken = [votes[:, j] != ABSTAIN for j in range(votes.shape[1])]
-        picks = greedy_select(proposals, ws.y, ws.n_classes, base, taken, config,
+        gold = ws.y if context.dev_label_sets is None else ws.onehot  # score picks as the gate will
+        picks = greedy_select(proposals, gold, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"))
         return [_candidate(p, role) for p in picks]
@@ -72,7 +73,8 @@ class OfflineProposer:
             views = task_views(_fields(context))
             dev_inputs = [ex.as_input() for ex in context.dev]
             pool_inputs = [ex.as_input() for ex in context.pool_sample[: self.pool_rows]]
-            workspace = build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views)
+            workspace = build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views,
+                                        context.dev_label_sets)
             self._cache = {key: workspace}
         return self._cache[key]
 

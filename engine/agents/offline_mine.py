@@ -27,8 +27,8 @@ class OfflineWorkspace:
 
     task: Task
     views: tuple[str, ...]
-    y: np.ndarray  # (n_dev,) gold class ids
-    onehot: np.ndarray  # (n_dev, k)
+    y: np.ndarray  # (n_dev,) gold class ids (multi-label: each row's first label)
+    onehot: np.ndarray  # (n_dev, k) 0/1: the gold class, or every label of a multi-label row
     dev: ViewIndex
     pool: ViewIndex | None
     dev_surface: dict[str, np.ndarray]  # feature -> (n_dev,) values; empty for relation tasks
@@ -40,6 +40,10 @@ class OfflineWorkspace:
     @property
     def n_classes(self) -> int:
         return len(self.task.labels)
+
+    def hit(self, label: int) -> np.ndarray:
+        """(n_dev,) bool: rows a vote for `label` gets right (on a multi-label task: rows whose set holds it)."""
+        return self.onehot[:, label] == 1
 
     def fires(self, spec: AnnotatorSpec, split: str = "dev") -> np.ndarray:
         """Exact fired mask of a spec on dev or on the pool sample (mirrors the rendered code)."""
@@ -104,7 +108,7 @@ def cue_proposals(ws: OfflineWorkspace, rows: np.ndarray | None = None, min_prec
     for view in ws.views:
         counts = class_counts(ws.dev, view, ws.onehot)
         focus_counts = counts if rows is None else class_counts(ws.dev, view, focus)
-        fires = counts.sum(axis=1)
+        fires = np.asarray(ws.dev.matrix[view].sum(axis=0)).ravel()  # not counts' row sums: label sets overlap
         cues = ws.dev.cues[view]
         for label in wanted:
             correct = counts[:, label]
@@ -155,24 +159,24 @@ def bank_from(ws: OfflineWorkspace, label: int, view: str, ranked: list[Proposal
     seed = ranked[0]
     cues = list(seed.spec.cues)
     fired = seed.fired.copy()
-    base_precision = float(np.mean(ws.y[fired] == label)) if fired.any() else 0.0
+    base_precision = float(np.mean(ws.hit(label)[fired])) if fired.any() else 0.0
     floor = max(min_precision, 0.8 * base_precision)
     for p in ranked[1:]:
         if len(cues) >= max_cues:
             break
         new = p.fired & ~fired
-        if np.count_nonzero(new & (ws.y == label)) < 2:
+        if np.count_nonzero(new & ws.hit(label)) < 2:
             continue
         merged = fired | p.fired
-        if float(np.mean(ws.y[merged] == label)) < floor:
+        if float(np.mean(ws.hit(label)[merged])) < floor:
             continue
         cues += list(p.spec.cues)
         fired = merged
     if len(cues) < 2 or not ws.trustworthy(view, cues, int(fired.sum())):
         return None
     spec = AnnotatorSpec("cue", ws.task.labels[label], view, tuple(cues))
-    correct = int(np.count_nonzero(fired & (ws.y == label)))
-    prior = (float(np.mean(ws.y[fired] == label)) - ws.class_prior[label]) * np.sqrt(correct)
+    correct = int(np.count_nonzero(fired & ws.hit(label)))
+    prior = (float(np.mean(ws.hit(label)[fired])) - ws.class_prior[label]) * np.sqrt(correct)
     return Proposal(spec, label, fired, prior=float(prior), note="bank")
 
 
@@ -185,8 +189,8 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
     plain = [p for p in proposals if p.spec.kind == "cue" and not p.spec.unless]
     ranked = sorted(plain, key=lambda p: -p.prior)
     for p in ranked[:top]:
-        right = p.fired & (ws.y == p.label)
-        wrong = p.fired & (ws.y != p.label)
+        right = p.fired & ws.hit(p.label)
+        wrong = p.fired & ~ws.hit(p.label)
         if wrong.sum() < 2:
             continue
         vetoed_wrong = np.asarray(matrix[wrong].sum(axis=0)).ravel()
@@ -197,7 +201,7 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
         if not np.isfinite(gain[j]) or gain[j] <= 0 or cues[j] in p.spec.cues:
             continue
         fired = p.fired & ~ws.dev.fires("sentence", [cues[j]])
-        correct = int(np.count_nonzero(fired & (ws.y == p.label)))
+        correct = int(np.count_nonzero(fired & ws.hit(p.label)))
         if fired.sum() == 0:
             continue
         precision = correct / int(fired.sum())
@@ -218,7 +222,7 @@ def surface_proposals(ws: OfflineWorkspace, min_precision: float = 0.3, min_fire
                 if n < min_fires or n > 0.9 * len(values):
                     continue
                 for label in range(ws.n_classes):
-                    correct = int(np.count_nonzero(fired & (ws.y == label)))
+                    correct = int(np.count_nonzero(fired & ws.hit(label)))
                     prec = correct / n
                     if prec < min_precision:
                         continue
@@ -233,10 +237,15 @@ def surface_proposals(ws: OfflineWorkspace, min_precision: float = 0.3, min_fire
 
 
 def build_workspace(task: Task, dev_inputs: list[dict], y: np.ndarray, pool_inputs: list[dict],
-                    views: tuple[str, ...]) -> OfflineWorkspace:
+                    views: tuple[str, ...], label_sets: np.ndarray | None = None) -> OfflineWorkspace:
+    """`label_sets` (n_dev, k) 0/1 on a multi-label task: a cue's precision then counts every row whose set
+    holds its class, as the gate does."""
     k = len(task.labels)
-    onehot = np.zeros((len(y), k), dtype=np.int32)
-    onehot[np.arange(len(y)), y] = 1
+    if label_sets is not None:
+        onehot = np.asarray(label_sets, dtype=np.int32).reshape(len(y), k)
+    else:
+        onehot = np.zeros((len(y), k), dtype=np.int32)
+        onehot[np.arange(len(y)), y] = 1
     text_task = "between" not in views
     dev_raw = [str(ex.get("text") or "") for ex in dev_inputs]
     dev_surface = surface.measure_all(dev_raw) if text_task else {}

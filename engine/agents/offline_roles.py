@@ -84,12 +84,12 @@ def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndar
                 fired = a.fired & b.fired
                 if fired.sum() < 5:
                     continue
-                prec = float(np.mean(ws.y[fired] == label))
-                base = max(float(np.mean(ws.y[a.fired] == label)), min_precision)
+                prec = float(np.mean(ws.hit(label)[fired]))
+                base = max(float(np.mean(ws.hit(label)[a.fired])), min_precision)
                 if prec <= base + 0.05:
                     continue
                 spec = replace(a.spec, also=b.spec.cues)
-                correct = int(np.count_nonzero(fired & (ws.y == label)))
+                correct = int(np.count_nonzero(fired & ws.hit(label)))
                 prior = (prec - ws.class_prior[label]) * np.sqrt(correct)
                 out.append(Proposal(spec, int(label), fired, prior=float(prior), note="conjunction"))
     return out
@@ -110,7 +110,7 @@ def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precis
             fired = ws.fires(wider)
             if fired.sum() < 5:
                 continue
-            correct = int(np.count_nonzero(fired & (ws.y == label)))
+            correct = int(np.count_nonzero(fired & ws.hit(label)))
             prec = correct / max(int(fired.sum()), 1)
             prior = (prec - ws.class_prior[label]) * np.sqrt(correct)
             out.append(Proposal(wider, label, fired, prior=float(prior), parent_ids=(annotator.id,),
@@ -143,14 +143,14 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
         out.append((replace(spec, cues=spec.cues + company),
                     f"added words it keeps company with in the pool: {', '.join(company)}"))
     base = ws.fires(spec)
-    extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.y[base] == label)))
+    extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.hit(label)[base])))
                           if base.any() else min_precision, per_class=15, classes=[label])
     added = [p for p in extra if p.spec.view == spec.view and not set(p.spec.cues) & set(spec.cues)]
     added.sort(key=lambda p: -p.prior)
     grown = list(spec.cues)
     fired = base.copy()
     for p in added[:8]:
-        if np.count_nonzero(p.fired & ~fired & (ws.y == label)) >= 1 and len(grown) < len(spec.cues) + 4:
+        if np.count_nonzero(p.fired & ~fired & ws.hit(label)) >= 1 and len(grown) < len(spec.cues) + 4:
             grown += list(p.spec.cues)
             fired |= p.fired
             if len(grown) > len(spec.cues):

@@ -58,6 +58,18 @@ def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
     return float(f1[present].mean())
 
 
+def pool_score(gold: np.ndarray, counts: np.ndarray, n_classes: int) -> float:
+    """What the gate scores a pool by: majority-vote macro-F1 against (n,) labels, or for (n, k) label sets
+    the multi-label macro-F1 of "some annotator voted the class"."""
+    if gold.ndim == 1:
+        return macro_f1(gold, predictions(counts), n_classes)
+    predicted = counts > 0
+    tp = (predicted & (gold == 1)).sum(axis=0)
+    denom = predicted.sum(axis=0) + gold.sum(axis=0)
+    present = denom > 0
+    return float(np.mean(2.0 * tp[present] / denom[present])) if present.any() else 0.0
+
+
 def class_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
     """(k,) per-class F1 of a prediction vector (0 for classes absent everywhere)."""
     valid = pred >= 0
@@ -109,22 +121,23 @@ class _Taken:
         return bool(jacc.max() > max_jaccard)
 
 
-def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base_counts: np.ndarray,
+def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, base_counts: np.ndarray,
                   taken: list[np.ndarray], config: SelectConfig,
                   pool_covered: np.ndarray | None = None,
                   pool_mask_of: Callable[[Proposal], np.ndarray] | None = None) -> list[Proposal]:
     """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
     pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
 
+    `gold` is the (n_dev,) labels, or (n_dev, k) label sets on a multi-label task (scored as the gate does).
     `taken` holds the (n_dev,) fired masks of the pool members; a candidate is skipped when it
     nearly duplicates a member or an earlier pick, as the gate's diversity check would do.
     """
-    viable = [p for p in proposals if _viable(p, y, config)]
+    viable = [p for p in proposals if _viable(p, gold, config)]
     viable.sort(key=lambda p: -p.prior)
     viable = viable[: config.shortlist]
     counts = base_counts.copy()
-    current = macro_f1(y, predictions(counts), n_classes)
-    members = _Taken(taken, len(y))
+    current = pool_score(gold, counts, n_classes)
+    members = _Taken(taken, len(gold))
     picks: list[Proposal] = []
     use_pool = pool_covered is not None and pool_mask_of is not None and pool_covered.size > 0
     covered = pool_covered.copy() if use_pool else None
@@ -133,7 +146,7 @@ def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base
         best, best_gain, best_score = -1, 0.0, -np.inf
         for i, p in enumerate(viable):
             counts[p.fired, p.label] += 1
-            gain = macro_f1(y, predictions(counts), n_classes) - current
+            gain = pool_score(gold, counts, n_classes) - current
             counts[p.fired, p.label] -= 1
             reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
@@ -147,7 +160,7 @@ def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base
                 best, best_gain, best_score = i, gain, score
         chosen_set = [best] if best >= 0 else []
         if config.pair_lookahead and len(picks) + 2 <= config.max_picks:
-            pair, pair_gain = _best_pair(viable, y, n_classes, counts, current, config)
+            pair, pair_gain = _best_pair(viable, gold, n_classes, counts, current, config)
             if pair and pair_gain > max(best_score, config.min_gain, 0.0) * 2:
                 chosen_set, best_gain = list(pair), pair_gain
         if not chosen_set:
@@ -162,11 +175,11 @@ def greedy_select(proposals: list[Proposal], y: np.ndarray, n_classes: int, base
             c.stats["gain"] = round(best_gain / len(chosen), 4)
             members.add(c.fired)
             picks.append(c)
-        current = macro_f1(y, predictions(counts), n_classes)
+        current = pool_score(gold, counts, n_classes)
     return picks
 
 
-def _best_pair(viable: list[Proposal], y: np.ndarray, n_classes: int, counts: np.ndarray, current: float,
+def _best_pair(viable: list[Proposal], gold: np.ndarray, n_classes: int, counts: np.ndarray, current: float,
                config: SelectConfig) -> tuple[tuple[int, int] | None, float]:
     """Two same-class candidates that help only together (one vote ties or loses, two votes win)."""
     by_class: dict[int, list[int]] = {}
@@ -182,7 +195,7 @@ def _best_pair(viable: list[Proposal], y: np.ndarray, n_classes: int, counts: np
                     continue
                 counts[pa.fired, pa.label] += 1
                 counts[pb.fired, pb.label] += 1
-                gain = macro_f1(y, predictions(counts), n_classes) - current
+                gain = pool_score(gold, counts, n_classes) - current
                 counts[pa.fired, pa.label] -= 1
                 counts[pb.fired, pb.label] -= 1
                 if gain > best_gain + 1e-12:
@@ -190,10 +203,11 @@ def _best_pair(viable: list[Proposal], y: np.ndarray, n_classes: int, counts: np
     return best, best_gain
 
 
-def _viable(p: Proposal, y: np.ndarray, config: SelectConfig) -> bool:
+def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
     fires = int(p.fired.sum())
     if fires < config.min_fires:
         return False
-    precision = float(np.mean(y[p.fired] == p.label))
+    right = gold[p.fired] == p.label if gold.ndim == 1 else gold[p.fired, p.label] == 1
+    precision = float(np.mean(right))
     p.stats.update(fires=fires, precision=round(precision, 3))
     return precision >= config.min_precision

@@ -161,6 +161,7 @@ def test_expert_journey(studio_url, tmp_path):
             _shot(page, "5-annotator")
             page.get_by_text("Plain text editor").click()
             box = page.get_by_label("Annotator code")
+            expect(box).to_have_value(re.compile(r"def annotate"), timeout=30_000)  # filled after the rerun
             code = box.input_value()
             box.fill(code + "\nREVIEWED_BY = 'expert'\n")
             box.press("Control+Enter")

@@ -21,7 +21,7 @@ from engine.aggregate import (
     make_aggregator,
     predict_labels,
 )
-from engine.aggregators.base import make_folds
+from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import TfidfFeatures
 from engine.evolve import EventSink, _quiet, ensure_votes
 from engine.sandbox import Executor
@@ -207,11 +207,9 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
     oof, dev_scores = None, {}
     if score_dev:
-        oof = np.zeros((len(dev), k))
         first = frame["label"].to_numpy()[dev].astype(int)  # folds stratified by each row's first label
-        for train, held in make_folds(first, n_splits=5, seed=seed):
-            model = MultiLabelEvoAgg(k, seed=seed).fit(used[dev][train], Y_dev[train], _rows(dev_features, train))
-            oof[held] = model.predict_proba(used[dev][held], _rows(dev_features, held))
+        oof = oof_proba(lambda: MultiLabelEvoAgg(k, seed=seed), used[dev], Y_dev, dev_features,
+                        make_folds(first, n_splits=5, seed=seed))
         probs[dev] = oof
     hard = predict_labels(probs, threshold)
     if score_dev:

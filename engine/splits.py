@@ -15,7 +15,6 @@ from engine.ingest_errors import IngestError
 from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
 
 AUDIT_MIN_CLASS_ROWS = 10  # a class needs this many dev rows before any of them is held back as audit
-AUDIT_MIN_ROWS = AUDIT_MIN_ROWS_TO_JUDGE  # fewer audit rows than this would be held back for nothing
 
 
 def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.DataFrame, list[str]]:
@@ -76,7 +75,7 @@ def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Seri
     The agents and the gate never see them, so the pool is not selected on them and the auto aggregator
     can compare vote-based and text-based aggregators honestly there. Classes with fewer than
     AUDIT_MIN_CLASS_ROWS dev rows give none (their few rows are worth more to the agents), and when the
-    share would come to fewer than AUDIT_MIN_ROWS rows no row is held back: a macro-F1 on so few rows is
+    share would come to fewer than AUDIT_MIN_ROWS_TO_JUDGE rows no row is held back: a macro-F1 on so few rows is
     too noisy to choose an aggregator by, so the agents get them all.
     """
     if not 0 <= fraction < 1:
@@ -87,10 +86,10 @@ def mark_audit(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Seri
     for _, rows in sorted(dev.groupby("label").groups.items()):
         take = int(np.floor(fraction * len(rows))) if len(rows) >= AUDIT_MIN_CLASS_ROWS else 0
         audit[rng.permutation(np.asarray(rows))[:take]] = True
-    if 0 < audit.sum() < AUDIT_MIN_ROWS:
+    if 0 < audit.sum() < AUDIT_MIN_ROWS_TO_JUDGE:
         return pd.Series(False, index=frame.index), [
             f"no audit rows: {int(audit.sum())} would be too few to choose an aggregator on (fewer than "
-            f"{AUDIT_MIN_ROWS}), so the agents get all {len(dev)} dev rows"]
+            f"{AUDIT_MIN_ROWS_TO_JUDGE}), so the agents get all {len(dev)} dev rows"]
     notes = []
     if audit.any():
         notes.append(f"held back {int(audit.sum())} of {len(dev)} dev rows as audit rows: the agents and the gate "

@@ -180,9 +180,9 @@ def summary_metrics(result: SavedLabels) -> None:
     cols[0].metric("Rows labeled", f"{int(labeled.sum()):,} / {len(result.hard):,}")
     mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
     cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
-    chosen = result.dev_scores.get("chosen") if isinstance(result.dev_scores, dict) else None
-    cols[2].metric("Aggregator", result.aggregator, help=_auto_help(result.dev_scores) if chosen else None)
     scores = result.dev_scores if isinstance(result.dev_scores, dict) else {}
+    auto_text = _auto_help(scores) if scores.get("chosen") else None
+    cols[2].metric("Aggregator", result.aggregator, help=auto_text)
     best, audit = scores.get("macro_f1"), scores.get("audit_macro_f1")
     if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on
         cols[3].metric("Audit macro-F1", f"{audit:.3f}",
@@ -192,8 +192,7 @@ def summary_metrics(result: SavedLabels) -> None:
         cols[3].metric("Dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",
                        help="out-of-fold; no audit rows: the pool was chosen on these rows, so vote-based figures "
                             "are optimistic")
-    if chosen:
-        text = _auto_help(scores)
-        st.caption(text[0].upper() + text[1:] + ".")
+    if auto_text:
+        st.caption(auto_text[0].upper() + auto_text[1:] + ".")
 
 

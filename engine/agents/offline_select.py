@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
+from engine.score import multilabel_f1
 from engine.types import ABSTAIN
 
 
@@ -63,11 +64,7 @@ def pool_score(gold: np.ndarray, counts: np.ndarray, n_classes: int) -> float:
     the multi-label macro-F1 of "some annotator voted the class"."""
     if gold.ndim == 1:
         return macro_f1(gold, predictions(counts), n_classes)
-    predicted = counts > 0
-    tp = (predicted & (gold == 1)).sum(axis=0)
-    denom = predicted.sum(axis=0) + gold.sum(axis=0)
-    present = denom > 0
-    return float(np.mean(2.0 * tp[present] / denom[present])) if present.any() else 0.0
+    return multilabel_f1(gold, counts > 0)[0]
 
 
 def class_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:

@@ -43,7 +43,7 @@ from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.score import macro_f1
 from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
 
-VOTES_ONLY = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
+VOTES_ONLY_CANDIDATES = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
 
 
 class AutoAggregator(BaseAggregator):
@@ -99,8 +99,8 @@ class AutoAggregator(BaseAggregator):
         candidates = self.candidates(feats)
         self.left_out_ = []
         if votes_selected and judged is None and feats:
-            self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY]
-            candidates = [c for c in candidates if c[0] not in VOTES_ONLY]
+            self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY_CANDIDATES]
+            candidates = [c for c in candidates if c[0] not in VOTES_ONLY_CANDIDATES]
         for name, make, tuned in candidates:
             for C in (self.Cs if tuned else (1.0,)):
                 proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)

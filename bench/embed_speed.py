@@ -32,9 +32,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.embed import Embedder, get_embedder, normalise_rows  # noqa: E402
-from engine.embed_minilm import MiniLMEmbedder, load_model  # noqa: E402
-from engine.embed_static import StaticEmbedder, load_table  # noqa: E402
+from engine.embed.base import Embedder, normalise_rows  # noqa: E402
+from engine.embed.minilm import MiniLMEmbedder, load_model  # noqa: E402
+from engine.embed.registry import get_embedder  # noqa: E402
+from engine.embed.static import StaticEmbedder, load_table  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 

@@ -1,8 +1,8 @@
 """Dev probe for the offline proposer: a simplified evolve loop, in-process, on a WRENCH dataset.
 
-Splits as `evopool` imports them (engine.ingest: dev = a seeded stratified sample of valid.json, the
+Splits as `evopool` imports them (engine.ingest.importer: dev = a seeded stratified sample of valid.json, the
 other valid rows join the unlabeled pool). Candidates are executed directly with `exec` (they are the
-proposer's own generated code; production runs go through engine.sandbox) and judged by the real
+proposer's own generated code; production runs go through engine.sandbox.executor) and judged by the real
 engine.gate.run_gate. The "shadow" split is the labeled valid rows left out of dev: a tuning signal that
 never touches test. Test labels are read only for the final figure; the official number comes from
 `evopool run` + `evopool eval`.
@@ -23,10 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.agents.base import ProposalContext  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
-from engine.code import make_annotator  # noqa: E402
+from engine.domain import ABSTAIN, AGENT_ROLES, Annotator, Example, Task  # noqa: E402
 from engine.gate import GateConfig, run_gate  # noqa: E402
-from engine.ingest import IngestOptions, validate  # noqa: E402
-from engine.readers import read_wrench  # noqa: E402
+from engine.ingest.importer import IngestOptions, validate  # noqa: E402
+from engine.ingest.readers import read_wrench  # noqa: E402
+from engine.ingest.splits import assign_splits  # noqa: E402
+from engine.sandbox.checks import make_annotator  # noqa: E402
 from engine.score import (  # noqa: E402
     majority_vote,
     marginal_contributions,
@@ -34,8 +36,6 @@ from engine.score import (  # noqa: E402
     pool_macro_f1,
     score_annotator,  # noqa: E402
 )
-from engine.splits import assign_splits  # noqa: E402
-from engine.types import ABSTAIN, AGENT_ROLES, Annotator, Example, Task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

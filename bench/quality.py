@@ -28,13 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.domain import AUDIT  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
-from engine.ingest import IngestOptions, import_frame, import_path  # noqa: E402
+from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
-from engine.sandbox import SandboxExecutor  # noqa: E402
+from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 from engine.score import accuracy, macro_f1, majority_vote  # noqa: E402
-from engine.store import Store  # noqa: E402
-from engine.types import AUDIT  # noqa: E402
+from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto")

@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 from bench.quality import machine  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.evolve import ensure_votes, evolve  # noqa: E402
-from engine.ingest import IngestOptions, import_frame  # noqa: E402
+from engine.ingest.importer import IngestOptions, import_frame  # noqa: E402
 from engine.jobs import JobRegistry, start_labels  # noqa: E402
-from engine.sandbox import SandboxExecutor  # noqa: E402
-from engine.store import Store  # noqa: E402
+from engine.sandbox.executor import SandboxExecutor  # noqa: E402
+from engine.store.workspace import Store  # noqa: E402
 
 AGGREGATORS = ("mv", "evoagg", "auto")
 PAGES = ("pages/project.py", "pages/evolve.py", "pages/annotator.py", "pages/analytics.py", "pages/labels.py")

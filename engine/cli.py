@@ -10,10 +10,10 @@ from typing import Any
 
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
-from engine.ingest import IngestOptions, import_path
-from engine.ingest_errors import IngestError
-from engine.llm import LLMError
-from engine.store import Store, WorkspaceLocked
+from engine.ingest.errors import IngestError
+from engine.ingest.importer import IngestOptions, import_path
+from engine.llm.client import LLMError
+from engine.store.workspace import Store, WorkspaceLocked
 
 
 def _progress(verbose: bool):
@@ -43,7 +43,7 @@ def make_proposer(agents: str, args: argparse.Namespace, on_event=None):
     if agents == "offline":
         return OfflineProposer()
     from engine.agents.llm import LLMProposer
-    from engine.llm import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
+    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
 
     overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model}.items() if v}
     config = LLMConfig.from_env(overrides)
@@ -59,7 +59,7 @@ def make_proposer(agents: str, args: argparse.Namespace, on_event=None):
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
-    from engine.sandbox import SandboxExecutor
+    from engine.sandbox.executor import SandboxExecutor
 
     store = args.store
     if not store.has_data():
@@ -97,7 +97,7 @@ def _aggregator(args: argparse.Namespace) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> dict:
     from engine.labeling import evaluate
-    from engine.sandbox import SandboxExecutor
+    from engine.sandbox.executor import SandboxExecutor
 
     with SandboxExecutor() as executor:
         return evaluate(args.store, executor, args.split, _aggregator(args), on_event=_progress(args.verbose),
@@ -107,7 +107,7 @@ def cmd_eval(args: argparse.Namespace) -> dict:
 def cmd_export(args: argparse.Namespace) -> dict:
     from engine.export import write_export
     from engine.labeling import soft_labels
-    from engine.sandbox import SandboxExecutor
+    from engine.sandbox.executor import SandboxExecutor
 
     with SandboxExecutor() as executor:
         result = soft_labels(args.store, executor, _aggregator(args), on_event=_progress(args.verbose),

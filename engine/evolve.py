@@ -13,12 +13,12 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.agents.base import ProposalContext, Proposer
-from engine.code import CodeRejected, make_annotator
+from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.gate import GateConfig, run_gate
-from engine.sandbox import Executor
+from engine.sandbox.checks import CodeRejected, make_annotator
+from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
-from engine.store import Store
-from engine.types import AGENT_ROLES, FITNESS, Annotator, Generation
+from engine.store.workspace import Store
 
 EventSink = Callable[[str, dict[str, Any]], None]
 

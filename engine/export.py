@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.store import Store
-from engine.types import ABSTAIN, SoftLabels
+from engine.domain import ABSTAIN, SoftLabels
+from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")
 

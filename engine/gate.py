@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
 from engine.score import pool_macro_f1, score_annotator
-from engine.types import ABSTAIN, Annotator, AnnotatorScore, GateDecision
 
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 

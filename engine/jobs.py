@@ -4,7 +4,7 @@ The studio never runs long work inside a page script: it starts a job, and the j
 events to the workspace (`store.add_event`) and its status to the `jobs` table (`store.upsert_job`).
 Pages only poll the store. The registry is process-wide, so a job outlives the browser tab that
 started it and a reloaded page finds it again. Soft labels, once computed, are kept as files in the
-workspace folder (keyed by the pool they came from; see `engine.saved_labels`), so pages stay fast and a
+workspace folder (keyed by the pool they came from; see `engine.store.saved_labels`), so pages stay fast and a
 reload keeps them.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
-from engine.saved_labels import pool_key, save_labels
-from engine.store import Store
-from engine.store_sql import utc_now
+from engine.store.saved_labels import pool_key, save_labels
+from engine.store.sql import utc_now
+from engine.store.workspace import Store
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
 AGENT_CHOICES = ("offline", "llm", "mixed")
@@ -171,7 +171,7 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
     On success `job.result` is the ImportReport; on failure `job.exception` is the IngestError with its
     row-by-row problems.
     """
-    from engine.ingest import import_frame, import_path
+    from engine.ingest.importer import import_frame, import_path
 
     def work(ctx: JobContext) -> Any:
         ctx.set_progress(0.1, f"checking and importing {source}")
@@ -193,7 +193,7 @@ def make_proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | 
     if agents == "offline":
         return OfflineProposer()
     from engine.agents.llm import LLMProposer
-    from engine.llm import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
+    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
 
     overrides = {k: v for k, v in (llm_overrides or {}).items() if v}
     config = LLMConfig.from_env(overrides, secrets=secrets)
@@ -241,7 +241,7 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
 
 
 def _sandbox():
-    from engine.sandbox import SandboxExecutor
+    from engine.sandbox.executor import SandboxExecutor
 
     return SandboxExecutor()
 

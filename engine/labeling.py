@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from engine.aggregate import (
+from engine.aggregators.base import make_folds, oof_proba
+from engine.aggregators.features import TfidfFeatures
+from engine.aggregators.registry import (
     AGGREGATORS,
     USES_FEATURES,
     MultiLabelEvoAgg,
@@ -21,14 +23,12 @@ from engine.aggregate import (
     make_aggregator,
     predict_labels,
 )
-from engine.aggregators.base import make_folds, oof_proba
-from engine.aggregators.features import TfidfFeatures
+from engine.domain import ABSTAIN, SoftLabels, Task
 from engine.evolve import EventSink, _quiet, ensure_votes
-from engine.sandbox import Executor
+from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
-from engine.store import Store
-from engine.types import ABSTAIN, SoftLabels, Task
-from engine.views import task_views, view_text
+from engine.store.workspace import Store
+from engine.text_views import task_views, view_text
 
 VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
 UNSUPERVISED = frozenset({"ds"})
@@ -66,7 +66,8 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     texts = list(frame["text"])
     out: dict[str, object] = {}
     if "embedding" in kinds:
-        from engine.embed import embed_texts, get_embedder
+        from engine.embed.cache import embed_texts
+        from engine.embed.registry import get_embedder
 
         def progress(done: int, total: int) -> None:
             on_event("embedding", {"done": done, "total": total})

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.code import CodeRejected, make_annotator
+from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
 from engine.evolve import ensure_votes
-from engine.sandbox import Executor
+from engine.sandbox.checks import CodeRejected, make_annotator
+from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
-from engine.store import Store
-from engine.types import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
+from engine.store.workspace import Store
 
 
 @dataclass(frozen=True)

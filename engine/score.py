@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.types import ABSTAIN, AnnotatorScore
+from engine.domain import ABSTAIN, AnnotatorScore
 
 
 def _as_votes(votes: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import score
-from engine.types import ABSTAIN, AUDIT, FITNESS
+from engine.domain import ABSTAIN, AUDIT, FITNESS
 from studio import figures, queries, state, widgets
 
 widgets.header("Analytics", "the pool as a whole")

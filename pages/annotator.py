@@ -2,7 +2,7 @@
 import streamlit as st
 
 from engine import review
-from engine.code import CodeRejected
+from engine.sandbox.checks import CodeRejected
 from studio import annotator_ui, editor, queries, review_ui, state, widgets
 
 widgets.header("Annotator", "read, edit and re-score one annotator")

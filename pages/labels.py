@@ -2,10 +2,10 @@
 import streamlit as st
 
 from engine import export
-from engine.aggregate import DESCRIPTIONS
+from engine.aggregators.registry import DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
-from engine.saved_labels import pool_key
+from engine.store.saved_labels import pool_key
 from studio import figures, labels_ui, state, widgets
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")

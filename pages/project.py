@@ -2,8 +2,8 @@
 import pandas as pd
 import streamlit as st
 
-from engine.ingest_errors import IngestError
-from engine.types import AUDIT
+from engine.domain import AUDIT
+from engine.ingest.errors import IngestError
 from studio import importer, queries, state, widgets
 
 widgets.header("Project & data", "bring your data")

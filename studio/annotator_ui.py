@@ -6,10 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from engine import review
+from engine.domain import FITNESS, Annotator, AnnotatorScore
 from engine.evolve import ensure_votes
 from engine.score import pool_macro_f1
-from engine.store import Store
-from engine.types import FITNESS, Annotator, AnnotatorScore
+from engine.store.workspace import Store
 from studio import editor, queries, state
 
 FIRED_PAGE = 10

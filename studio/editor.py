@@ -6,7 +6,7 @@ import re
 
 import streamlit as st
 
-from engine.sandbox import SandboxExecutor
+from engine.sandbox.executor import SandboxExecutor
 from studio import queries, state
 
 try:  # Ace editor component (bundled JS, works offline); the plain text area is the fallback

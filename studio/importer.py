@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.ingest import ImportReport, IngestOptions
-from engine.ingest_errors import IngestError
+from engine.ingest.errors import IngestError
+from engine.ingest.importer import ImportReport, IngestOptions
+from engine.ingest.readers import read_table, read_wrench
 from engine.jobs import REGISTRY, start_import
-from engine.readers import read_table, read_wrench
-from engine.store import Store
+from engine.store.workspace import Store
 from studio import state, workspace
 
 NONE = "(none)"

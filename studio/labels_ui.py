@@ -9,11 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.aggregate import predict_labels
+from engine.aggregators.registry import predict_labels
+from engine.domain import ABSTAIN, AUDIT, SoftLabels
 from engine.labeling import multilabel_scores
-from engine.saved_labels import SavedLabels, load_labels
-from engine.store import Store
-from engine.types import ABSTAIN, AUDIT, SoftLabels
+from engine.store.saved_labels import SavedLabels, load_labels
+from engine.store.workspace import Store
 from studio import workspace
 
 BROWSE_PAGE = 25

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.jobs import REGISTRY, Job
-from engine.store import Store
+from engine.store.workspace import Store
 from studio import queries
 
 MAX_EVENTS = 20_000

@@ -14,8 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from engine import score
-from engine.store import Store
-from engine.types import ABSTAIN, AUDIT
+from engine.domain import ABSTAIN, AUDIT
+from engine.store.workspace import Store
 from studio import state, workspace
 
 PAGE_SIZE = 25

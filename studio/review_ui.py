@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import review
-from engine.store import Store
+from engine.store.workspace import Store
 from studio import queries, state
 
 ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:material/thumb_up:]",

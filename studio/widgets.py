@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.jobs import REGISTRY, Job
-from engine.store import Store, WorkspaceLocked
+from engine.store.workspace import Store, WorkspaceLocked
 from studio import state, workspace
 
 APP_NAME = "EvoPool Studio"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.ingest import ImportReport, IngestOptions, import_path
-from engine.store import DB_NAME, Store
+from engine.ingest.importer import ImportReport, IngestOptions, import_path
+from engine.store.workspace import DB_NAME, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from engine.store import Store
+from engine.store.workspace import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"

@@ -9,7 +9,7 @@ import pytest
 from scipy import sparse
 from sklearn.base import clone
 
-from engine.aggregate import (
+from engine.aggregators.registry import (
     AGGREGATORS,
     AutoAggregator,
     DawidSkene,
@@ -24,10 +24,10 @@ from engine.aggregate import (
     predict_labels,
     reliability,
 )
+from engine.domain import ABSTAIN, Task
 from engine.labeling import feature_kinds, text_features
 from engine.score import accuracy, macro_f1
-from engine.types import ABSTAIN, Task
-from engine.views import view_text
+from engine.text_views import view_text
 
 K = 3
 

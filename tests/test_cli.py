@@ -7,8 +7,8 @@ import sys
 
 import pandas as pd
 
-from engine.store import Store
-from engine.types import AUDIT, FITNESS
+from engine.domain import AUDIT, FITNESS
+from engine.store.workspace import Store
 
 
 def evopool(*args: str) -> tuple[dict | None, subprocess.CompletedProcess]:

@@ -9,11 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import embed_minilm, embed_static
-from engine.embed import embed_split, embed_texts, get_embedder, text_hash
-from engine.embed_minilm import MiniLMEmbedder, ThreadTuner, length_batches
-from engine.embed_static import StaticEmbedder
-from engine.store import Store
+from engine.embed import minilm as embed_minilm
+from engine.embed import static as embed_static
+from engine.embed.base import text_hash
+from engine.embed.cache import embed_split, embed_texts
+from engine.embed.minilm import MiniLMEmbedder, ThreadTuner, length_batches
+from engine.embed.registry import get_embedder
+from engine.embed.static import StaticEmbedder
+from engine.store.workspace import Store
 
 CAT, KITTEN = "the cat sat on the mat", "a kitten sits on a rug"
 MARKET = "the stock market fell sharply today"

@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 
 from engine.agents.offline import OfflineProposer
+from engine.domain import AUDIT, FITNESS
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve, run_generation
-from engine.ingest import IngestOptions, import_path
+from engine.ingest.importer import IngestOptions, import_path
 from engine.review import approve, reject
-from engine.sandbox import SandboxExecutor
+from engine.sandbox.executor import SandboxExecutor
 from engine.score import pool_macro_f1
-from engine.store import Store
-from engine.types import AUDIT, FITNESS
+from engine.store.workspace import Store
 
 
 @pytest.fixture(scope="module")

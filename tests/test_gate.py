@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.domain import ABSTAIN, Annotator
 from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.score import score_annotator
-from engine.types import ABSTAIN, Annotator
 
 Y = np.array([0] * 10 + [1] * 10)
 K = 2

@@ -6,11 +6,11 @@ import json
 import pandas as pd
 import pytest
 
-from engine.ingest import IngestOptions, import_path
-from engine.ingest_errors import IngestError
-from engine.readers import read_table
-from engine.store import Store
-from engine.types import AUDIT, FITNESS
+from engine.domain import AUDIT, FITNESS
+from engine.ingest.errors import IngestError
+from engine.ingest.importer import IngestOptions, import_path
+from engine.ingest.readers import read_table
+from engine.store.workspace import Store
 
 
 def write_csv(path, rows, columns=("id", "text", "label", "split")):

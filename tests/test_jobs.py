@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.ingest import import_path
+from engine.domain import Candidate, SoftLabels
+from engine.ingest.importer import import_path
 from engine.jobs import (
     DONE,
     FAILED,
@@ -16,9 +17,8 @@ from engine.jobs import (
     start_evolve,
     start_labels,
 )
-from engine.saved_labels import load_labels, pool_key, save_labels
-from engine.store import Store
-from engine.types import Candidate, SoftLabels
+from engine.store.saved_labels import load_labels, pool_key, save_labels
+from engine.store.workspace import Store
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "youtube_spam.csv"
 WORDS = ["subscribe", "check", "channel", "song", "love", "http", "money", "video"]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from engine.llm import (
+from engine.llm.client import (
     LOCAL_KEY,
     Budget,
     BudgetExhausted,
@@ -20,7 +20,7 @@ from engine.llm import (
     request_hash,
     retry_after_seconds,
 )
-from engine.store import Store
+from engine.store.workspace import Store
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 MESSAGES = [{"role": "system", "content": "You write annotators."}, {"role": "user", "content": "Write one."}]

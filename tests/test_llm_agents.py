@@ -12,11 +12,11 @@ from engine.agents import prompts
 from engine.agents.base import ProposalContext
 from engine.agents.llm import LLMProposer, check_reply
 from engine.agents.mixed import MixedProposer
-from engine.code import ALLOWED_IMPORTS, check_source
-from engine.llm import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
+from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
+from engine.llm.client import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
+from engine.sandbox.checks import ALLOWED_IMPORTS, check_source
 from engine.score import score_annotator
-from engine.store import Store
-from engine.types import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
+from engine.store.workspace import Store
 
 TASK = Task("sms", ("ham", "spam"), {"ham": "a normal personal message", "spam": "unsolicited advertising"},
             "Is this text message spam?")
@@ -332,7 +332,7 @@ def test_mixed_proposer_concatenates_in_order(server):
 def test_two_generations_through_evolve(server, store):
     evolve = pytest.importorskip("engine.evolve", reason="engine.evolve (with gate and sandbox) not available")
     from engine.gate import GateConfig
-    from engine.sandbox import SandboxExecutor
+    from engine.sandbox.executor import SandboxExecutor
 
     holdout = [("HOLDOUT free tickets now", 1), ("HOLDOUT see you soon", 0)]
     pool = ["free gift card inside", "lunch at one?", "call the office"]

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 
 from engine.agents.offline import OfflineProposer
+from engine.domain import AUDIT, FITNESS
 from engine.evolve import current_dev_macro_f1, ensure_votes, evolve
 from engine.export import pool_as_python, write_export
-from engine.ingest import IngestOptions, import_path
-from engine.ingest_errors import IngestError
+from engine.ingest.errors import IngestError
+from engine.ingest.importer import IngestOptions, import_path
 from engine.labeling import evaluate, fit_and_predict, soft_labels
-from engine.sandbox import SandboxExecutor
+from engine.sandbox.executor import SandboxExecutor
 from engine.score import exact_match, multilabel_f1, pool_macro_f1, score_annotator
-from engine.store import Store
-from engine.types import AUDIT, FITNESS
+from engine.store.workspace import Store
 
 LABELS = ("politics", "sports", "tech")
 CUES = {
@@ -315,7 +315,7 @@ def test_the_pool_as_python_writes_label_sets(evolved, executor, tmp_path):
 
 def test_offline_mining_counts_a_cue_right_when_its_class_is_in_the_set():
     from engine.agents.offline_mine import build_workspace, cue_proposals
-    from engine.types import Task
+    from engine.domain import Task
 
     task = Task("t", ("politics", "sports", "tech"))
     # "stadium" rows are politics first and sports second: right for sports only through the label set

@@ -1,7 +1,7 @@
 """The offline proposer: valid, deterministic, readable annotators; roles that do what they say.
 
 The emitted code is executed directly here because it is the proposer's own generated code and the test
-needs its votes; production runs always go through engine.sandbox.
+needs its votes; production runs always go through engine.sandbox.executor.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from engine.agents.offline import OfflineProposer
 from engine.agents.offline_mine import build_workspace
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
-from engine.code import ALLOWED_IMPORTS, check_source, make_annotator
+from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
+from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
 from engine.score import score_annotator
-from engine.types import ABSTAIN, Annotator, Candidate, Example, Task
-from engine.views import view_text
+from engine.text_views import view_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -16,13 +16,13 @@ from streamlit.testing.v1 import AppTest
 
 from engine import export, score
 from engine.agents.offline import OfflineProposer
+from engine.domain import AUDIT, FITNESS, SoftLabels
 from engine.evolve import evolve
-from engine.ingest import IngestOptions, import_path
+from engine.ingest.importer import IngestOptions, import_path
 from engine.jobs import REGISTRY, start_labels
-from engine.sandbox import SandboxExecutor
-from engine.saved_labels import load_labels
-from engine.store import Store
-from engine.types import AUDIT, FITNESS, SoftLabels
+from engine.sandbox.executor import SandboxExecutor
+from engine.store.saved_labels import load_labels
+from engine.store.workspace import Store
 from studio import labels_ui
 
 ROOT = Path(__file__).resolve().parents[1]

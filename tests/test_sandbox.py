@@ -1,4 +1,4 @@
-"""engine.sandbox: annotators run in real, limited worker processes; misbehaviour becomes counted faults."""
+"""engine.sandbox.executor: annotators run in real, limited worker processes; misbehaviour becomes counted faults."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.code import make_annotator
-from engine.sandbox import Executor, SandboxExecutor
-from engine.types import ABSTAIN, Annotator, Candidate
+from engine.domain import ABSTAIN, Annotator, Candidate
+from engine.sandbox.checks import make_annotator
+from engine.sandbox.executor import Executor, SandboxExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ["ham", "spam", "other"]
@@ -25,7 +25,7 @@ def annotator(body: str, prelude: str = "") -> Annotator:
 
 
 def unchecked(source: str) -> Annotator:
-    """An annotator that skipped engine.code (e.g. a tampered store row); the worker must re-check it."""
+    """An annotator that skipped engine.sandbox.checks (e.g. a tampered store row); the worker must re-check it."""
     return Annotator(id="tampered", name="tampered", source=textwrap.dedent(source), agent="human", generation=0)
 
 
@@ -196,7 +196,7 @@ def test_runtime_restrictions_hold_even_without_the_ast_check(tmp_path):
     script = textwrap.dedent(
         """
         import json, sys
-        import engine.sandbox_worker as w
+        import engine.sandbox.worker as w
         w.check_source = lambda source: source  # switch the first layer off
         w._disable_network()
         w._apply_limits(256)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.domain import ABSTAIN
 from engine.score import (
     accuracy,
     conflict_matrix,
@@ -18,7 +19,6 @@ from engine.score import (
     score_annotator,
     vote_counts,
 )
-from engine.types import ABSTAIN
 
 A = ABSTAIN
 

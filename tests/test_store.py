@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.migrations import MIGRATIONS
-from engine.store import Store
-from engine.types import ABSTAIN, Annotator, GateDecision
+from engine.domain import ABSTAIN, Annotator, GateDecision
+from engine.store.migrations import MIGRATIONS
+from engine.store.workspace import Store
 
 
 def seeded(tmp_path) -> Store:
@@ -118,7 +118,7 @@ def test_threads_share_a_workspace(tmp_path):
 
 def test_second_process_gets_a_clear_lock_error(tmp_path):
     seeded(tmp_path)
-    code = ("import sys; from engine.store import Store, WorkspaceLocked\n"
+    code = ("import sys; from engine.store.workspace import Store, WorkspaceLocked\n"
             "try:\n    Store.open(sys.argv[1])\nexcept WorkspaceLocked as e:\n    print('LOCKED', e); sys.exit(3)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ws")], capture_output=True, text=True)
     assert out.returncode == 3 and "in use by another process" in out.stdout

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.types import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task
+from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task
 
 
 @dataclass(frozen=True)

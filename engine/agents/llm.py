@@ -1,7 +1,7 @@
 """The LLM proposer: generator, improver and refiner written by a language model.
 
 Each role makes a few calls (the refiner one per precise-but-narrow annotator); every ```python block in a
-reply is checked by `engine.code`. A reply with no usable code gets one repair turn quoting the errors,
+reply is checked by `engine.sandbox.checks`. A reply with no usable code gets one repair turn quoting the errors,
 then what still fails is dropped with its reason (`last_dropped`, and `candidate_dropped` events). A spent
 budget ends proposing cleanly with what was gathered; bad credentials propagate as `LLMAuthError`.
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from engine.agents import prompts
 from engine.agents.base import ProposalContext
-from engine.code import CodeRejected, check_source, extract_code
-from engine.llm import BudgetExhausted, LLMCallFailed, LLMClient
-from engine.types import AGENT_ROLES, Annotator, Candidate, code_hash
+from engine.domain import AGENT_ROLES, Annotator, Candidate, code_hash
+from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient
+from engine.sandbox.checks import CodeRejected, check_source, extract_code
 
 EventSink = Callable[[str, dict[str, Any]], None]
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)

@@ -1,6 +1,6 @@
 """Cue mining for the offline proposer: which words, in which part of an example, point to which class.
 
-A *view* (engine/views.py) is one part of an example reduced to lower-case words (the whole sentence,
+A *view* (engine/text_views.py) is one part of an example reduced to lower-case words (the whole sentence,
 the words between two entity mentions, the first words of a question, ...). A *cue* is a word (`bind`),
 a word prefix (`inhibit*`) or a two-word phrase (`binds to`). The views compute exactly what the emitted
 annotator code computes (templates.py renders the same logic), so a cue's fired rows can be counted
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import sparse
 
-from engine.views import view_text
+from engine.text_views import view_text
 
 MIN_PREFIX = 4  # shortest word prefix a cue may use ("bind*")
 SUFFIX_LENGTHS = (3, 4)  # word endings mined on entity views ("*ase")

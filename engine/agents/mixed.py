@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from engine.agents.base import ProposalContext, Proposer
-from engine.types import Candidate
+from engine.domain import Candidate
 
 
 class MixedProposer:

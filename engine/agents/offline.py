@@ -17,8 +17,8 @@ from engine.agents.base import ProposalContext
 from engine.agents.offline_mine import OfflineWorkspace, build_workspace
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, vote_counts
 from engine.agents.templates import parse_spec, render
-from engine.types import ABSTAIN, AGENT_ROLES, Candidate, code_hash
-from engine.views import task_views
+from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
+from engine.text_views import task_views
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}
 MIN_PRECISION = {"generator": 0.30, "improver": 0.25, "refiner": 0.25}  # the gate's floors per role

@@ -15,7 +15,7 @@ from engine.agents import offline_surface as surface
 from engine.agents.mining import ViewIndex, class_counts, smoothed_precision
 from engine.agents.offline_select import Proposal
 from engine.agents.templates import AnnotatorSpec
-from engine.types import Task
+from engine.domain import Task
 
 FLUKE_P = 0.005  # Poisson tail below which a cue's dev rate is too high for its pool rate
 RELATION_SHARE = 0.3  # share of a sentence cue's pool hits that must fall between the two entities

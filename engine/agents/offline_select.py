@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
+from engine.domain import ABSTAIN
 from engine.score import multilabel_f1
-from engine.types import ABSTAIN
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.views import normalise
+from engine.text_views import normalise
 
 _LINK = re.compile(r"https?://|www\.|\.(?:com|net|org|ly|co\.uk)\b", re.IGNORECASE)
 _LONG_NUMBER = re.compile(r"\d{5,}")
@@ -31,7 +31,7 @@ MEASURES: dict[str, Callable[[str], float]] = {
     "words": lambda text: float(len(normalise(text).split())),
 }
 
-_CODE = {
+SOURCE = {
     "links": (
         'LINK = re.compile(r"https?://|www\\.|\\.(?:com|net|org|ly|co\\.uk)\\b", re.IGNORECASE)',
         "Number of web links or domain names.",
@@ -65,7 +65,7 @@ _PHRASE = {
 }
 
 
-def _fmt(threshold: float) -> str:
+def format_threshold(threshold: float) -> str:
     return str(int(threshold)) if float(threshold).is_integer() else repr(round(float(threshold), 2))
 
 
@@ -73,7 +73,7 @@ def describe_surface(feature: str, op: str, threshold: float) -> str:
     bound = "at least" if op == ">=" else "at most"
     if feature == "caps_share":
         return f"capital letters make up {bound} {threshold:.0%} of the letters"
-    return f"the text has {bound} {_fmt(threshold)} {_PHRASE.get(feature, feature)}"
+    return f"the text has {bound} {format_threshold(threshold)} {_PHRASE.get(feature, feature)}"
 
 
 def measure_all(texts: list[str]) -> dict[str, np.ndarray]:
@@ -88,43 +88,6 @@ def threshold_grid(values: np.ndarray) -> list[float]:
     qs = np.quantile(values, [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95])
     digits = 0 if np.all(values == np.round(values)) else 2  # counts get whole-number thresholds
     return sorted({float(np.round(q, digits)) for q in qs})
-
-
-def render_surface(spec) -> str:  # spec: templates.AnnotatorSpec (untyped: avoids an import cycle)
-    from engine.agents.templates import quote
-
-    """Source of a threshold annotator on one surface feature."""
-    from engine.agents.templates import doc_safe
-
-    setup, doc, body = _CODE[spec.feature]
-    condition = describe_surface(spec.feature, spec.op, spec.threshold)
-    compare = ">=" if spec.op == ">=" else "<="
-    lines = [
-        f'"""{doc_safe(spec.describe())}."""',
-        "import re",
-        "",
-        f"LABEL = {quote(spec.label)}",
-        f"FEATURE = {quote(spec.feature)}",
-        f"OP = {quote(compare)}",
-        f"THRESHOLD = {_fmt(spec.threshold)}",
-    ]
-    if setup:
-        lines.append(setup)
-    lines += [
-        "",
-        "",
-        "def measure(text: str) -> float:",
-        f'    """{doc}"""',
-        f"    {body}",
-        "",
-        "",
-        "def annotate(example: dict) -> str | None:",
-        f'    """Vote {doc_safe(spec.label)} when {condition}; else abstain."""',
-        '    value = measure(str(example.get("text") or ""))',
-        f"    return LABEL if value {compare} THRESHOLD else None",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def fires(values: np.ndarray, op: str, threshold: float) -> np.ndarray:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.agents.base import ProposalContext
-from engine.code import ALLOWED_IMPORTS
+from engine.domain import ABSTAIN, Annotator, Example, Task
+from engine.sandbox.checks import ALLOWED_IMPORTS
 from engine.score import majority_vote, per_class_f1
-from engine.types import ABSTAIN, Annotator, Example, Task
 
 MAX_TEXT_CHARS = 280
 WEAK_F1 = 0.40

@@ -2,7 +2,7 @@
 
 The emitted module keeps its parameters in top-level constants (`LABEL`, `VIEW`, `CUES`, ...), so the
 refiner can read a parent back with `parse_spec` instead of guessing from arbitrary code.
-The view helpers below are the source-code twins of `engine.views.view_text`; tests check they agree.
+The view helpers below are the source-code twins of `engine.text_views.view_text`; tests check they agree.
 """
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import ast
 import json
 from dataclasses import dataclass
 
-from engine import views
+from engine import text_views as views
+from engine.agents import offline_surface as surface
 
 VIEW_PHRASES = {
     "sentence": "anywhere in the text",
@@ -105,9 +106,7 @@ class AnnotatorSpec:
     def describe(self) -> str:
         """One line for docstrings and rationales."""
         if self.kind == "surface":
-            from engine.agents.offline_surface import describe_surface
-
-            return f"{self.label} when {describe_surface(self.feature, self.op, self.threshold)}"
+            return f"{self.label} when {surface.describe_surface(self.feature, self.op, self.threshold)}"
         shown = ", ".join(self.cues[:4]) + (", ..." if len(self.cues) > 4 else "")
         line = f"{self.label} when a cue ({shown}) appears {VIEW_PHRASES.get(self.view, self.view)}"
         if self.also:
@@ -134,9 +133,7 @@ def _tuple_literal(items: tuple[str, ...]) -> str:
 def render(spec: AnnotatorSpec) -> str:
     """Readable annotator source for a spec (only stdlib `re` / `math` imports)."""
     if spec.kind == "surface":
-        from engine.agents.offline_surface import render_surface
-
-        return render_surface(spec)
+        return _render_surface(spec)
     doc = doc_safe(spec.describe())
     where = VIEW_PHRASES.get(spec.view, spec.view)
     consts = [f"LABEL = {quote(spec.label)}", f"VIEW = {quote(spec.view)}",
@@ -164,6 +161,39 @@ def render(spec: AnnotatorSpec) -> str:
         f'    """Vote {doc_safe(spec.label)} when a cue appears {where}; else abstain."""',
         *body, "",
     ])
+
+
+def _render_surface(spec: AnnotatorSpec) -> str:
+    """Source of a threshold annotator on one surface feature (its code and phrases: offline_surface.py)."""
+    setup, doc, body = surface.SOURCE[spec.feature]
+    condition = surface.describe_surface(spec.feature, spec.op, spec.threshold)
+    compare = ">=" if spec.op == ">=" else "<="
+    lines = [
+        f'"""{doc_safe(spec.describe())}."""',
+        "import re",
+        "",
+        f"LABEL = {quote(spec.label)}",
+        f"FEATURE = {quote(spec.feature)}",
+        f"OP = {quote(compare)}",
+        f"THRESHOLD = {surface.format_threshold(spec.threshold)}",
+    ]
+    if setup:
+        lines.append(setup)
+    lines += [
+        "",
+        "",
+        "def measure(text: str) -> float:",
+        f'    """{doc}"""',
+        f"    {body}",
+        "",
+        "",
+        "def annotate(example: dict) -> str | None:",
+        f'    """Vote {doc_safe(spec.label)} when {condition}; else abstain."""',
+        '    value = measure(str(example.get("text") or ""))',
+        f"    return LABEL if value {compare} THRESHOLD else None",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def parse_spec(source: str) -> AnnotatorSpec | None:

@@ -1,4 +1,4 @@
-"""Aggregators: votes (and optionally text features) in, soft labels out. See engine/aggregate.py."""
+"""Aggregators: votes (and optionally text features) in, soft labels out. See engine/aggregators/registry.py."""
 from engine.aggregators.auto import AutoAggregator
 from engine.aggregators.base import Aggregator, BaseAggregator, Features, make_folds, oof_proba
 from engine.aggregators.calibration import expected_calibration_error, reliability

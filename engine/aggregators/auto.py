@@ -40,8 +40,8 @@ from engine.aggregators.base import (
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
+from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
-from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
 
 VOTES_ONLY_CANDIDATES = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
 

@@ -17,7 +17,7 @@ from scipy import sparse
 from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import KFold, StratifiedKFold
 
-from engine.types import ABSTAIN
+from engine.domain import ABSTAIN
 
 Matrix = np.ndarray | sparse.spmatrix | sparse.sparray
 Features = Matrix | Mapping[str, Matrix] | None

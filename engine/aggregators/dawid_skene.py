@@ -12,8 +12,8 @@ import numpy as np
 from scipy.special import logsumexp
 
 from engine.aggregators.base import BaseAggregator, Features, check_votes, class_prior, onehot_votes
+from engine.domain import ABSTAIN
 from engine.score import vote_counts
-from engine.types import ABSTAIN
 
 
 def _responses(votes: np.ndarray, n_classes: int):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.aggregators.base import BaseAggregator, Features, check_votes, class_prior, onehot_votes, softmax
+from engine.domain import ABSTAIN
 from engine.score import vote_counts
-from engine.types import ABSTAIN
 
 
 class MajorityVote(BaseAggregator):

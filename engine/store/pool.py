@@ -1,6 +1,6 @@
 """The pool's history: annotators, their scores and votes, generations, verdicts and pool membership.
 
-`PoolMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening and
+`PoolMixin` is one part of `engine.store.workspace.Store`, kept apart so the store module itself stays about opening and
 migrating the DuckDB file. It runs SQL only through the host's `_q`, `_df`, `_cur` and `transaction` (with
 `store_sql`'s split filter and clock), and reads example ids through `ExamplesMixin.example_ids`, so it never imports
 duckdb. Votes are stored sparse (abstains are not rows); the pool is every annotator whose latest verdict is
@@ -14,12 +14,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.store_sql import split_filter, utc_now
-from engine.types import ABSTAIN, SPLITS, Annotator, AnnotatorScore, GateDecision, VoteMatrix
+from engine.domain import ABSTAIN, SPLITS, Annotator, AnnotatorScore, GateDecision, VoteMatrix
+from engine.store.sql import split_filter, utc_now
 
 
 class PoolMixin:
-    """Annotators, scores, votes, generations and verdicts of a workspace (mixed into `engine.store.Store`)."""
+    """Annotators, scores, votes, generations and verdicts of a workspace (mixed into `Store`)."""
 
     # ---- annotators, scores ------------------------------------------------------------------
     def save_annotator(self, a: Annotator) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.store import Store
-from engine.store_sql import utc_now
+from engine.store.sql import utc_now
+from engine.store.workspace import Store
 
 LABELS_DIR = "labels"
 

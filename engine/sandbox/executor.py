@@ -1,7 +1,7 @@
 """Running untrusted annotator code: never in this process, always in limited worker processes.
 
-`SandboxExecutor` keeps a small pool of `python -m engine.sandbox_worker` processes (each handled through
-`engine.sandbox_process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example
+`SandboxExecutor` keeps a small pool of `python -m engine.sandbox.worker` processes (each handled through
+`engine.sandbox.process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example
 chunk) tasks; each worker receives a chunk's examples once and then runs annotators over it. Failures are
 data: a crash, timeout or bad return value becomes a counted fault with a reason on that annotator, never an
 exception out of `run()`.
@@ -18,8 +18,8 @@ from typing import Any, Protocol, Self
 
 import numpy as np
 
-from engine.sandbox_process import WorkerFailed, WorkerProcess, shutdown
-from engine.types import ABSTAIN, Annotator, ExecutionResult
+from engine.domain import ABSTAIN, Annotator, ExecutionResult
+from engine.sandbox.process import WorkerFailed, WorkerProcess, shutdown
 
 Progress = Callable[[int, int], None]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.types import AUDIT, FITNESS
+from engine.domain import AUDIT, FITNESS
 
 
 def split_filter(split: str) -> tuple[str, list[Any]]:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import openai
 
-from engine.llm_costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable  # noqa: F401 (re-exported)
+from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from engine.store import Store
+    from engine.store.workspace import Store
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "gpt-4o-mini"

@@ -1,6 +1,6 @@
 """Sandbox worker process: runs untrusted annotator code under OS limits, speaking JSON lines.
 
-Started by `engine.sandbox` as `python -S -m engine.sandbox_worker --memory-mb N`; never import it into the
+Started by `engine.sandbox.executor` as `python -S -m engine.sandbox.worker --memory-mb N`; never import it into the
 engine process (it changes process-wide state). Protocol, one JSON object per line each way:
   {"op": "load", "offset": int, "labels": [str], "examples": [dict]}   -> {"ok": true, "n": int}
   {"op": "run", "source": str, "budget_s": float}                      -> {"ok": true, "votes": [int], ...}
@@ -28,7 +28,7 @@ import time
 import unicodedata
 from typing import Any
 
-from engine.code import ALLOWED_IMPORTS, CodeRejected, check_source
+from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
 
 ABSTAIN = -1
 _SAFE_BUILTINS = [

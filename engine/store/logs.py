@@ -1,6 +1,6 @@
 """The workspace's logs and caches: progress events, the LLM call log and reply cache, embeddings, jobs.
 
-`LogsMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening and
+`LogsMixin` is one part of `engine.store.workspace.Store`, kept apart so the store module itself stays about opening and
 migrating the DuckDB file. None of these tables shapes the pool: they record what happened (events, LLM calls,
 background jobs) or save recomputation (cached replies and embedding vectors). It runs SQL only through the
 host's `_q`, `_df`, `_cur` and `transaction` (and stamps rows with its `_now`), so it never imports duckdb.
@@ -13,11 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from engine.store_sql import utc_now
+from engine.store.sql import utc_now
 
 
 class LogsMixin:
-    """Events, LLM calls, embeddings and jobs of a workspace (mixed into `engine.store.Store`)."""
+    """Events, LLM calls, embeddings and jobs of a workspace (mixed into `engine.store.workspace.Store`)."""
 
     # ---- events (live progress) --------------------------------------------------------------
     def add_event(self, run_id: str, kind: str, payload: dict) -> None:

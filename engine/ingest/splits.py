@@ -2,7 +2,7 @@
 
 `assign_splits` decides which rows are `pool` (unlabeled work), `dev` (the labeled fitness set) and `test`
 (holdout); `mark_audit` then holds a seeded share of each class's dev rows back from the agents and the gate.
-Both are pure functions of a validated frame and a seed, kept apart from `engine.ingest` (which validates rows
+Both are pure functions of a validated frame and a seed, kept apart from `engine.ingest.importer` (which validates rows
 and writes the workspace) so the sampling rules and their thresholds can be read, and reused by the benchmarks,
 on their own.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.ingest_errors import IngestError
-from engine.types import AUDIT_MIN_ROWS_TO_JUDGE
+from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
+from engine.ingest.errors import IngestError
 
 AUDIT_MIN_CLASS_ROWS = 10  # a class needs this many dev rows before any of them is held back as audit
 

@@ -1,6 +1,6 @@
 """The parent's handle on one sandbox worker process: spawn it, ask it one JSON line, kill it, say how it died.
 
-Kept apart from `engine.sandbox` (which schedules work over a pool of these) so each reads in one sitting.
+Kept apart from `engine.sandbox.executor` (which schedules work over a pool of these) so each reads in one sitting.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerFailed(RuntimeError):
@@ -39,7 +39,7 @@ class WorkerProcess:
         # limits are on (RLIMIT_FSIZE = 0) nothing more can be written there.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; see close()
         self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-m", "engine.sandbox_worker", "--memory-mb", str(memory_mb)],
+            [sys.executable, "-S", "-m", "engine.sandbox.worker", "--memory-mb", str(memory_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=_PROJECT_ROOT,
             env=env, close_fds=True, start_new_session=True,
         )

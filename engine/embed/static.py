@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import sparse
 
-from engine.embed import Progress, normalise_rows
-from engine.embed_minilm import MODEL_NAME, load_model, model_dir
+from engine.embed.base import Progress, normalise_rows
+from engine.embed.minilm import MODEL_NAME, load_model, model_dir
 
 RECIPE = "v1"  # bump when the distillation changes, so old cached tables are not reused
 FIRST_ORDERED_ID = 999  # BERT vocab: ids below are [PAD]/[unusedN]; from here on, roughly by frequency

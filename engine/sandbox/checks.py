@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.types import Annotator, Candidate
+    from engine.domain import Annotator, Candidate
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"re", "math", "string", "collections", "itertools", "functools", "unicodedata"}
@@ -238,7 +238,7 @@ def _is_dunder(name: str) -> bool:
 
 def make_annotator(candidate: Candidate, generation: int, author: str = "agent") -> Annotator:
     """Check and normalise a proposer's candidate into an `Annotator` whose id is its code hash."""
-    from engine.types import Annotator, code_hash  # runtime import: keeps numpy out of the worker
+    from engine.domain import Annotator, code_hash  # runtime import: keeps numpy out of the worker
 
     source = candidate.source
     if "```" in source:

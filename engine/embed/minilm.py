@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from engine.embed import Progress, normalise_rows
+from engine.embed.base import Progress, normalise_rows
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

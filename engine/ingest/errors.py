@@ -1,7 +1,7 @@
 """The error types of importing: one bad row (`RowProblem`) and a refused import (`IngestError`).
 
-They live apart from `engine.ingest` because the file readers (`engine.readers`) and the split drawing
-(`engine.splits`) raise them too, and `engine.ingest` imports both of those: a separate module lets all three
+They live apart from `importer.py` because the file readers (`readers.py`) and the split drawing
+(`splits.py`) raise them too, and `importer.py` imports both of those: a separate module lets all three
 share the types without an import cycle. An `IngestError` lists its row problems (the first
 MAX_PROBLEMS_SHOWN of them) in its message, so the CLI and the studio can show it as it is.
 """

@@ -1,7 +1,7 @@
 """Reading user files into raw frames: CSV / TSV / JSONL / Parquet tables and WRENCH folders.
 
 These functions only turn bytes on disk (or an upload's bytes) into a `pandas.DataFrame`; checking the rows,
-drawing splits and writing the workspace happen in `engine.ingest`. They are kept apart so the studio's import
+drawing splits and writing the workspace happen in `engine.ingest.importer`. They are kept apart so the studio's import
 form can preview a file with exactly the reader the import will use. Every failure is an `IngestError` that
 says what is wrong and where (the byte and line of a bad encoding, each JSONL line that is not an object).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.ingest_errors import IngestError, RowProblem
+from engine.ingest.errors import IngestError, RowProblem
 
 
 def _decode(raw: bytes, name: str) -> str:

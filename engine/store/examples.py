@@ -1,6 +1,6 @@
 """The workspace's rows: the task, the imported examples, and the gold labels scoring compares with.
 
-`ExamplesMixin` is one part of `engine.store.Store`, kept apart so the store module itself stays about opening
+`ExamplesMixin` is one part of `engine.store.workspace.Store`, kept apart so the store module itself stays about opening
 and migrating the DuckDB file. It holds no connection of its own: it runs SQL through the host's `_q`, `_df`,
 `_cur` and `transaction`, filters splits with `store_sql.split_filter` and stamps rows with `store_sql.utc_now`,
 so it never imports duckdb. Rows keep their import order (`ord`); the `fitness` and `audit` pseudo-splits are dev's two
@@ -14,12 +14,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.store_sql import split_filter, utc_now
-from engine.types import Example, Task
+from engine.domain import Example, Task
+from engine.store.sql import split_filter, utc_now
 
 
 class ExamplesMixin:
-    """Task, examples and label matrices of a workspace (mixed into `engine.store.Store`)."""
+    """Task, examples and label matrices of a workspace (mixed into `engine.store.workspace.Store`)."""
 
     # ---- task and examples -------------------------------------------------------------------
     def save_task(self, task: Task) -> None:

@@ -1,7 +1,7 @@
 """Importing user data into a workspace: options, row validation and normalisation, the import itself.
 
-Files are read by `engine.readers`, splits and audit rows are drawn by `engine.splits`, and the error types
-(`IngestError`, `RowProblem`) live in `engine.ingest_errors`; this module ties them together.
+Files are read by `readers.py`, splits and audit rows are drawn by `splits.py`, and the error types
+(`IngestError`, `RowProblem`) live in `errors.py`; this module ties them together.
 
 Every rejection names the row and the reason. By default a file with any bad row imports nothing
 (`IngestError` lists every problem); with `skip_bad_rows=True` the good rows are imported and the
@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.ingest_errors import IngestError, RowProblem
-from engine.readers import read_table, read_wrench
-from engine.splits import assign_splits, mark_audit
-from engine.store import Store
-from engine.types import Task
+from engine.domain import Task
+from engine.ingest.errors import IngestError, RowProblem
+from engine.ingest.readers import read_table, read_wrench
+from engine.ingest.splits import assign_splits, mark_audit
+from engine.store.workspace import Store
 
 SPLIT_ALIASES = {
     "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",

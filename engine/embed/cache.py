@@ -2,44 +2,22 @@
 
 EvoAgg and the studio need one vector per row; embedding is the slowest step of labeling, so every
 vector is computed once per workspace and saved as it is produced (a killed job keeps what it did).
-The models themselves live in `embed_minilm.py` (the packaged all-MiniLM-L6-v2, exact / bf16 / int8)
-and `embed_static.py` (a static token table distilled from it). Nothing here touches the network.
+The models live in `minilm.py` (the packaged all-MiniLM-L6-v2, exact / bf16 / int8) and `static.py`
+(a static token table distilled from it), named in `registry.py`. Nothing here touches the network.
 """
 from __future__ import annotations
 
-import hashlib
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from engine.embed.base import Embedder, Progress, text_hash
+from engine.embed.registry import get_embedder
+
 if TYPE_CHECKING:
-    from engine.store import Store
+    from engine.store.workspace import Store
 
-Progress = Callable[[int, int], None]
-DEFAULT_EMBEDDER = "minilm"
 SAVE_EVERY = 1024  # texts per encode + save round: bounds lost work and gives steady progress
-
-
-class Embedder(Protocol):
-    """Texts in, (n, dim) float32 L2-normalised rows out. `name` keys the workspace cache, so two
-    embedders that can give different vectors must have different names."""
-
-    name: str
-    dim: int
-
-    def encode(self, texts: Sequence[str], on_progress: Progress | None = None) -> np.ndarray: ...
-
-
-def text_hash(text: str) -> str:
-    """Cache key of one text (with the embedder name)."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
-def normalise_rows(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalise rows as float32; an all-zero row stays zero instead of becoming NaN."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
 
 
 def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
@@ -89,29 +67,3 @@ def embed_split(store: Store, split: str, embedder: Embedder | None = None,
     frame = store.examples_frame(split)
     embedder = embedder if embedder is not None else get_embedder()
     return [str(i) for i in frame["id"]], embed_texts(store, list(frame["text"]), embedder, on_progress)
-
-
-# ---- registry ------------------------------------------------------------------------------------
-EMBEDDERS: dict[str, str] = {  # name -> what it is (measured in bench/results/embed_speed.md)
-    "minilm": "all-MiniLM-L6-v2, exact float32, length-bucketed batches (the reference)",
-    "minilm-bf16": "all-MiniLM-L6-v2 under bfloat16 autocast: same vectors to ~1e-4; for CPUs with bf16",
-    "minilm-int8": "all-MiniLM-L6-v2, int8 linear layers: ~2x faster, cosine ~0.98 to float32",
-    "static": "token table distilled from all-MiniLM-L6-v2: ~200x faster, ~90% of its classifier F1",
-}
-
-
-def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
-    """The embedder registered as `name` (see `EMBEDDERS`). Models load lazily, once per process."""
-    if name == "minilm":
-        from engine.embed_minilm import MiniLMEmbedder
-        return MiniLMEmbedder()
-    if name == "minilm-bf16":
-        from engine.embed_minilm import MiniLMEmbedder
-        return MiniLMEmbedder(precision="bf16")
-    if name == "minilm-int8":
-        from engine.embed_minilm import MiniLMEmbedder
-        return MiniLMEmbedder(precision="int8")
-    if name == "static":
-        from engine.embed_static import StaticEmbedder
-        return StaticEmbedder()
-    raise KeyError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")

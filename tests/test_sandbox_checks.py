@@ -1,12 +1,12 @@
-"""engine.code: extracting annotator source from LLM text, checking it, normalising and naming it."""
+"""engine.sandbox.checks: extracting annotator source from LLM text, checking it, normalising and naming it."""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
 
-from engine.code import ALLOWED_IMPORTS, CodeRejected, check_source, extract_code, make_annotator
-from engine.types import Candidate, code_hash
+from engine.domain import Candidate, code_hash
+from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source, extract_code, make_annotator
 
 GOOD = textwrap.dedent('''
     """Spam words."""

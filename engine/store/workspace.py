@@ -24,11 +24,11 @@ from typing import Any, Iterator, Sequence
 import duckdb
 import pandas as pd
 
-from engine.migrations import MIGRATIONS
-from engine.store_examples import ExamplesMixin
-from engine.store_logs import LogsMixin
-from engine.store_pool import PoolMixin
-from engine.store_sql import utc_now
+from engine.store.examples import ExamplesMixin
+from engine.store.logs import LogsMixin
+from engine.store.migrations import MIGRATIONS
+from engine.store.pool import PoolMixin
+from engine.store.sql import utc_now
 
 DB_NAME = "workspace.duckdb"
 

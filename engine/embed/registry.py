@@ -1,0 +1,29 @@
+"""Embedders by name. Members load lazily (their models are large), and import only `engine.embed.base`."""
+from __future__ import annotations
+
+from engine.embed.base import Embedder
+
+DEFAULT_EMBEDDER = "minilm"
+EMBEDDERS: dict[str, str] = {  # name -> what it is (measured in bench/results/embed_speed.md)
+    "minilm": "all-MiniLM-L6-v2, exact float32, length-bucketed batches (the reference)",
+    "minilm-bf16": "all-MiniLM-L6-v2 under bfloat16 autocast: same vectors to ~1e-4; for CPUs with bf16",
+    "minilm-int8": "all-MiniLM-L6-v2, int8 linear layers: ~2x faster, cosine ~0.98 to float32",
+    "static": "token table distilled from all-MiniLM-L6-v2: ~200x faster, ~90% of its classifier F1",
+}
+
+
+def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
+    """The embedder registered as `name` (see `EMBEDDERS`). Models load lazily, once per process."""
+    if name == "minilm":
+        from engine.embed.minilm import MiniLMEmbedder
+        return MiniLMEmbedder()
+    if name == "minilm-bf16":
+        from engine.embed.minilm import MiniLMEmbedder
+        return MiniLMEmbedder(precision="bf16")
+    if name == "minilm-int8":
+        from engine.embed.minilm import MiniLMEmbedder
+        return MiniLMEmbedder(precision="int8")
+    if name == "static":
+        from engine.embed.static import StaticEmbedder
+        return StaticEmbedder()
+    raise KeyError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")

@@ -1,0 +1,5 @@
+"""Reading user files into a workspace: readers, row validation and options (importer.py), splits and
+audit rows, and the error types that name file, row and reason.
+
+May import `engine.domain` and `engine.store`.
+"""

@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--audit-fraction", type=float, default=0.2,
                      help="share of dev held back from the agents and the gate; auto chooses on it (0: none)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--text-column", default="text")
+    run.add_argument("--text-column", default=None,
+                     help="default: the column named text, else the one with the longest free text")
     run.add_argument("--label-column", default="label")
     run.add_argument("--multi-label", action="store_true",
                      help="a label cell may hold several labels (CSV: joined by --label-separator; JSONL: a list)")

@@ -165,7 +165,7 @@ REGISTRY = JobRegistry()
 # ---- importing ---------------------------------------------------------------------------------------
 def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, dataset: str, source: str,
                  labels: tuple[str, ...] | None = None, wrench_folder: str | None = None,
-                 registry: JobRegistry = REGISTRY) -> Job:
+                 read_problems: list | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Validate and import a table (or a WRENCH folder) in the background: 100K rows take seconds.
 
     On success `job.result` is the ImportReport; on failure `job.exception` is the IngestError with its
@@ -177,7 +177,8 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
         ctx.set_progress(0.1, f"checking and importing {source}")
         if wrench_folder:
             return import_path(ctx.store, wrench_folder, opts)
-        return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels)
+        return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels,
+                            read_problems=read_problems or ())
 
     return registry.start("import", workdir, work, {"source": source, "dataset": dataset})
 

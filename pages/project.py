@@ -21,18 +21,18 @@ if not store.has_data():
     st.header("Bring data")
     source = st.radio("Where is the data?", ["Upload a file", "A path on the server (file or WRENCH folder)"],
                       horizontal=True, key="import_source")
-    frame, name, location, wrench_labels = None, "", None, None
+    frame, name, location, wrench_labels, problems = None, "", None, None, []
     try:
         if source == "Upload a file":
             upload = st.file_uploader("CSV, TSV, JSONL or Parquet", type=["csv", "tsv", "jsonl", "json", "parquet"],
                                       key="upload")
             if upload is not None:
-                frame, name = importer.read_upload(upload.getvalue(), upload.name), upload.name
+                (frame, problems), name = importer.read_upload(upload.getvalue(), upload.name), upload.name
         else:
             location = st.text_input("Path", placeholder="/data/wrench/youtube  or  /data/comments.csv",
                                      key="import_path").strip() or None
             if location:
-                frame, wrench_labels = importer.read_location(location)
+                frame, wrench_labels, problems = importer.read_location(location)
                 name = location.rstrip("/").split("/")[-1]
     except IngestError as err:
         st.error(str(err))
@@ -40,12 +40,15 @@ if not store.has_data():
         st.subheader("Preview")
         st.caption(f"{len(frame):,} rows · columns: {', '.join(map(str, frame.columns))}")
         st.dataframe(frame.head(20), hide_index=True, height=280)
+        importer.read_problems_table(problems, "cannot be read")
         st.subheader("Columns and task")
-        opts = importer.column_mapping(frame, wrench_labels)
+        dataset = name.rsplit(".", 1)[0] if not wrench_labels else name
+        opts = importer.column_mapping(frame, wrench_labels, dataset)
+        importer.plan_summary(frame, opts, wrench_labels, problems)
         if st.button("Import", type="primary", icon=":material/upload:", key="do_import"):
-            dataset = name.rsplit(".", 1)[0] if not wrench_labels else name
             importer.start(store, frame, opts, dataset=dataset, source=location or name,
-                           wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels)
+                           wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels,
+                           read_problems=problems)
         importer.progress(store)
         importer.show_problems(store)
     st.stop()

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.ingest.errors import IngestError
-from engine.ingest.importer import ImportReport, IngestOptions
-from engine.ingest.readers import read_table, read_wrench
+from engine.ingest.columns import choose_text_column
+from engine.ingest.errors import IngestError, RowProblem
+from engine.ingest.importer import ImportReport, IngestOptions, plan_import
+from engine.ingest.readers import read_rows, read_wrench
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, workspace
@@ -17,20 +18,35 @@ from studio import state, workspace
 NONE = "(none)"
 
 
+PLAN_MAX_ROWS = 20_000  # above this, working out the import waits for a click (it validates every row)
+
+
 @st.cache_data(show_spinner="Reading the file…", max_entries=4)
-def read_upload(raw: bytes, name: str) -> pd.DataFrame:
-    return read_table(raw, name)
+def read_upload(raw: bytes, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
+    """The readable rows of an upload and a problem per unreadable row (ragged CSV rows, bad JSONL lines)."""
+    return read_rows(raw, name)
 
 
 @st.cache_data(show_spinner="Reading…", max_entries=4)
-def read_location(path: str) -> tuple[pd.DataFrame, tuple[str, ...] | None]:
+def read_location(path: str) -> tuple[pd.DataFrame, tuple[str, ...] | None, list[RowProblem]]:
     """A file path (CSV / JSONL / Parquet) or a WRENCH folder; WRENCH also gives its label names."""
     location = Path(path).expanduser()
     if not location.exists():
         raise IngestError(f"{location} does not exist")
     if location.is_dir():
-        return read_wrench(location)
-    return read_table(location), None
+        return *read_wrench(location), []
+    frame, problems = read_rows(location)
+    return frame, None, problems
+
+
+def read_problems_table(problems: list[RowProblem], what: str) -> None:
+    """Rows the reader could not read: a warning and a table naming each row and why."""
+    if not problems:
+        return
+    st.warning(f"{len(problems):,} row(s) of the file {what}; the preview shows the readable rows. Fix them in the "
+               "file, or tick **Import the good rows and skip the bad ones** below.")
+    st.dataframe(pd.DataFrame([(p.row, p.reason) for p in problems], columns=["row", "problem"]),
+                 hide_index=True, height=min(300, 38 + 35 * len(problems)))
 
 
 def start_cards() -> None:
@@ -77,14 +93,18 @@ def _optional(label: str, columns: list[str], guess: int | None, key: str, help:
     return None if chosen == NONE else chosen
 
 
-def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -> IngestOptions:
+def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, dataset: str) -> IngestOptions:
     """Widgets mapping the file's columns onto the task; returns the options to import with."""
     columns = [str(c) for c in frame.columns]
     left, right = st.columns(2)
     with left:
-        text_guess = _guess(columns, "text", "sentence", "content", "body", "comment") or 0
-        text_col = st.selectbox("Text column", columns, index=text_guess, key="map_text",
-                                help="the text the annotators read")
+        task_name = st.text_input("Task name", dataset, key="map_task_name", help="shown in every screen's banner")
+        chosen = choose_text_column(frame)
+        text_col = st.selectbox("Text column", columns, index=columns.index(chosen) if chosen in columns else 0,
+                                key="map_text", help="the text the annotators read; chosen by content (the column "
+                                                     "with the longest free text), change it if that is wrong")
+        if chosen is None:
+            st.warning("No column reads like free text (cells of several words): choose the text column.")
         label_col = _optional("Label column", columns, _guess(columns, "label", "labels", "class", "gold"),
                               "map_label", "gold labels; rows without one are unlabeled work")
         split_col = _optional("Split column", columns, _guess(columns, "split", "set", "partition"), "map_split",
@@ -105,8 +125,12 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -
         label_text = st.text_input("Label set (comma separated, in order)", ", ".join(found), key="map_labels")
         labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
         size_col, audit_col = st.columns([1, 1])
-        dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, 500, step=50,
-                                         key="map_dev")
+        cells = frame[label_col] if label_col else pd.Series([], dtype=object)
+        n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
+        dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000,
+                                         max(20, min(500, n_labeled)), step=50, key="map_dev",
+                                         help=f"the file has {n_labeled:,} labeled rows; labeled rows beyond dev "
+                                              "become the test (holdout) split")
         audit = audit_col.number_input(
             "Audit share of dev", 0.0, 0.5, 0.2, step=0.05, key="map_audit",
             help="dev rows held back from the agents and the gate, so choosing the aggregator on them is honest "
@@ -115,7 +139,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None) -
     instructions = st.text_area("Task instructions (what the agents read)", key="map_instructions",
                                 placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
-    return IngestOptions(text_column=text_col, label_column=label_col, split_column=split_col, id_column=id_col,
+    return IngestOptions(task_name=task_name.strip() or None, text_column=text_col, label_column=label_col,
+                         split_column=split_col, id_column=id_col,
                          field_columns=tuple(fields), labels=labels or None, label_descriptions=descriptions,
                          instructions=instructions.strip(), dev_size=int(dev_size), audit_fraction=float(audit),
                          skip_bad_rows=skip,
@@ -147,12 +172,36 @@ def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
     return {r.label: r.description.strip() for r in edited.itertuples() if str(r.description).strip()}
 
 
+def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[str, ...] | None,
+                 problems: list[RowProblem]) -> None:
+    """Before anything is written: how many rows go to dev (and audit), test and the pool, and what is wrong."""
+    if len(frame) > PLAN_MAX_ROWS and not st.button("Check the import first", key="plan_check"):
+        st.caption(f"{len(frame):,} rows: **Check the import first** shows the splits before anything is written.")
+        return
+    try:
+        plan = plan_import(frame, opts, wrench_labels, problems)
+    except IngestError as err:
+        st.error(str(err))
+        return
+    counts = plan.split_counts()
+    st.info("This import would write: " + " · ".join(
+        f"{what} **{counts.get(key, 0):,}**" for what, key in
+        (("dev", "dev"), ("of which audit", "audit"), ("test (holdout)", "test"), ("unlabeled pool", "pool"))))
+    for note in plan.notes:
+        st.caption(note)
+    if plan.problems:
+        st.warning(f"{len(plan.problems):,} bad row(s)"
+                   + (" will be skipped." if opts.skip_bad_rows else ": nothing is imported until they are fixed "
+                      "or skipped."))
+
+
 def start(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
-          wrench_folder: str | None = None, wrench_labels: tuple[str, ...] | None = None) -> None:
+          wrench_folder: str | None = None, wrench_labels: tuple[str, ...] | None = None,
+          read_problems: list[RowProblem] | None = None) -> None:
     """Start the import as a background job (validating 100K rows takes seconds)."""
     try:
         start_import(store.path.parent, frame, opts, dataset=dataset, source=source, labels=wrench_labels,
-                     wrench_folder=wrench_folder)
+                     wrench_folder=wrench_folder, read_problems=read_problems or [])
     except RuntimeError as err:  # an import is already running here
         st.error(str(err))
 

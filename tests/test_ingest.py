@@ -8,7 +8,7 @@ import pytest
 
 from engine.domain import AUDIT, FITNESS
 from engine.ingest.errors import IngestError
-from engine.ingest.importer import IngestOptions, import_path
+from engine.ingest.importer import IngestOptions, import_path, plan_import
 from engine.ingest.readers import read_table
 from engine.store.workspace import Store
 
@@ -71,7 +71,80 @@ def test_non_utf8_names_the_line(tmp_path):
 def test_missing_text_column_lists_columns(tmp_path):
     path = write_csv(tmp_path / "x.csv", [("1", "hi", "a", "dev")], ("id", "body", "label", "split"))
     with pytest.raises(IngestError, match="no text column 'text'.*body"):
-        import_path(Store.open(tmp_path / "ws"), path)
+        import_path(Store.open(tmp_path / "ws"), path, IngestOptions(text_column="text"))
+
+
+def _legal_rows(n_labeled: int, n_unlabeled: int) -> list[tuple[str, str, str, str]]:
+    words = ["the court shall have exclusive jurisdiction", "payment is due within thirty days of invoice",
+             "either party may terminate this agreement", "this agreement is governed by the laws of"]
+    rows = [(f"CL-{i:04d}", f"{words[i % 4]} clause {i}", "", ("jurisdiction", "payment")[i % 2])
+            for i in range(n_labeled)]
+    rows += [(f"CL-U{i:04d}", f"{words[i % 4]} unlabeled {i}", "", "") for i in range(n_unlabeled)]
+    return rows
+
+
+def test_text_column_is_chosen_by_content_not_the_id(tmp_path):
+    """A file with no column named text: the clause column (free text) is the text, never the id column."""
+    path = write_csv(tmp_path / "clauses.csv", _legal_rows(40, 10), ("clause_id", "clause", "note", "label"))
+    store = Store.open(tmp_path / "ws")
+    report = import_path(store, path, IngestOptions(id_column="clause_id"))
+    assert any("column 'clause'" in note for note in report.notes)
+    assert store.examples_frame("dev")["text"].str.contains("clause").all()
+
+
+def test_no_free_text_column_is_refused_with_the_columns(tmp_path):
+    path = write_csv(tmp_path / "codes.csv", [(f"id{i}", f"c{i}", "a" if i % 2 else "b") for i in range(20)],
+                     ("id", "code", "label"))
+    store = Store.open(tmp_path / "ws")
+    with pytest.raises(IngestError, match="no column holds free text.*code"):
+        import_path(store, path)
+    assert store.count_examples() == 0
+
+
+def test_empty_file_is_refused_and_writes_nothing(tmp_path):
+    for name, content in (("empty.csv", b""), ("blank.jsonl", b"\n\n  \n")):
+        (tmp_path / name).write_bytes(content)
+        store = Store.open(tmp_path / f"ws-{name}")
+        with pytest.raises(IngestError, match=f"{name} is empty"):
+            import_path(store, tmp_path / name)
+        assert not store.has_data()
+
+
+def test_ragged_csv_names_every_bad_row_and_the_good_rows_can_be_imported(tmp_path):
+    lines = ["id,text,label,split"]
+    for i in range(30):
+        lines.append(f"{i},some words number {i},{'pos' if i % 2 else 'neg'},dev")
+    lines[4] = "3,a stray, comma here,pos,dev"  # data row 4 (line 5): five cells
+    lines[9] = "8,too few cells"  # data row 9: two cells
+    lines[12] = "11,,neg,dev"  # data row 12: readable, but empty text (found by validation)
+    path = tmp_path / "ragged.csv"
+    path.write_text("\n".join(lines) + "\n")
+    store = Store.open(tmp_path / "a")
+    with pytest.raises(IngestError) as err:
+        import_path(store, path)
+    rows = {p.row: p.reason for p in err.value.problems}
+    assert set(rows) == {4, 9, 12}
+    assert "5 cells where the header has 4" in rows[4] and "line 5" in rows[4]
+    assert "2 cells where the header has 4" in rows[9]
+    assert "empty text" in rows[12]
+    assert store.count_examples() == 0
+    report = import_path(Store.open(tmp_path / "b"), path, IngestOptions(skip_bad_rows=True))
+    assert report.n_rows == 27 and [p.row for p in report.skipped] == [4, 9, 12]
+
+
+def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
+    path = write_csv(tmp_path / "labeled.csv", _legal_rows(60, 0), ("id", "text", "note", "label"))
+    report = import_path(Store.open(tmp_path / "ws"), path, IngestOptions(dev_size=500))
+    assert report.split_counts.get("pool", 0) == 0
+    assert any("no unlabeled rows" in note for note in report.notes)
+    assert any("dev size 500 asked for, but the file has 60 labeled rows" in note for note in report.notes)
+
+
+def test_plan_import_counts_the_splits_and_writes_nothing(tmp_path):
+    frame = pd.DataFrame(_legal_rows(100, 40), columns=["id", "text", "note", "label"])
+    plan = plan_import(frame, IngestOptions(dev_size=60))
+    assert plan.split_counts() == {"audit": 0, "dev": 60, "pool": 40, "test": 40}
+    assert plan.problems == []
 
 
 def test_no_split_column_draws_stratified_dev_rest_to_test(tmp_path):

@@ -166,6 +166,34 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert Store.open(tmp_path / "imp" / "mine").count_examples() == 38
 
 
+def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
+    Store.open(tmp_path / "imp" / "legal")
+    rows = [f"CL-{i},the parties agree to clause {i} of this contract,{'Payment' if i % 2 else 'Venue'}"
+            for i in range(1, 61)]
+    rows += [f"CL-U{i},an unlabeled clause about terms {i}," for i in range(1, 21)]
+    rows[6] = "CL-7,a stray, comma,Payment"  # row 7 of the file's data: one cell too many
+    csv = "\n".join(["clause_id,clause,label", *rows]) + "\n"
+    at = run("legal")
+    at.file_uploader(key="upload").upload("contracts.csv", csv.encode(), "text/csv")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="map_text").value == "clause"  # by content, not the id column
+    assert at.text_input(key="map_task_name").value == "contracts"
+    assert at.number_input(key="map_dev").value == 59  # the labeled rows, not 500
+    bad = table_with(at, "problem")
+    assert list(bad["row"]) == [7] and "4 cells where the header has 3" in bad["problem"].iloc[0]
+    plan = " ".join(i.value for i in at.info)
+    assert "dev **59**" in plan and "unlabeled pool **20**" in plan
+    at.text_input(key="map_task_name").input("Contract clauses").run()
+    at.checkbox(key="skip_bad_rows").check().run()
+    import_and_wait(at, tmp_path / "imp" / "legal")
+    assert not at.exception
+    store = Store.open(tmp_path / "imp" / "legal")
+    assert store.count_examples() == 79 and store.load_task().name == "Contract clauses"
+    assert "Skipped 1 bad row(s)" in texts(at)
+
+
 @pytest.mark.shared_data
 def test_a_wrench_folder_imports_from_a_path(tmp_path, monkeypatch, shared_data):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "wrench"))

@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import Task
+from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.readers import read_table, read_wrench
+from engine.ingest.readers import read_rows, read_wrench
 from engine.ingest.splits import assign_splits, mark_audit
 from engine.store.workspace import Store
 
@@ -35,7 +36,7 @@ SPLIT_ALIASES = {
 
 @dataclass(frozen=True)
 class IngestOptions:
-    text_column: str = "text"
+    text_column: str | None = None  # None: chosen by content (engine/ingest/columns.py)
     label_column: str | None = "label"  # None or absent column: no labels in the file
     split_column: str | None = "split"
     id_column: str | None = "id"
@@ -60,6 +61,24 @@ class ImportReport:
     labels: tuple[str, ...]
     skipped: tuple[RowProblem, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """An import worked out but not written: the rows it would write (with splits and audit marks)."""
+
+    rows: pd.DataFrame
+    labels: tuple[str, ...]
+    problems: list[RowProblem]
+    notes: list[str]
+    text_column: str | None
+
+    def split_counts(self) -> dict[str, int]:
+        if self.rows.empty:
+            return {}
+        counts = self.rows["split"].value_counts().to_dict()
+        counts["audit"] = int(self.rows["audit"].sum())
+        return {k: int(v) for k, v in sorted(counts.items())}
 
 
 # ---- validating ----------------------------------------------------------------------------------
@@ -104,7 +123,14 @@ def _unknown(names: list[str], labels: tuple[str, ...]) -> str | None:
 
 
 def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
-    """Check and normalise a raw frame. Returns (clean frame, label names, problems)."""
+    """Check and normalise a raw frame. Returns (clean frame, label names, problems).
+
+    A problem's row is the row of the file: the frame's index when it is the reader's row positions."""
+    if opts.text_column is None:
+        opts = IngestOptions(**{**opts.__dict__, "text_column": choose_text_column(frame)})
+        if opts.text_column is None:
+            raise IngestError("no column holds free text (cells of several words); the columns are: "
+                              f"{', '.join(map(str, frame.columns))}; name the text column")
     if opts.text_column not in frame.columns:
         raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
     labels = tuple(opts.labels) if opts.labels else labels
@@ -127,8 +153,9 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     problems: list[RowProblem] = []
     seen_ids: dict[str, int] = {}
     keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
+    positions = frame.index if pd.api.types.is_integer_dtype(frame.index) else pd.RangeIndex(len(frame))
     for i in range(len(frame)):
-        row_no = i + 1
+        row_no = int(positions[i]) + 1
         text = frame[opts.text_column].iloc[i]
         if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
             problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}"))
@@ -181,19 +208,46 @@ def _plain(value):
 
 
 # ---- importing -----------------------------------------------------------------------------------
+def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None,
+                read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportPlan:
+    """What an import would do, without writing anything: the clean rows with their splits, every problem,
+    and notes for the user (the dev split smaller than asked, no unlabeled rows, the text column chosen)."""
+    text_column = opts.text_column or choose_text_column(frame)
+    clean, labels, problems = validate(frame, opts, labels)
+    problems = sorted([*read_problems, *problems], key=lambda p: p.row)
+    notes: list[str] = []
+    if opts.text_column is None and text_column is not None and text_column.lower() != "text":
+        notes.append(f"the text is read from column {text_column!r} (the longest free text); choose another "
+                     "text column if that is wrong")
+    if clean.empty:
+        return ImportPlan(clean, labels, problems, notes, text_column)
+    labeled = int(clean["label"].notna().sum())
+    clean, split_notes = assign_splits(clean, opts.dev_size, opts.seed)
+    clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
+    notes += split_notes + audit_notes
+    n_dev = int((clean["split"] == "dev").sum())
+    if 0 < n_dev < opts.dev_size and labeled <= opts.dev_size:
+        notes.append(f"dev size {opts.dev_size} asked for, but the file has {labeled} labeled rows: dev has {n_dev}")
+    if not (clean["split"] == "pool").any():
+        notes.append("no unlabeled rows: the pool has nothing to label yet (every row has a label); "
+                     "the pool still learns from dev, and you can label new data with it later")
+    return ImportPlan(clean, labels, problems, notes, text_column)
+
+
 def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
-                 labels: tuple[str, ...] | None = None) -> ImportReport:
+                 labels: tuple[str, ...] | None = None,
+                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportReport:
+    """Validate, draw splits and write the rows; a refused import writes nothing."""
     if store.has_data():
         raise IngestError(f"workspace {store.path.parent} already holds data; use a new workspace")
-    clean, labels, problems = validate(frame, opts, labels)
+    plan = plan_import(frame, opts, labels, read_problems)
+    clean, labels, problems = plan.rows, plan.labels, plan.problems
     fatal = [p for p in problems if p.row == 0]
     if fatal or (problems and not opts.skip_bad_rows):
         raise IngestError(f"{source}: {len(problems)} problem(s); nothing was imported", problems)
     if clean.empty:
         raise IngestError(f"{source}: no usable rows")
-    clean, notes = assign_splits(clean, opts.dev_size, opts.seed)
-    clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
-    notes += audit_notes
+    notes = list(plan.notes)
     if not (clean["split"] == "dev").any():
         raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
                           "add a label column with at least a few labeled rows per class")
@@ -218,4 +272,5 @@ def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOpti
         opts = IngestOptions(**{**opts.__dict__, "id_column": "id", "label_column": "label",
                                 "split_column": "split", "text_column": "text"})
         return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels)
-    return import_frame(store, read_table(path), opts, dataset=path.stem, source=str(path))
+    frame, read_problems = read_rows(path)
+    return import_frame(store, frame, opts, dataset=path.stem, source=str(path), read_problems=read_problems)

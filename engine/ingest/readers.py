@@ -7,6 +7,7 @@ says what is wrong and where (the byte and line of a bad encoding, each JSONL li
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -26,44 +27,84 @@ def _decode(raw: bytes, name: str) -> str:
 
 
 def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
-    """Read CSV / JSONL / Parquet into a frame of strings (Parquet keeps its types).
+    """Read CSV / JSONL / Parquet into a frame of strings (Parquet keeps its types); any bad row refuses the file.
 
     `source` is a path or the raw bytes of an upload (then `name` gives the format by extension).
     """
-    name = name or str(source)
+    frame, problems = read_rows(source, name)
+    if problems:
+        raise IngestError(f"{name or source} has rows that cannot be read", problems)
+    return frame
+
+
+def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.DataFrame, list[RowProblem]]:
+    """The readable rows of a file and a problem for each row that is not (a ragged CSV row, a bad JSONL line).
+
+    The frame's index is each row's 0-based position among the file's data rows, so a later check can still
+    name the row of the file after bad rows were dropped. A file that cannot be read at all (empty, not UTF-8,
+    not Parquet, an unknown type) raises `IngestError`.
+    """
+    name = str(name or source)
     suffix = Path(name).suffix.lower()
     raw = Path(source).read_bytes() if not isinstance(source, bytes) else source
+    if not raw.strip():
+        raise IngestError(f"{name} is empty: there is nothing to import")
     if suffix == ".parquet":
         try:
-            return pd.read_parquet(io.BytesIO(raw))
+            return pd.read_parquet(io.BytesIO(raw)), []
         except Exception as err:  # pyarrow raises several types for a corrupt file
             raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
     text = _decode(raw, name)
     if suffix in (".jsonl", ".ndjson", ".json"):
-        records, problems = [], []
-        for i, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(RowProblem(i, f"not valid JSON ({err.msg} at column {err.colno})"))
-                continue
-            if not isinstance(record, dict):
-                problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
-                continue
-            records.append(record)
-        if problems:
-            raise IngestError(f"{name} has lines that are not JSON objects", problems)
-        return pd.DataFrame.from_records(records)
+        return _read_jsonl(text)
     if suffix in (".csv", ".tsv", ".txt"):
-        sep = "\t" if suffix == ".tsv" else ","
-        try:
-            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False)
-        except pd.errors.ParserError as err:
-            raise IngestError(f"{name} is not a well-formed CSV: {err}") from None
+        return _read_delimited(text, "\t" if suffix == ".tsv" else ",", name)
     raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
                       "or a WRENCH folder)")
+
+
+def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
+    records, index, problems = [], [], []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append(RowProblem(i, f"not valid JSON ({err.msg} at column {err.colno})"))
+            continue
+        if not isinstance(record, dict):
+            problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
+            continue
+        records.append(record)
+        index.append(i - 1)
+    return pd.DataFrame.from_records(records, index=pd.Index(index, dtype="int64")), problems
+
+
+def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
+    """CSV / TSV cells as strings (empty cells stay ""); a row with more or fewer cells than the header is a problem."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    try:
+        header = next(reader)
+        rows, index, problems = [], [], []
+        for row_no, cells in enumerate(reader, start=1):
+            if not cells:  # a blank line
+                continue
+            if len(cells) != len(header):
+                problems.append(RowProblem(row_no, f"{len(cells)} cells where the header has {len(header)} "
+                                                   f"(line {reader.line_num} of the file; a stray "
+                                                   f"{'separator' if len(cells) > len(header) else 'line break'} or "
+                                                   "an unclosed quote?)"))
+                continue
+            rows.append(cells)
+            index.append(row_no - 1)
+    except csv.Error as err:
+        raise IngestError(f"{name} is not a well-formed CSV: {err} (line {reader.line_num})") from None
+    header = [h.strip() or f"Unnamed: {i}" for i, h in enumerate(header)]
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise IngestError(f"{name}: the header names column(s) {', '.join(map(repr, repeated))} more than once")
+    return pd.DataFrame(rows, columns=header, index=pd.Index(index, dtype="int64"), dtype=str), problems
 
 
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:

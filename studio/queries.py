@@ -74,9 +74,20 @@ def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
             "fires": s.fires if s else 0, "faults": s.faults if s else 0,
             "parents": len(a.parent_ids),
         })
-    return pd.DataFrame(rows, columns=["id", "name", "agent", "author", "generation", "in_pool", "verdict",
-                                       "decided_by", "label", "precision", "coverage", "fires", "faults",
-                                       "parents"])
+    table = pd.DataFrame(rows, columns=["id", "name", "agent", "author", "generation", "in_pool", "verdict",
+                                        "decided_by", "label", "precision", "coverage", "fires", "faults",
+                                        "parents"])
+    return unique_names(table)
+
+
+def unique_names(table: pd.DataFrame) -> pd.DataFrame:
+    """Two annotators may be given the same name; on screen each gets its own (the later ones: name #2, #3)."""
+    if table.empty:
+        return table
+    nth = table.groupby("name").cumcount()
+    table = table.copy()
+    table.loc[nth > 0, "name"] = table["name"][nth > 0] + " #" + (nth[nth > 0] + 1).astype(str)
+    return table
 
 
 def annotator_table(store: Store) -> pd.DataFrame:

@@ -26,7 +26,10 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> No
             st.error("Give a reason: it is logged with your verdict.")
             return
         (review.reject if in_pool else review.approve)(store, annotator_id, note.strip())
-        state.flash(f"{action}ed {annotator_id[:8]} — logged with your reason. You can undo it any time.")
+        annotator = store.annotator(annotator_id)
+        shown = annotator.name if annotator is not None and annotator.name else annotator_id[:8]
+        state.flash(f"{'Rejected' if in_pool else 'Approved'} {shown} — logged with your reason. "
+                    "You can undo it any time.")
         st.rerun()
 
 

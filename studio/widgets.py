@@ -11,7 +11,7 @@ import streamlit as st
 
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store, WorkspaceLocked
-from studio import state, workspace
+from studio import queries, state, workspace
 
 APP_NAME = "EvoPool Studio"
 PROJECT_PAGE = "pages/project.py"
@@ -55,8 +55,19 @@ def header(title: str, caption: str = "") -> None:
     name = state.workspace_name()
     st.title(title)
     where = f"workspace **{name}**" if name else "no workspace open"
+    task_name = _task_name(name) if name else None
+    if task_name and task_name != name:
+        where += f" · task **{queries.escape_md(task_name)}**"
     st.caption(f"{APP_NAME} · {where}" + (f" · {caption}" if caption else ""))
     state.show_flash()
+
+
+def _task_name(name: str) -> str | None:
+    """The open workspace's task name, for the banner (None before data is imported)."""
+    if not workspace.exists(name):
+        return None
+    store = workspace.open_store(name)
+    return store.load_task().name if store.has_data() else None
 
 
 def current_store() -> Store | None:

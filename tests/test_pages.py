@@ -95,11 +95,20 @@ def metrics(at: AppTest) -> dict[str, str]:
 # ---- frame ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("page", ["pages/project.py", "pages/evolve.py", "pages/annotator.py",
                                   "pages/analytics.py", "pages/labels.py"])
-def test_every_screen_says_evopool_studio_and_names_the_workspace(page):
+def test_every_screen_says_evopool_studio_and_names_the_workspace(page, home):
     at = run(SEEDED, page)
     assert any("EvoPool Studio" in c.value and SEEDED in c.value for c in at.caption)
     assert at.title[0].value and not at.error
     assert at.sidebar.selectbox[0].value == SEEDED  # the frame's sidebar wraps every page
+    task = Store.open(home / SEEDED).load_task().name  # the demo file's name: youtube_spam
+    assert any(f"task **{task}**" in c.value.replace("\\_", "_") for c in at.caption)
+
+
+def test_annotators_that_share_a_name_get_their_own_on_screen():
+    from studio.queries import unique_names
+
+    table = pd.DataFrame({"name": ["SPAM: links", "HAM: song", "SPAM: links", "SPAM: links"]})
+    assert list(unique_names(table)["name"]) == ["SPAM: links", "HAM: song", "SPAM: links #2", "SPAM: links #3"]
 
 
 def test_sidebar_picks_the_workspace_and_shows_its_facts(home):

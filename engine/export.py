@@ -61,7 +61,40 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
         out[probability_column(label)] = probs[:, k].round(6)
     out["n_votes"] = n_votes
     out["aggregator"] = soft.aggregator
+    out["gold_label"] = dev_gold(store, frame, task.labels, task.multi_label)
     return out
+
+
+def dev_gold(store: Store, frame: pd.DataFrame, labels: tuple[str, ...], multi_label: bool) -> list[str]:
+    """The expert's own label of each dev row (its label set, joined, on a multi-label task); "" elsewhere.
+
+    Test (holdout) rows keep theirs out of the file: they exist to measure the labels, not to be handed on."""
+    sep = label_separator(store)
+    gold = []
+    for split, label, label_set in zip(frame["split"], frame["label"], frame["label_set"], strict=True):
+        if split != "dev" or pd.isna(label):
+            gold.append("")
+        elif multi_label and label_set:
+            gold.append(sep.join(labels[c] for c in label_set))
+        else:
+            gold.append(labels[int(label)])
+    return gold
+
+
+def verdict_record(store: Store) -> dict:
+    """For the manifest: why each pool member is there (the deciding verdict and its reasons), and every
+    override the expert made against the gate, with the reason they typed."""
+    verdicts = store.verdicts()
+    pool = set(store.pool_ids())
+    latest = verdicts.groupby("annotator_id").tail(1) if not verdicts.empty else verdicts
+    members = {row.annotator_id: {"verdict": row.verdict, "decided_by": row.decided_by,
+                                  "reasons": list(row.reasons), "note": row.note or ""}
+               for row in latest.itertuples() if row.annotator_id in pool}
+    human = verdicts[verdicts["decided_by"] == "human"] if not verdicts.empty else verdicts
+    overrides = [{"annotator_id": row.annotator_id, "generation": int(row.generation), "verdict": row.verdict,
+                  "note": row.note or "", "recorded_at": str(row.recorded_at)[:19]}
+                 for row in human.itertuples()]
+    return {"pool_verdicts": members, "expert_overrides": overrides}
 
 
 def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
@@ -108,6 +141,7 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
         "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
         "unlabeled_rows": int((frame["labels" if multi else "label"] == "").sum()),
         **({"multi_label": True, "threshold": threshold, "label_separator": label_separator(store)} if multi else {}),
+        **verdict_record(store),
         **(extra or {}),
     }
 

@@ -1,0 +1,44 @@
+"""The export carries what the next tool needs: dev rows' gold labels and, in the manifest, why each pool member
+is there and every override the expert made (with the reason they typed). Test labels stay out of the file."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from engine import review
+from engine.agents.offline import OfflineProposer
+from engine.evolve import evolve
+from engine.export import write_export
+from engine.ingest.importer import import_path
+from engine.labeling import soft_labels
+from engine.sandbox.executor import SandboxExecutor
+
+
+def test_export_has_dev_gold_and_the_manifest_has_verdicts_and_overrides(store, demo_csv, tmp_path):
+    import_path(store, demo_csv)
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+        members = store.pool_ids()
+        outside = [a.id for a in store.annotators() if a.id not in set(members)]
+        review.reject(store, members[0], "fires on song titles, not spam")
+        if outside:
+            review.approve(store, outside[0], "precise on the rows I checked")
+        result = soft_labels(store, executor, "mv")
+    path, manifest_path = write_export(store, result.soft, result.hard, result.n_votes, tmp_path / "out.csv")
+    frame = pd.read_csv(path, keep_default_na=False)
+    dev = store.examples_frame("dev").set_index("id")
+    labels = store.load_task().labels
+    got = frame.set_index("id")
+    assert (got.loc[dev.index, "gold_label"] == [labels[int(v)] for v in dev["label"]]).all()
+    assert (frame.loc[frame["split"] != "dev", "gold_label"] == "").all()  # test labels are not handed on
+
+    manifest = json.loads(manifest_path.read_text())
+    pool = set(store.pool_ids())
+    assert set(manifest["pool_verdicts"]) == pool and members[0] not in pool
+    assert all(v["reasons"] or v["note"] for v in manifest["pool_verdicts"].values())
+    overrides = {o["annotator_id"]: o for o in manifest["expert_overrides"]}
+    assert overrides[members[0]]["verdict"] == "reject"
+    assert overrides[members[0]]["note"] == "fires on song titles, not spam"
+    if outside:
+        assert manifest["pool_verdicts"][outside[0]]["decided_by"] == "human"

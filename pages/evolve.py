@@ -17,7 +17,10 @@ with st.container(border=True):
                         format_func={"offline": "Offline (no LLM)", "llm": "LLM", "mixed": "Mixed"}.get,
                         help="Offline agents mine the dev split for cues; LLM agents need an OpenAI-compatible "
                              "endpoint (OPENAI_BASE_URL / OPENAI_API_KEY or .streamlit/secrets.toml).")
-    more = mid.number_input("Generations to run", 1, 50, 1, key="evolve_more")
+    until = mid.number_input("Run until generation", last + 1, last + 50, last + 1, key="evolve_until",
+                             help="as `evopool run --generations N`: evolve until the pool has N complete "
+                                  "generations")
+    more = int(until) - last
     right.metric("Complete generations", last, help="a stopped or failed run keeps every complete generation")
     llm, budget = {}, {}
     if agents != "offline":
@@ -28,7 +31,8 @@ with st.container(border=True):
             budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, 10_000, 200, key="llm_calls"),
                       "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, 1000.0, 2.0, key="llm_usd")}
     start, stop_soft, stop_hard = st.columns(3)
-    if start.button(f"Run {more} generation{'s' if more > 1 else ''}", type="primary", disabled=job is not None,
+    if start.button(f"Run {more} generation{'s' if more > 1 else ''} (to {until})", type="primary",
+                    disabled=job is not None,
                     icon=":material/play_arrow:", key="evolve_start"):
         try:
             start_evolve(workdir, int(more), agents, llm_overrides=llm, secrets=widgets.secrets(), budget=budget)

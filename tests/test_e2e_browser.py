@@ -130,7 +130,7 @@ def test_expert_journey(studio_url, tmp_path):
 
             # 2. one generation in the background, watched live
             _goto(page, "Evolve")
-            page.get_by_role("button", name="Run 1 generation").click()
+            page.get_by_role("button", name="Run 1 generation (to 1)").click()
             expect(page.get_by_text("Last run finished")).to_be_visible(timeout=120_000)
             _idle(page)
             expect(page.get_by_text("Gate reasons").first).to_be_attached()

@@ -42,15 +42,18 @@ def coverage_per_class(labels: tuple[str, ...], coverage: np.ndarray, dev_share:
     fig.add_bar(x=list(labels), y=coverage, name="rows with ≥ 1 vote for the class", marker_color="#2f6f5e")
     if dev_share is not None:
         fig.add_bar(x=list(labels), y=dev_share, name="share of the class in dev", marker_color="#c9c9c9")
+    fig.update_xaxes(title="class", tickangle=-30 if len(labels) > 4 else 0, automargin=True)
     fig.update_yaxes(title="share of rows", range=[0, 1])
     return _layout(fig, "Coverage per class")
 
 
 def heatmap(matrix: np.ndarray, names: list[str], title: str, colorscale: str = "Greens") -> go.Figure:
+    """Annotator x annotator; with many annotators the tick names are dropped (hover still names each cell)."""
     fig = go.Figure(go.Heatmap(z=matrix, x=names, y=names, colorscale=colorscale, zmin=0,
+                               colorbar={"title": {"text": "share of rows"}},
                                hovertemplate="%{y}<br>%{x}<br>%{z:.3f}<extra></extra>"))
-    fig.update_xaxes(showticklabels=len(names) <= 25, tickangle=45)
-    fig.update_yaxes(showticklabels=len(names) <= 25, autorange="reversed")
+    fig.update_xaxes(title="annotator", showticklabels=len(names) <= 25, tickangle=45, automargin=True)
+    fig.update_yaxes(title="annotator", showticklabels=len(names) <= 25, autorange="reversed", automargin=True)
     return _layout(fig, title, height=max(HEIGHT, min(700, 24 * len(names) + 120)))
 
 
@@ -73,6 +76,7 @@ def contributions(names: list[str], values: np.ndarray) -> go.Figure:
     fig = go.Figure(go.Bar(x=values[order], y=[names[i] for i in order], orientation="h", marker_color=colors,
                            hovertemplate="%{y}<br>%{x:+.4f}<extra></extra>"))
     fig.update_xaxes(title="macro-F1 lost if removed (rows the gate judges on)")
+    fig.update_yaxes(title="annotator", automargin=True)
     return _layout(fig, "Marginal contribution per annotator", height=max(HEIGHT, min(900, 22 * len(names) + 100)))
 
 
@@ -88,6 +92,7 @@ def class_balance(labels: tuple[str, ...], predicted: np.ndarray, dev: np.ndarra
     fig = go.Figure()
     fig.add_bar(x=list(labels), y=predicted, name="predicted (all rows)", marker_color="#2f6f5e")
     fig.add_bar(x=list(labels), y=dev, name="dev (gold)", marker_color="#c9c9c9")
+    fig.update_xaxes(title="class", tickangle=-30 if len(labels) > 4 else 0, automargin=True)
     fig.update_yaxes(title="share", range=[0, 1])
     return _layout(fig, "Predicted class balance vs dev")
 

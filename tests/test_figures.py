@@ -1,0 +1,22 @@
+"""Every plot says what its axes are: a reader should not have to guess from the title."""
+from __future__ import annotations
+
+import numpy as np
+
+from studio import figures
+
+
+def test_heatmaps_name_their_axes_and_the_colour_scale():
+    fig = figures.heatmap(np.eye(3), ["a", "b", "c"], "Overlap")
+    assert fig.layout.xaxis.title.text == "annotator" and fig.layout.yaxis.title.text == "annotator"
+    assert fig.data[0].colorbar.title.text == "share of rows"
+
+
+def test_class_plots_name_their_axes_and_tilt_long_tick_rows():
+    labels = tuple(f"class with a long name {i}" for i in range(9))
+    share = np.full(9, 1 / 9)
+    for fig in (figures.class_balance(labels, share, share), figures.coverage_per_class(labels, share, share)):
+        assert fig.layout.xaxis.title.text == "class" and fig.layout.xaxis.tickangle == -30
+        assert fig.layout.xaxis.automargin and fig.layout.yaxis.title.text
+    few = figures.class_balance(("HAM", "SPAM"), np.array([0.5, 0.5]), np.array([0.4, 0.6]))
+    assert few.layout.xaxis.tickangle == 0

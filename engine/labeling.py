@@ -17,8 +17,8 @@ from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.registry import (
     AGGREGATORS,
-    USES_FEATURES,
     MultiLabelEvoAgg,
+    aggregator_entry,
     expected_calibration_error,
     make_aggregator,
     predict_labels,
@@ -30,8 +30,6 @@ from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import task_views, view_text
 
-VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
-UNSUPERVISED = frozenset({"ds"})
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
@@ -47,7 +45,7 @@ class LabelingResult:
 
 def aggregators_for(task: Task) -> tuple[str, ...]:
     """The aggregators a task can use: vote-only ones give one label per row, so none of them is multi-label."""
-    return tuple(a for a in AGGREGATORS if not (task.multi_label and a in VOTE_ONLY))
+    return tuple(a for a in AGGREGATORS if not (task.multi_label and aggregator_entry(a).votes_only))
 
 
 def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
@@ -56,7 +54,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     cue that a whole-sentence embedding dilutes."""
     if aggregator == "auto":
         return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
-    return ("embedding",) if aggregator in USES_FEATURES else ()
+    return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
@@ -89,7 +87,7 @@ def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
 
 def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     hard = probs.argmax(axis=1)
-    if name in VOTE_ONLY:
+    if aggregator_entry(name).votes_only:  # it gives no label where nobody voted
         hard = np.where(n_votes > 0, hard, ABSTAIN)
     return hard
 
@@ -99,7 +97,7 @@ def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | No
     """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there) and whether
     the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)."""
     extra = {"audit": audit, "votes_selected": votes_selected} if name == "auto" else {}
-    return model.fit(votes, None if name in UNSUPERVISED else y, features, **extra)
+    return model.fit(votes, None if aggregator_entry(name).fits_unlabeled else y, features, **extra)
 
 
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
@@ -119,7 +117,7 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
 def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
              on_event: EventSink, kinds: tuple[str, ...] | None = None):
     pool = store.pool_ids()
-    if not pool and aggregator in VOTE_ONLY:
+    if not pool and aggregator_entry(aggregator).votes_only:
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
     for split in splits or ("dev", "test", "pool"):
         if store.count_examples(split):
@@ -145,8 +143,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
     `threshold` is read on multi-label tasks only.
     """
-    if aggregator not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
+    aggregator_entry(aggregator)  # an unknown name fails here, before any work
     task = store.load_task()
     if task.multi_label:
         return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
@@ -158,7 +155,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     votes_selected = store.last_complete_generation() > 0  # the gate chose the pool on these dev rows
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
-    if aggregator in UNSUPERVISED:
+    if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
     else:
         _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
@@ -193,12 +190,13 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
 def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None,
                            seed: int, on_event: EventSink, score_dev: bool, threshold: float) -> LabelingResult:
     """fit_and_predict for a multi-label task: MultiLabelEvoAgg fitted on dev label sets, 5-fold OOF dev."""
-    if aggregator in VOTE_ONLY:
+    if aggregator_entry(aggregator).votes_only:
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
                          "'evoagg' or 'auto' (both MultiLabelEvoAgg), or 'embedding' (the text alone)")
     k = len(store.load_task().labels)
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event, kinds=("embedding",))
-    used = votes[:, :0] if aggregator == "embedding" else votes  # embedding: the same model without the votes
+    # a text-only aggregator ("embedding") is the same model without the votes
+    used = votes if aggregator_entry(aggregator).reads_votes else votes[:, :0]
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     position = {e: i for i, e in enumerate(store.example_ids("dev"))}
     Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]

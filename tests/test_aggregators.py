@@ -13,12 +13,13 @@ from engine.aggregators.registry import (
     AGGREGATORS,
     AutoAggregator,
     DawidSkene,
-    EmbeddingOnly,
     EvoAgg,
     MajorityVote,
     MultiLabelEvoAgg,
+    TextOnly,
     TfidfFeatures,
     WeightedMajorityVote,
+    aggregator_entry,
     expected_calibration_error,
     make_aggregator,
     predict_labels,
@@ -182,7 +183,7 @@ def test_feature_convention_dict_or_bare_matrix():
     with pytest.raises(ValueError, match="pass X"):
         EvoAgg(K).fit(votes, y, X).predict_proba(votes)
     with pytest.raises(ValueError, match="no input"):
-        EmbeddingOnly(K).fit(votes, y)
+        TextOnly(K).fit(votes, y)
     # votes only: X is ignored
     votes_only = EvoAgg(K, feature=None).fit(votes, y, X)
     np.testing.assert_array_equal(votes_only.predict_proba(votes), votes_only.predict_proba(votes, X))
@@ -256,6 +257,32 @@ def test_registry():
         make_aggregator("vote", 2)
     with pytest.raises(ValueError, match="y is required"):
         make_aggregator("evoagg", 2).fit(np.zeros((3, 1), dtype=int), None)
+
+
+@pytest.mark.parametrize("name", AGGREGATORS)
+def test_registry_entry_says_what_the_aggregator_reads(name):
+    """needs_labels, reads_votes and reads_text are true of the aggregator they describe."""
+    entry = aggregator_entry(name)
+    votes, y, features = VOTES_B, Y_B, X_B
+    if entry.needs_labels:
+        with pytest.raises(ValueError, match="y is required|needs dev labels"):
+            entry.make(K).fit(votes, None, features)
+    else:
+        entry.make(K).fit(votes, None, features)  # fits without labels
+    model = entry.make(K).fit(votes, y, features)
+    if isinstance(model, AutoAggregator):  # it reads what its chosen ingredient reads: it weighs both kinds
+        kinds = {c.reads_text for c in model.candidates(features)}
+        assert kinds == {True, False} and entry.reads_votes and entry.reads_text
+        return
+    proba = model.predict_proba(votes, features)
+    shuffled = np.random.default_rng(0).permutation(votes, axis=0)
+    assert np.allclose(model.predict_proba(shuffled, features), proba) != entry.reads_votes
+    if entry.reads_text:
+        other = {name: np.random.default_rng(1).permutation(matrix.toarray() if sparse.issparse(matrix) else matrix,
+                                                            axis=0) for name, matrix in features.items()}
+        assert not np.allclose(model.predict_proba(votes, other), proba)
+    else:
+        assert np.allclose(model.predict_proba(votes, None), proba)
 
 
 def test_multi_label_evoagg_and_thresholds():

@@ -2,8 +2,9 @@
 
 The classifier learns how far to trust each annotator per class and where the text itself says more
 than the votes. C is chosen by stratified cross-validation on dev (macro-F1), classes are balanced.
-`EmbeddingOnly` is the same model on the text features alone (no votes), a baseline the auto
-aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits one binary model per class.
+`TextOnly` is the same model on one text feature matrix alone (no votes), be it sentence embeddings or
+TF-IDF n-grams: a baseline the auto aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits
+one binary model per class.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ class _Linear:
 
 
 class _LinearAggregator(BaseAggregator):
-    """Shared body of EvoAgg and EmbeddingOnly: design matrix, C by dev CV, one LR."""
+    """Shared body of EvoAgg and TextOnly: design matrix, C by dev CV, one LR."""
 
     _use_votes = True
 
@@ -131,8 +132,8 @@ class EvoAgg(_LinearAggregator):
     """LR over [X[feature] ; one-hot votes]; feature=None (or X=None) means votes only."""
 
 
-class EmbeddingOnly(_LinearAggregator):
-    """LR over X[feature] alone: what the text says, ignoring the annotators."""
+class TextOnly(_LinearAggregator):
+    """LR over X[feature] alone (embeddings, TF-IDF, ...): what the text says, ignoring the annotators."""
 
     _use_votes = False
 

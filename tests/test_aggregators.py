@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from scipy import sparse
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
 from engine.aggregators.registry import (
     AGGREGATORS,
@@ -107,10 +108,22 @@ class TestContract:
         assert learned and all(attr.endswith("_") for attr in learned), learned
         fresh = clone(model)
         assert not any(attr.endswith("_") for attr in vars(fresh))
-        with pytest.raises(RuntimeError, match="not fitted"):
+        with pytest.raises(NotFittedError, match="not fitted"):
             fresh.predict_proba(VOTES_B[TEST], _take(X_B, TEST))
         with pytest.raises(ValueError, match="annotators"):
             model.predict_proba(VOTES_B[TEST, :2], _take(X_B, TEST))
+
+    def test_bad_input_is_rejected_with_a_value_error(self, name):
+        y = None if name == "ds[unlabeled]" else Y_B[FIT]
+        with pytest.raises(ValueError, match="0 sample"):
+            CASES[name]().fit(VOTES_B[:0], None if y is None else y[:0], _take(X_B, np.arange(0)))
+        nan_votes = VOTES_B[FIT].astype(float)
+        nan_votes[5, 1] = np.nan
+        with pytest.raises(ValueError, match="NaN"):
+            CASES[name]().fit(nan_votes, y, _take(X_B, FIT))
+        if y is not None:
+            with pytest.raises(ValueError, match="y must lie in"):
+                CASES[name]().fit(VOTES_B[FIT], np.where(np.arange(FIT.size) == 7, K, y), _take(X_B, FIT))
 
 
 def test_majority_vote_probabilities_hand_computed():

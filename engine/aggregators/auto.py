@@ -33,6 +33,7 @@ from engine.aggregators.base import (
     Aggregator,
     BaseAggregator,
     Features,
+    check_labels,
     check_votes,
     feature_dict,
     make_folds,
@@ -90,7 +91,7 @@ class AutoAggregator(BaseAggregator):
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         v = check_votes(votes, self.n_classes)
-        y = np.asarray(y, dtype=np.int64)
+        y = check_labels(y, self.n_classes, v.shape[0])
         feats = feature_dict(X) or None
         keep = np.flatnonzero(y >= 0)
         v, y = v[keep], y[keep]

@@ -22,6 +22,8 @@ from engine.aggregators.base import (
     BaseAggregator,
     Features,
     Matrix,
+    check_label_sets,
+    check_labels,
     check_votes,
     class_prior,
     make_folds,
@@ -90,7 +92,7 @@ class _LinearAggregator(BaseAggregator):
         if y is None:
             raise ValueError(f"{type(self).__name__} is fitted on dev labels: y is required")
         v = check_votes(votes, self.n_classes)
-        y = np.asarray(y, dtype=np.int64)
+        y = check_labels(y, self.n_classes, v.shape[0])
         Xf = select_feature(X, self.feature, v.shape[0])
         keep = np.flatnonzero(y >= 0)
         v, y = v[keep], y[keep]
@@ -155,8 +157,8 @@ class MultiLabelEvoAgg(BaseAggregator):
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None) -> MultiLabelEvoAgg:
         if y is None:
             raise ValueError("MultiLabelEvoAgg needs a (n, k) 0/1 label matrix")
-        Y = np.asarray(y, dtype=np.int64).reshape(-1, self.n_classes)
         v = check_votes(votes, self.n_classes)
+        Y = check_label_sets(y, self.n_classes, v.shape[0])
         self.encoder_ = EvoAgg(self.n_classes, feature=self.feature)
         Xf = select_feature(X, self.feature, v.shape[0])
         self.uses_features_ = Xf is not None

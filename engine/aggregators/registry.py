@@ -2,6 +2,9 @@
 
 Every aggregator follows the scikit-learn contract: ``fit(votes, y, X=None) -> self`` and
 ``predict_proba(votes, X=None) -> (n, k)`` with rows summing to 1. votes: (n, m) int, ABSTAIN = -1.
+Votes and labels go through scikit-learn's `check_array` (dense, 2-D, finite, at least one row to fit);
+predicting before `fit` raises `NotFittedError`. tests/test_aggregators_sklearn.py runs scikit-learn's own
+estimator checks over every aggregator.
 X (text features) is None, one matrix, or a dict of named matrices, e.g. ``{"embedding": E, "tfidf": T}``;
 see engine/aggregators/base.py. The implementations live in engine/aggregators/.
 """

@@ -8,6 +8,7 @@ name it, "embedding" is it without the votes); a row gets every class whose prob
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ from engine.aggregators.registry import (
     make_aggregator,
     predict_labels,
 )
-from engine.domain import ABSTAIN, SoftLabels, Task
+from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
 from engine.evolve import EventSink, _quiet, ensure_votes
 from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
@@ -38,7 +39,7 @@ class LabelingResult:
     soft: SoftLabels  # multi-label: probs are independent per class (rows need not sum to 1)
     hard: np.ndarray  # (n,) class index, ABSTAIN where the aggregator gives no label; multi-label: (n, k) 0/1
     n_votes: np.ndarray  # (n,) non-abstaining votes per row
-    dev_scores: dict = field(default_factory=dict)  # dev out-of-fold macro_f1, accuracy, ece, chosen
+    dev_scores: DevScores = field(default_factory=DevScores)  # dev out-of-fold figures, and auto's choice
     dev_oof_probs: np.ndarray | None = None  # (n_dev, k)
     threshold: float | None = None  # multi-label only: the probability a class needs to be predicted
 
@@ -140,7 +141,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     """Fit `aggregator` on dev and label the rows of `splits` (None: every row).
 
     With `score_dev` the dev rows get out-of-fold predictions and dev scores (five more fits); without
-    it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
+    it (scoring another split) they keep the in-sample fit and `dev_scores` holds no figures.
     `threshold` is read on multi-label tasks only.
     """
     aggregator_entry(aggregator)  # an unknown name fails here, before any work
@@ -162,28 +163,24 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
              votes_selected)
     probs = model.predict_proba(votes, features)
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    oof, dev_scores = None, {}
+    oof, dev_scores = None, DevScores()
     if score_dev:
         oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
                       audit=audit, votes_selected=votes_selected)
         probs[dev] = oof
     hard = _hard(aggregator, probs, n_votes)
     if score_dev:
-        dev_scores = {
-            "macro_f1": round(macro_f1(y_dev, hard[dev], n_classes), 4),
-            "accuracy": round(accuracy(y_dev, hard[dev]), 4),
-            "ece": round(expected_calibration_error(y_dev, oof), 4),
-            "n": int(len(dev)),
-        }
+        dev_scores = DevScores(macro_f1=round(macro_f1(y_dev, hard[dev], n_classes), 4),
+                               accuracy=round(accuracy(y_dev, hard[dev]), 4),
+                               ece=round(expected_calibration_error(y_dev, oof), 4), n=int(len(dev)))
         if audit.any():  # the honest figure: rows the agents and the gate never saw
-            dev_scores["audit_macro_f1"] = round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4)
-            dev_scores["n_audit"] = int(audit.sum())
-    if hasattr(model, "chosen_"):
-        dev_scores["chosen"] = model.chosen_
-        dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
-        if model.left_out_:
-            dev_scores["left_out"] = model.left_out_
-    made_by = f"auto:{dev_scores['chosen']}" if "chosen" in dev_scores else aggregator  # what the export names
+            dev_scores = dataclasses.replace(
+                dev_scores, audit_macro_f1=round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4),
+                n_audit=int(audit.sum()))
+    if hasattr(model, "chosen_"):  # judged_on_: "audit" rows, or all "dev" rows when too few audit rows
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_,
+                                                                       tuple(model.left_out_)))
+    made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator  # what the export names
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof)
 
 
@@ -204,7 +201,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     dev_features = _rows(features, dev)
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
-    oof, dev_scores = None, {}
+    oof, dev_scores = None, DevScores()
     if score_dev:
         first = frame["label"].to_numpy()[dev].astype(int)  # folds stratified by each row's first label
         oof = oof_proba(lambda: MultiLabelEvoAgg(k, seed=seed), used[dev], Y_dev, dev_features,
@@ -212,12 +209,13 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
         probs[dev] = oof
     hard = predict_labels(probs, threshold)
     if score_dev:
-        dev_scores = {**multilabel_scores(Y_dev, hard[dev]), "n": int(len(dev)), "threshold": threshold}
+        dev_scores = DevScores(**multilabel_scores(Y_dev, hard[dev]), n=int(len(dev)), threshold=threshold)
         if audit.any():
-            dev_scores["audit_macro_f1"] = multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"]
-            dev_scores["n_audit"] = int(audit.sum())
+            dev_scores = dataclasses.replace(
+                dev_scores, audit_macro_f1=multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"],
+                n_audit=int(audit.sum()))
     if aggregator == "auto":
-        dev_scores["chosen"] = "evoagg"
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice("evoagg"))
     n_votes = (votes != ABSTAIN).sum(axis=1)
     made_by = "auto:evoagg" if aggregator == "auto" else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
@@ -264,7 +262,8 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         "n": int(len(rows)),
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
-        **{key: result.dev_scores[key] for key in ("chosen", "chosen_on", "left_out") if key in result.dev_scores},
+        **{key: value for key, value in result.dev_scores.to_dict().items()
+           if key in ("chosen", "chosen_on", "left_out")},
     }
 
 
@@ -280,5 +279,5 @@ def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...]
     out = []
     for name in names:
         result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)
-        out.append({"aggregator": name, **result.dev_scores})
+        out.append({"aggregator": name, **result.dev_scores.to_dict()})
     return out

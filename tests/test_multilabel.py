@@ -144,7 +144,7 @@ def test_audit_rows_keep_their_label_sets_and_are_scored_apart(tmp_path, executo
     assert (store.label_matrix("dev")[rows] == audit).all()
     # no pool yet: the text-only model labels dev; its audit figure is reported on the audit rows
     result = fit_and_predict(store, executor, "embedding", ("dev",))
-    assert result.dev_scores["n_audit"] == len(audit) and 0 <= result.dev_scores["audit_macro_f1"] <= 1
+    assert result.dev_scores.n_audit == len(audit) and 0 <= result.dev_scores.audit_macro_f1 <= 1
 
 
 def test_jsonl_list_cells_and_single_label_rows(tmp_path):
@@ -245,7 +245,7 @@ def test_soft_labels_and_export(evolved, executor, tmp_path):
     assert result.hard.shape == (120, 3) and result.threshold == 0.5
     dev = [result.soft.example_ids.index(e) for e in store.example_ids("dev")]
     assert np.allclose(result.soft.probs[dev], result.dev_oof_probs)  # dev rows are out-of-fold
-    assert {"macro_f1", "micro_f1", "exact_match", "n"} <= set(result.dev_scores)
+    assert {"macro_f1", "micro_f1", "exact_match", "n"} <= set(result.dev_scores.to_dict())
     path, manifest_path = write_export(store, result.soft, result.hard, result.n_votes, tmp_path / "out.csv",
                                        threshold=result.threshold)
     frame = pd.read_csv(path, keep_default_na=False)

@@ -332,11 +332,11 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     job = start_labels(home / "audited", "auto", compare=False)
     assert job.wait(300) and job.status == "done", job.error
     saved = load_labels(home / "audited", "auto")
-    assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
-    assert saved.resolved == f"auto:{saved.dev_scores['chosen']}"  # the export names what made the labels
+    assert saved.dev_scores.choice.chosen_on == "audit" and saved.dev_scores.n_audit == 60
+    assert saved.resolved == f"auto:{saved.dev_scores.choice.chosen}"  # the export names what made the labels
     at = run("audited", "pages/labels.py")
-    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
-    assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores['chosen']}" in texts(at)
+    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores.audit_macro_f1:.3f}"
+    assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores.choice.chosen}" in texts(at)
     # the manifest download carries the same provenance as `evopool export`'s
     frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
                                  saved.n_votes)

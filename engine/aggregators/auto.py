@@ -47,7 +47,7 @@ from engine.score import macro_f1
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Ingredient:
     """One ingredient auto weighs: its name in the scores, a factory of C, and what it reads."""
 
     name: str
@@ -68,20 +68,20 @@ class AutoAggregator(BaseAggregator):
         self.top_k = top_k
         self.min_audit = min_audit
 
-    def candidates(self, X: Features) -> list[Candidate]:
+    def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
         k, seed = self.n_classes, self.seed
         out = [
-            Candidate("mv", lambda C: MajorityVote(k), tuned=False, reads_text=False),
-            Candidate("wmv", lambda C: WeightedMajorityVote(k), tuned=False, reads_text=False),
-            Candidate("ds", lambda C: DawidSkene(k), tuned=False, reads_text=False),
-            Candidate("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), tuned=True,
+            Ingredient("mv", lambda C: MajorityVote(k), tuned=False, reads_text=False),
+            Ingredient("wmv", lambda C: WeightedMajorityVote(k), tuned=False, reads_text=False),
+            Ingredient("ds", lambda C: DawidSkene(k), tuned=False, reads_text=False),
+            Ingredient("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), tuned=True,
                       reads_text=False),
         ]
         for name in feature_dict(X):
-            out.append(Candidate(f"{name}-only", lambda C, name=name: TextOnly(k, feature=name, Cs=(C,), seed=seed),
+            out.append(Ingredient(f"{name}-only", lambda C, name=name: TextOnly(k, feature=name, Cs=(C,), seed=seed),
                                  tuned=True, reads_text=True))
-            out.append(Candidate(f"evoagg[{name}]",
+            out.append(Ingredient(f"evoagg[{name}]",
                                  lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
                                  tuned=True, reads_text=True))
         return out

@@ -313,20 +313,20 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     spec = json.loads(run("audited", "pages/evolve.py").get("plotly_chart")[0].proto.spec)
     lines = {trace.get("name"): trace for trace in spec["data"]}
     assert {"pool size", "fitness macro-F1", "audit macro-F1"} <= set(lines)
-    expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.labels(AUDIT), 2)
+    expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.label_indices(AUDIT), 2)
                 for g in (1, 2)]
     assert lines["audit macro-F1"]["x"] == [1, 2] and lines["audit macro-F1"]["y"] == pytest.approx(expected)
     assert store.pool_ids(2) == store.pool_ids() and store.pool_ids(0) == []
     at = run("audited", "pages/analytics.py")
     audit_metric = next(m for m in at.metric if m.label == "Audit macro-F1")
-    fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)
-    audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.labels(AUDIT), 2)
+    fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.label_indices(FITNESS), 2)
+    audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
     # contributions are measured where the gate measures them: on the fitness rows
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     bars = next(c for c in charts if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
     fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes
-    expected = score.marginal_contributions(fitness_votes, store.labels(FITNESS), 2)
+    expected = score.marginal_contributions(fitness_votes, store.label_indices(FITNESS), 2)
     shown = np.frombuffer(base64.b64decode(bars["x"]["bdata"]), dtype=bars["x"]["dtype"])  # plotly's typed array
     assert sorted(shown) == pytest.approx(sorted(expected))
     job = start_labels(home / "audited", "auto", compare=False)

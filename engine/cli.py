@@ -113,7 +113,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
         result = soft_labels(args.store, executor, _aggregator(args), on_event=_progress(args.verbose),
                              threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
-                                       args.format, extra={"dev_scores": result.dev_scores},
+                                       args.format, extra={"dev_scores": result.dev_scores.to_dict()},
                                        threshold=result.threshold)
     return {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
             "aggregator": result.soft.aggregator}

@@ -153,3 +153,54 @@ class SoftLabels:
     @property
     def confidence(self) -> np.ndarray:
         return self.probs.max(axis=1)
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """Provenance, not a figure: what the auto aggregator chose, judged on which rows, and what it left out."""
+
+    chosen: str
+    chosen_on: str | None = None  # "audit" rows, or all "dev" rows when too few; None on multi-label (always evoagg)
+    left_out: tuple[str, ...] = ()  # votes-only ingredients left out: the pool was chosen on these same rows
+
+
+@dataclass(frozen=True)
+class DevScores:
+    """A labeling's out-of-fold figures on the dev rows (and the audit rows among them), and auto's choice.
+
+    Every figure is None where it does not apply (single-label: accuracy, ece; multi-label: micro_f1,
+    exact_match, threshold) or was not computed (labeling without dev scoring). `to_dict` gives the JSON
+    the saved labels, the export manifest and the CLI have always written; `from_dict` reads it back.
+    """
+
+    macro_f1: float | None = None
+    accuracy: float | None = None
+    micro_f1: float | None = None
+    exact_match: float | None = None
+    ece: float | None = None
+    n: int | None = None  # dev rows scored
+    threshold: float | None = None  # multi-label: the probability a class needs to be predicted
+    audit_macro_f1: float | None = None  # the honest figure: rows the agents and the gate never saw
+    n_audit: int | None = None
+    choice: AutoChoice | None = None
+
+    _FIGURES = ("macro_f1", "accuracy", "micro_f1", "exact_match", "ece", "n", "threshold", "audit_macro_f1",
+                "n_audit")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {key: getattr(self, key) for key in self._FIGURES if getattr(self, key) is not None}
+        if self.choice is not None:
+            out["chosen"] = self.choice.chosen
+            if self.choice.chosen_on is not None:
+                out["chosen_on"] = self.choice.chosen_on
+            if self.choice.left_out:
+                out["left_out"] = list(self.choice.left_out)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> DevScores:
+        values = dict(values or {})
+        choice = None
+        if "chosen" in values:
+            choice = AutoChoice(values["chosen"], values.get("chosen_on"), tuple(values.get("left_out", ())))
+        return cls(**{key: values[key] for key in cls._FIGURES if key in values}, choice=choice)

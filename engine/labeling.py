@@ -8,6 +8,7 @@ name it, "embedding" is it without the votes); a row gets every class whose prob
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,21 +18,19 @@ from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.registry import (
     AGGREGATORS,
-    USES_FEATURES,
     MultiLabelEvoAgg,
+    aggregator_entry,
     expected_calibration_error,
     make_aggregator,
     predict_labels,
 )
-from engine.domain import ABSTAIN, SoftLabels, Task
+from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
 from engine.evolve import EventSink, _quiet, ensure_votes
 from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import task_views, view_text
 
-VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
-UNSUPERVISED = frozenset({"ds"})
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
@@ -40,14 +39,14 @@ class LabelingResult:
     soft: SoftLabels  # multi-label: probs are independent per class (rows need not sum to 1)
     hard: np.ndarray  # (n,) class index, ABSTAIN where the aggregator gives no label; multi-label: (n, k) 0/1
     n_votes: np.ndarray  # (n,) non-abstaining votes per row
-    dev_scores: dict = field(default_factory=dict)  # dev out-of-fold macro_f1, accuracy, ece, chosen
+    dev_scores: DevScores = field(default_factory=DevScores)  # dev out-of-fold figures, and auto's choice
     dev_oof_probs: np.ndarray | None = None  # (n_dev, k)
     threshold: float | None = None  # multi-label only: the probability a class needs to be predicted
 
 
 def aggregators_for(task: Task) -> tuple[str, ...]:
     """The aggregators a task can use: vote-only ones give one label per row, so none of them is multi-label."""
-    return tuple(a for a in AGGREGATORS if not (task.multi_label and a in VOTE_ONLY))
+    return tuple(a for a in AGGREGATORS if not (task.multi_label and aggregator_entry(a).votes_only))
 
 
 def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
@@ -56,7 +55,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     cue that a whole-sentence embedding dilutes."""
     if aggregator == "auto":
         return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
-    return ("embedding",) if aggregator in USES_FEATURES else ()
+    return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
@@ -89,7 +88,7 @@ def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
 
 def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     hard = probs.argmax(axis=1)
-    if name in VOTE_ONLY:
+    if aggregator_entry(name).votes_only:  # it gives no label where nobody voted
         hard = np.where(n_votes > 0, hard, ABSTAIN)
     return hard
 
@@ -99,7 +98,7 @@ def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | No
     """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there) and whether
     the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)."""
     extra = {"audit": audit, "votes_selected": votes_selected} if name == "auto" else {}
-    return model.fit(votes, None if name in UNSUPERVISED else y, features, **extra)
+    return model.fit(votes, None if aggregator_entry(name).fits_unlabeled else y, features, **extra)
 
 
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
@@ -119,7 +118,7 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
 def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
              on_event: EventSink, kinds: tuple[str, ...] | None = None):
     pool = store.pool_ids()
-    if not pool and aggregator in VOTE_ONLY:
+    if not pool and aggregator_entry(aggregator).votes_only:
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
     for split in splits or ("dev", "test", "pool"):
         if store.count_examples(split):
@@ -142,11 +141,10 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     """Fit `aggregator` on dev and label the rows of `splits` (None: every row).
 
     With `score_dev` the dev rows get out-of-fold predictions and dev scores (five more fits); without
-    it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
+    it (scoring another split) they keep the in-sample fit and `dev_scores` holds no figures.
     `threshold` is read on multi-label tasks only.
     """
-    if aggregator not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
+    aggregator_entry(aggregator)  # an unknown name fails here, before any work
     task = store.load_task()
     if task.multi_label:
         return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
@@ -158,47 +156,44 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     votes_selected = store.last_complete_generation() > 0  # the gate chose the pool on these dev rows
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
-    if aggregator in UNSUPERVISED:
+    if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
     else:
         _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
              votes_selected)
     probs = model.predict_proba(votes, features)
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    oof, dev_scores = None, {}
+    oof, dev_scores = None, DevScores()
     if score_dev:
         oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
                       audit=audit, votes_selected=votes_selected)
         probs[dev] = oof
     hard = _hard(aggregator, probs, n_votes)
     if score_dev:
-        dev_scores = {
-            "macro_f1": round(macro_f1(y_dev, hard[dev], n_classes), 4),
-            "accuracy": round(accuracy(y_dev, hard[dev]), 4),
-            "ece": round(expected_calibration_error(y_dev, oof), 4),
-            "n": int(len(dev)),
-        }
+        dev_scores = DevScores(macro_f1=round(macro_f1(y_dev, hard[dev], n_classes), 4),
+                               accuracy=round(accuracy(y_dev, hard[dev]), 4),
+                               ece=round(expected_calibration_error(y_dev, oof), 4), n=int(len(dev)))
         if audit.any():  # the honest figure: rows the agents and the gate never saw
-            dev_scores["audit_macro_f1"] = round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4)
-            dev_scores["n_audit"] = int(audit.sum())
-    if hasattr(model, "chosen_"):
-        dev_scores["chosen"] = model.chosen_
-        dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
-        if model.left_out_:
-            dev_scores["left_out"] = model.left_out_
-    made_by = f"auto:{dev_scores['chosen']}" if "chosen" in dev_scores else aggregator  # what the export names
+            dev_scores = dataclasses.replace(
+                dev_scores, audit_macro_f1=round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4),
+                n_audit=int(audit.sum()))
+    if hasattr(model, "chosen_"):  # judged_on_: "audit" rows, or all "dev" rows when too few audit rows
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_,
+                                                                       tuple(model.left_out_)))
+    made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator  # what the export names
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof)
 
 
 def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None,
                            seed: int, on_event: EventSink, score_dev: bool, threshold: float) -> LabelingResult:
     """fit_and_predict for a multi-label task: MultiLabelEvoAgg fitted on dev label sets, 5-fold OOF dev."""
-    if aggregator in VOTE_ONLY:
+    if aggregator_entry(aggregator).votes_only:
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
                          "'evoagg' or 'auto' (both MultiLabelEvoAgg), or 'embedding' (the text alone)")
     k = len(store.load_task().labels)
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event, kinds=("embedding",))
-    used = votes[:, :0] if aggregator == "embedding" else votes  # embedding: the same model without the votes
+    # a text-only aggregator ("embedding") is the same model without the votes
+    used = votes if aggregator_entry(aggregator).reads_votes else votes[:, :0]
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     position = {e: i for i, e in enumerate(store.example_ids("dev"))}
     Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
@@ -206,7 +201,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     dev_features = _rows(features, dev)
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
-    oof, dev_scores = None, {}
+    oof, dev_scores = None, DevScores()
     if score_dev:
         first = frame["label"].to_numpy()[dev].astype(int)  # folds stratified by each row's first label
         oof = oof_proba(lambda: MultiLabelEvoAgg(k, seed=seed), used[dev], Y_dev, dev_features,
@@ -214,12 +209,13 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
         probs[dev] = oof
     hard = predict_labels(probs, threshold)
     if score_dev:
-        dev_scores = {**multilabel_scores(Y_dev, hard[dev]), "n": int(len(dev)), "threshold": threshold}
+        dev_scores = DevScores(**multilabel_scores(Y_dev, hard[dev]), n=int(len(dev)), threshold=threshold)
         if audit.any():
-            dev_scores["audit_macro_f1"] = multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"]
-            dev_scores["n_audit"] = int(audit.sum())
+            dev_scores = dataclasses.replace(
+                dev_scores, audit_macro_f1=multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"],
+                n_audit=int(audit.sum()))
     if aggregator == "auto":
-        dev_scores["chosen"] = "evoagg"
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice("evoagg"))
     n_votes = (votes != ABSTAIN).sum(axis=1)
     made_by = "auto:evoagg" if aggregator == "auto" else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
@@ -266,7 +262,8 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         "n": int(len(rows)),
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
-        **{key: result.dev_scores[key] for key in ("chosen", "chosen_on", "left_out") if key in result.dev_scores},
+        **{key: value for key, value in result.dev_scores.to_dict().items()
+           if key in ("chosen", "chosen_on", "left_out")},
     }
 
 
@@ -282,5 +279,5 @@ def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...]
     out = []
     for name in names:
         result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)
-        out.append({"aggregator": name, **result.dev_scores})
+        out.append({"aggregator": name, **result.dev_scores.to_dict()})
     return out

@@ -43,12 +43,12 @@ def per_class_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> np.n
     y_pred = np.asarray(y_pred, dtype=np.int64)
     if y_true.shape != y_pred.shape:
         raise ValueError(f"y_true {y_true.shape} and y_pred {y_pred.shape} differ in shape")
-    f1 = np.zeros(n_classes)
-    for c in range(n_classes):
-        tp = np.sum((y_pred == c) & (y_true == c))
-        denom = np.sum(y_pred == c) + np.sum(y_true == c)  # 2tp + fp + fn
-        f1[c] = 2.0 * tp / denom if denom else 0.0
-    return f1
+    def count(values: np.ndarray) -> np.ndarray:  # (k,) occurrences of each class id
+        return np.bincount(values[(values >= 0) & (values < n_classes)], minlength=n_classes)
+
+    tp = count(y_true[y_pred == y_true])
+    denom = count(y_pred) + count(y_true)  # 2tp + fp + fn
+    return np.where(denom > 0, 2.0 * tp / np.maximum(denom, 1), 0.0)
 
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:

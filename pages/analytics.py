@@ -21,7 +21,7 @@ split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_s
                                   "were computed once)") or splits[0]
 votes, gold, pool = queries.pool_votes(store, split)
 short = [queries.short(a, names) for a in pool]
-dev_gold = store.labels("dev")
+dev_gold = store.label_indices("dev")
 fitness_votes, fitness_gold = queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS)  # what the gate judged
 
 cols = st.columns(4)

@@ -54,7 +54,7 @@ if result is None:
 if stale:
     st.warning("The pool changed since these soft labels were computed: recompute to include the changes.")
 if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it
-    threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.get("threshold", THRESHOLD)), 0.05,
+    threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.threshold or THRESHOLD), 0.05,
                           key="labels_threshold", help="a row gets every class whose probability reaches it; the dev "
                           "figures below follow it (out-of-fold), and so do the browser and the downloads")
     result = labels_ui.at_threshold(store, result, threshold)
@@ -94,7 +94,7 @@ cols[4].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(stor
                         icon=":material/receipt_long:", key="download_manifest",
                         help="provenance: the pool, the aggregator (and what auto chose), dev and audit scores")
 if task.multi_label:
-    cut = result.dev_scores.get("threshold", THRESHOLD)
+    cut = result.dev_scores.threshold or THRESHOLD
     st.caption(f"Columns: {', '.join(frame.columns)}. `labels` holds every class whose probability reaches "
                f"{cut}, joined by `{export.label_separator(store)}`; `n_votes` counts the annotators that "
                "voted on the row.")

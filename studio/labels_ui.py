@@ -10,7 +10,7 @@ import streamlit as st
 
 from engine import export, score
 from engine.aggregators.registry import predict_labels
-from engine.domain import ABSTAIN, AUDIT, SoftLabels
+from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
 from engine.store.saved_labels import SavedLabels, load_labels
 from engine.store.workspace import Store
@@ -43,23 +43,24 @@ def _frame(name: str, aggregator: str, created_at: str, threshold: float | None)
 
 def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
     """Every row with its hard label, confidence, per-class probabilities and provenance (the export)."""
-    threshold = result.dev_scores.get("threshold") if result.hard.ndim == 2 else None
+    threshold = result.dev_scores.threshold if result.hard.ndim == 2 else None
     return _frame(name, result.aggregator, result.created_at, threshold)
 
 
 def at_threshold(store: Store, result: SavedLabels, threshold: float) -> SavedLabels:
     """Multi-label soft labels decided at another threshold: no refit, the probabilities stay; the dev figures
     are recomputed from the dev rows' out-of-fold probabilities, so choosing a threshold by them is honest."""
-    if result.hard.ndim != 2 or result.dev_scores.get("threshold") == threshold:
+    if result.hard.ndim != 2 or result.dev_scores.threshold == threshold:
         return result
     hard = predict_labels(result.probs, threshold)
     position = pd.Series(np.arange(len(result.example_ids)), index=pd.Index(result.example_ids))
     dev = position[store.example_ids("dev")].to_numpy()
     gold = store.gold("dev")
-    scores = {**result.dev_scores, **multilabel_scores(gold, hard[dev]), "threshold": threshold}
+    scores = dataclasses.replace(result.dev_scores, **multilabel_scores(gold, hard[dev]), threshold=threshold)
     audit = position[store.example_ids(AUDIT)].to_numpy()
     if len(audit):
-        scores["audit_macro_f1"] = multilabel_scores(store.gold(AUDIT), hard[audit])["macro_f1"]
+        scores = dataclasses.replace(scores,
+                                     audit_macro_f1=multilabel_scores(store.gold(AUDIT), hard[audit])["macro_f1"])
     return dataclasses.replace(result, hard=hard, dev_scores=scores)
 
 
@@ -156,20 +157,19 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
 def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str:
     """The export manifest (what `evopool export` writes beside the file) for these saved labels."""
     soft = SoftLabels(result.probs, result.example_ids, result.resolved)
-    extra = {"dev_scores": result.dev_scores, "computed_at": result.created_at}
-    threshold = result.dev_scores.get("threshold") if isinstance(result.dev_scores, dict) else None
-    return json.dumps(export.manifest(store, soft, frame, extra, threshold), indent=2, default=str)
+    extra = {"dev_scores": result.dev_scores.to_dict(), "computed_at": result.created_at}
+    return json.dumps(export.manifest(store, soft, frame, extra, result.dev_scores.threshold), indent=2, default=str)
 
 
-def _auto_help(scores: dict) -> str:
+def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
     """What auto chose, on which rows, and what it left out and why."""
-    text = f"auto chose {scores['chosen']}"
-    if scores.get("chosen_on") == "audit":
-        text += f", judged on {scores.get('n_audit')} audit rows the pool was not chosen on"
-    elif scores.get("chosen_on") == "dev":
+    text = f"auto chose {choice.chosen}"
+    if choice.chosen_on == "audit":
+        text += f", judged on {n_audit} audit rows the pool was not chosen on"
+    elif choice.chosen_on == "dev":
         text += ", judged on all dev rows (too few audit rows)"
-    if scores.get("left_out"):
-        text += (f"; left out {', '.join(scores['left_out'])}: the pool was chosen on these same rows, so their "
+    if choice.left_out:
+        text += (f"; left out {', '.join(choice.left_out)}: the pool was chosen on these same rows, so their "
                  "dev figures are inflated")
     return text
 
@@ -180,13 +180,13 @@ def summary_metrics(result: SavedLabels) -> None:
     cols[0].metric("Rows labeled", f"{int(labeled.sum()):,} / {len(result.hard):,}")
     mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
     cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
-    scores = result.dev_scores if isinstance(result.dev_scores, dict) else {}
-    auto_text = _auto_help(scores) if scores.get("chosen") else None
+    scores = result.dev_scores
+    auto_text = _auto_help(scores.choice, scores.n_audit) if scores.choice is not None else None
     cols[2].metric("Aggregator", result.aggregator, help=auto_text)
-    best, audit = scores.get("macro_f1"), scores.get("audit_macro_f1")
+    best, audit = scores.macro_f1, scores.audit_macro_f1
     if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on
         cols[3].metric("Audit macro-F1", f"{audit:.3f}",
-                       help=f"out-of-fold, on the {scores.get('n_audit')} dev rows the agents and the gate never "
+                       help=f"out-of-fold, on the {scores.n_audit} dev rows the agents and the gate never "
                             f"saw; on all dev rows {best:.3f}")
     else:
         cols[3].metric("Dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",

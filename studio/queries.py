@@ -100,7 +100,7 @@ def _pool_votes(name: str, version: tuple, split: str) -> tuple[np.ndarray, np.n
     store = workspace.open_store(name)
     pool = store.pool_ids()
     votes = store.vote_matrix(pool, split).votes
-    return votes, store.labels(split), pool
+    return votes, store.label_indices(split), pool
 
 
 def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -34,7 +34,7 @@ def test_two_generations_build_a_gated_pool(demo_store, executor):
     assert pool and demo_store.last_complete_generation() == 2
     # the stored pool's fitness macro-F1 is what the generation reported, recomputed from stored votes
     votes = demo_store.vote_matrix(pool, FITNESS).votes
-    assert pool_macro_f1(votes, demo_store.labels(FITNESS), 2) == pytest.approx(done[-1].dev_macro_f1_after)
+    assert pool_macro_f1(votes, demo_store.label_indices(FITNESS), 2) == pytest.approx(done[-1].dev_macro_f1_after)
     assert done[-1].dev_macro_f1_after >= done[0].dev_macro_f1_before
     # every candidate got exactly one gate verdict with reasons, and events report it
     verdicts = demo_store.verdicts()
@@ -114,4 +114,4 @@ def test_human_verdicts_hold_in_later_generations(demo_store, executor):
     # the human verdicts are still the latest ones: the gate did not overrule them
     assert demo_store.human_locked() == {pool[0]: "reject", rejected[0]: "approve"}
     assert current_dev_macro_f1(demo_store) == pytest.approx(
-        pool_macro_f1(demo_store.vote_matrix(after, FITNESS).votes, demo_store.labels(FITNESS), 2))
+        pool_macro_f1(demo_store.vote_matrix(after, FITNESS).votes, demo_store.label_indices(FITNESS), 2))

@@ -25,8 +25,8 @@ def test_demo_imports_with_its_splits(tmp_path, demo_csv):
     assert report.labels == ("HAM", "SPAM")
     assert store.count_examples() == 2056
     # pool rows are unlabeled work: no label survives there
-    assert (store.labels("pool") == -1).all()
-    assert set(store.labels("dev")) == {0, 1}
+    assert (store.label_indices("pool") == -1).all()
+    assert set(store.label_indices("dev")) == {0, 1}
 
 
 def test_bad_rows_are_named_and_nothing_is_imported(tmp_path):
@@ -154,7 +154,7 @@ def test_no_split_column_draws_stratified_dev_rest_to_test(tmp_path):
     store = Store.open(tmp_path / "ws")
     report = import_path(store, path, IngestOptions(dev_size=20, seed=3))
     assert report.split_counts == {"dev": 20, "pool": 10, "test": 20}
-    dev = store.labels("dev")
+    dev = store.label_indices("dev")
     assert (dev == 1).sum() == 5  # 'pos' is a quarter of the labeled rows, and a quarter of dev
     # seeded: the same seed draws the same dev rows
     again = Store.open(tmp_path / "ws2")
@@ -168,7 +168,7 @@ def test_audit_rows_are_a_stratified_share_of_dev_fixed_at_import(tmp_path):
     path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label", "split"))
     store = Store.open(tmp_path / "ws")
     report = import_path(store, path, IngestOptions(audit_fraction=0.2, seed=5))
-    labels = dict(zip(store.example_ids("dev"), store.labels("dev"), strict=True))
+    labels = dict(zip(store.example_ids("dev"), store.label_indices("dev"), strict=True))
     names = store.load_task().labels
     audit = [names[labels[i]] for i in store.example_ids(AUDIT)]
     # floor(20% of 225 neg) = 45, floor(20% of 75 pos) = 15; a class with < 10 dev rows keeps them all

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.domain import Candidate, SoftLabels
+from engine.domain import Candidate, DevScores, SoftLabels
 from engine.ingest.importer import import_path
 from engine.jobs import (
     DONE,
@@ -159,7 +159,7 @@ def test_saved_soft_labels_round_trip_and_know_their_pool(workdir):
         soft = SoftLabels(np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]), ("a", "b", "c"), "mv")
         hard = np.array([0, 1, -1])
         n_votes = np.array([2, 1, 0])
-        dev_scores = {"macro_f1": 0.75}
+        dev_scores = DevScores(macro_f1=0.75)
 
     store = Store.open(workdir)
     key = pool_key(store)
@@ -170,7 +170,7 @@ def test_saved_soft_labels_round_trip_and_know_their_pool(workdir):
     assert saved.example_ids == ("a", "b", "c")
     np.testing.assert_allclose(saved.probs, Result.soft.probs)
     assert saved.hard.tolist() == [0, 1, -1] and saved.n_votes.tolist() == [2, 1, 0]
-    assert saved.dev_scores == {"macro_f1": 0.75}
+    assert saved.dev_scores == DevScores(macro_f1=0.75)
     assert saved.comparison["aggregator"].tolist() == ["mv", "ds"]
     assert saved.pool_key == key
     assert load_labels(workdir, "ds") is None
@@ -196,4 +196,4 @@ def test_labels_job_labels_every_row_and_saves_them(workdir):
     # majority vote gives no label exactly where no annotator voted
     assert ((saved.hard == -1) == (saved.n_votes == 0)).all()
     assert saved.pool_key == pool_key(store)
-    assert "macro_f1" in saved.dev_scores
+    assert saved.dev_scores.macro_f1 is not None

@@ -97,7 +97,7 @@ def test_label_sets_are_imported_and_kept(evolved):
     assert Y.shape == (48, 3) and set(np.unique(Y)) == {0, 1} and (Y.sum(axis=1) >= 1).all()
     # row 3 of dev is "sports|politics": both in the set, the first one is its `label`
     assert dev["label_set"].iloc[3] == (0, 1) and list(Y[3]) == [1, 1, 0]
-    assert store.labels("dev")[3] == LABELS.index("sports")
+    assert store.label_indices("dev")[3] == LABELS.index("sports")
     assert store.examples("dev")[3].label == LABELS.index("sports")
     # the pseudo-splits partition dev; the pool's rows are unlabeled (all zero)
     assert len(store.label_matrix(FITNESS)) + len(store.label_matrix(AUDIT)) == 48
@@ -144,7 +144,7 @@ def test_audit_rows_keep_their_label_sets_and_are_scored_apart(tmp_path, executo
     assert (store.label_matrix("dev")[rows] == audit).all()
     # no pool yet: the text-only model labels dev; its audit figure is reported on the audit rows
     result = fit_and_predict(store, executor, "embedding", ("dev",))
-    assert result.dev_scores["n_audit"] == len(audit) and 0 <= result.dev_scores["audit_macro_f1"] <= 1
+    assert result.dev_scores.n_audit == len(audit) and 0 <= result.dev_scores.audit_macro_f1 <= 1
 
 
 def test_jsonl_list_cells_and_single_label_rows(tmp_path):
@@ -157,7 +157,7 @@ def test_jsonl_list_cells_and_single_label_rows(tmp_path):
     import_path(store, path, IngestOptions(multi_label=True, audit_fraction=0))
     assert store.load_task().labels == LABELS
     assert store.label_matrix("dev").tolist() == [[0, 1, 0], [1, 0, 1]]
-    assert store.labels("dev").tolist() == [1, 2]  # the first label as written
+    assert store.label_indices("dev").tolist() == [1, 2]  # the first label as written
     # a single-label workspace keeps no label sets; its label matrix is one-hot
     single = Store.open(tmp_path / "single")
     csv = tmp_path / "single.csv"
@@ -166,7 +166,7 @@ def test_jsonl_list_cells_and_single_label_rows(tmp_path):
     assert not single.load_task().multi_label
     assert single.examples_frame("dev")["label_set"].isna().all()
     assert single.label_matrix("dev").tolist() == [[0, 1], [1, 0]]
-    assert (single.gold("dev") == single.labels("dev")).all()
+    assert (single.gold("dev") == single.label_indices("dev")).all()
 
 
 # ---- fitness --------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_generations_score_annotators_against_label_sets(evolved):
     Y = store.label_matrix(FITNESS)
     votes = store.vote_matrix(pool, FITNESS).votes
     scores = store.scores(pool)
-    first = store.labels(FITNESS)
+    first = store.label_indices(FITNESS)
     set_only = 0
     for j, annotator_id in enumerate(pool):
         fired = votes[:, j] != -1
@@ -245,7 +245,7 @@ def test_soft_labels_and_export(evolved, executor, tmp_path):
     assert result.hard.shape == (120, 3) and result.threshold == 0.5
     dev = [result.soft.example_ids.index(e) for e in store.example_ids("dev")]
     assert np.allclose(result.soft.probs[dev], result.dev_oof_probs)  # dev rows are out-of-fold
-    assert {"macro_f1", "micro_f1", "exact_match", "n"} <= set(result.dev_scores)
+    assert {"macro_f1", "micro_f1", "exact_match", "n"} <= set(result.dev_scores.to_dict())
     path, manifest_path = write_export(store, result.soft, result.hard, result.n_votes, tmp_path / "out.csv",
                                        threshold=result.threshold)
     frame = pd.read_csv(path, keep_default_na=False)

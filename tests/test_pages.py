@@ -350,30 +350,30 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     spec = json.loads(run("audited", "pages/evolve.py").get("plotly_chart")[0].proto.spec)
     lines = {trace.get("name"): trace for trace in spec["data"]}
     assert {"pool size", "fitness macro-F1", "audit macro-F1"} <= set(lines)
-    expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.labels(AUDIT), 2)
+    expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.label_indices(AUDIT), 2)
                 for g in (1, 2)]
     assert lines["audit macro-F1"]["x"] == [1, 2] and lines["audit macro-F1"]["y"] == pytest.approx(expected)
     assert store.pool_ids(2) == store.pool_ids() and store.pool_ids(0) == []
     at = run("audited", "pages/analytics.py")
     audit_metric = next(m for m in at.metric if m.label == "Audit macro-F1")
-    fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.labels(FITNESS), 2)
-    audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.labels(AUDIT), 2)
+    fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.label_indices(FITNESS), 2)
+    audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
     # contributions are measured where the gate measures them: on the fitness rows
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     bars = next(c for c in charts if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
     fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes
-    expected = score.marginal_contributions(fitness_votes, store.labels(FITNESS), 2)
+    expected = score.marginal_contributions(fitness_votes, store.label_indices(FITNESS), 2)
     shown = np.frombuffer(base64.b64decode(bars["x"]["bdata"]), dtype=bars["x"]["dtype"])  # plotly's typed array
     assert sorted(shown) == pytest.approx(sorted(expected))
     job = start_labels(home / "audited", "auto", compare=False)
     assert job.wait(300) and job.status == "done", job.error
     saved = load_labels(home / "audited", "auto")
-    assert saved.dev_scores["chosen_on"] == "audit" and saved.dev_scores["n_audit"] == 60
-    assert saved.resolved == f"auto:{saved.dev_scores['chosen']}"  # the export names what made the labels
+    assert saved.dev_scores.choice.chosen_on == "audit" and saved.dev_scores.n_audit == 60
+    assert saved.resolved == f"auto:{saved.dev_scores.choice.chosen}"  # the export names what made the labels
     at = run("audited", "pages/labels.py")
-    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores['audit_macro_f1']:.3f}"
-    assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores['chosen']}" in texts(at)
+    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores.audit_macro_f1:.3f}"
+    assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores.choice.chosen}" in texts(at)
     # the manifest download carries the same provenance as `evopool export`'s
     frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
                                  saved.n_votes)

@@ -16,8 +16,9 @@ from engine.agents.offline_mine import (
     keyword_banks,
     surface_proposals,
 )
-from engine.agents.offline_select import Proposal, class_f1, predictions, vote_counts
+from engine.agents.offline_select import Proposal, predictions, vote_counts
 from engine.agents.templates import AnnotatorSpec, parse_spec
+from engine.score import per_class_f1
 
 WEAK_F1 = 0.40
 NARROW_COVERAGE = 0.08
@@ -54,7 +55,7 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
     focus = np.zeros(len(ws.y), dtype=bool)
     focus[context.uncovered_dev()] = True
     focus[context.conflicting_dev()] = True
-    f1 = class_f1(ws.y, pred, ws.n_classes)
+    f1 = per_class_f1(ws.y, pred, ws.n_classes)
     weak = np.flatnonzero((f1 < WEAK_F1) & (np.bincount(ws.y, minlength=ws.n_classes) > 0))
     focus |= np.isin(ws.y, weak) & (pred != ws.y)
     if not focus.any():

@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN
-from engine.score import multilabel_f1
+from engine.score import macro_f1, multilabel_f1
 
 
 @dataclass
@@ -46,33 +46,12 @@ def predictions(counts: np.ndarray) -> np.ndarray:
     return pred
 
 
-def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
-    """Mean F1 over classes present in gold or predictions; abstentions are false negatives."""
-    valid = pred >= 0
-    tp = np.bincount(y[valid & (pred == y)], minlength=n_classes)[:n_classes]
-    n_pred = np.bincount(pred[valid], minlength=n_classes)[:n_classes]
-    n_true = np.bincount(y, minlength=n_classes)[:n_classes]
-    present = (n_pred + n_true) > 0
-    if not present.any():
-        return 0.0
-    f1 = np.where(present, 2.0 * tp / np.maximum(n_pred + n_true, 1), 0.0)
-    return float(f1[present].mean())
-
-
 def pool_score(gold: np.ndarray, counts: np.ndarray, n_classes: int) -> float:
     """What the gate scores a pool by: majority-vote macro-F1 against (n,) labels, or for (n, k) label sets
     the multi-label macro-F1 of "some annotator voted the class"."""
     if gold.ndim == 1:
         return macro_f1(gold, predictions(counts), n_classes)
     return multilabel_f1(gold, counts > 0)[0]
-
-
-def class_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
-    """(k,) per-class F1 of a prediction vector (0 for classes absent everywhere)."""
-    valid = pred >= 0
-    tp = np.bincount(y[valid & (pred == y)], minlength=n_classes)[:n_classes]
-    denom = np.bincount(pred[valid], minlength=n_classes)[:n_classes] + np.bincount(y, minlength=n_classes)
-    return np.where(denom > 0, 2.0 * tp / np.maximum(denom, 1), 0.0)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -119,8 +119,9 @@ class ExamplesMixin:
         where, params = split_filter(split)
         return [r[0] for r in self._q(f"SELECT id FROM examples WHERE {where} ORDER BY ord", params)]
 
-    def labels(self, split: str) -> np.ndarray:
-        """Gold class indices of a split, import order; -1 where unknown."""
+    def label_indices(self, split: str) -> np.ndarray:
+        """Gold class indices (into `Task.labels`, which holds the names) of a split, import order; -1 where
+        unknown. On a multi-label task: each row's first label (`label_matrix` holds the sets)."""
         where, params = split_filter(split)
         rows = self._q(f"SELECT coalesce(label, -1) FROM examples WHERE {where} ORDER BY ord", params)
         return np.array([r[0] for r in rows], dtype=np.int64)
@@ -142,5 +143,5 @@ class ExamplesMixin:
     def gold(self, split: str) -> np.ndarray:
         """What scoring compares votes with: (n,) class ids, or (n, k) 0/1 label sets on a multi-label task."""
         task = self.load_task()
-        return self.label_matrix(split) if task is not None and task.multi_label else self.labels(split)
+        return self.label_matrix(split) if task is not None and task.multi_label else self.label_indices(split)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.domain import DevScores
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
 
@@ -34,7 +35,7 @@ class SavedLabels:
     example_ids: tuple[str, ...]
     hard: np.ndarray  # (n,) -1 = no label; multi-label: (n, k) 0/1
     n_votes: np.ndarray  # (n,)
-    dev_scores: dict[str, Any]
+    dev_scores: DevScores
     comparison: pd.DataFrame  # one row per aggregator (may be empty)
     pool_key: str
     created_at: str
@@ -58,7 +59,7 @@ def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: A
     np.savez_compressed(base.with_suffix(".npz"), probs=soft.probs, hard=np.asarray(result.hard),
                         n_votes=np.asarray(result.n_votes), example_ids=np.asarray(soft.example_ids, dtype=str))
     meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
-            "dev_scores": getattr(result, "dev_scores", {}) or {},
+            "dev_scores": result.dev_scores.to_dict(),
             "comparison": _records(comparison),
             "created_at": utc_now().isoformat(timespec="seconds")}
     base.with_suffix(".json").write_text(json.dumps(meta, default=_json_default))
@@ -89,7 +90,8 @@ def load_labels(workdir: str | Path, aggregator: str) -> SavedLabels | None:
         meta = json.loads(base.with_suffix(".json").read_text())
         with np.load(base.with_suffix(".npz")) as arrays:
             return SavedLabels(aggregator, meta["resolved"], arrays["probs"], tuple(arrays["example_ids"].tolist()),
-                               arrays["hard"], arrays["n_votes"], meta.get("dev_scores", {}),
+                               arrays["hard"], arrays["n_votes"],
+                               DevScores.from_dict(meta.get("dev_scores")),
                                pd.DataFrame.from_records(meta.get("comparison", [])), meta["pool_key"],
                                meta.get("created_at", ""))
     except (OSError, ValueError, KeyError):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
@@ -15,22 +16,27 @@ from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
 from engine.store.workspace import Store, WorkspaceLocked
 
+# Kinds printed as one line each, and those printed only with --verbose.
+_SHOWN = frozenset({EventKind.GENERATION_STARTED, EventKind.AGENT_FINISHED, EventKind.EXECUTING,
+                    EventKind.EMBEDDING, EventKind.AGGREGATING})
+_VERBOSE = frozenset({EventKind.CANDIDATE_DROPPED, EventKind.VERDICT, EventKind.LLM_CALL, EventKind.LLM_REPAIR})
+
 
 def _progress(verbose: bool):
     started = time.monotonic()
 
-    def on_event(kind: str, payload: dict[str, Any]) -> None:
+    def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
         stamp = f"[{time.monotonic() - started:7.1f}s]"
-        if kind == "generation_complete":
+        if kind == EventKind.GENERATION_COMPLETE:
             print(f"{stamp} generation {payload['generation']}: {payload['accepted']}/{payload['candidates']} "
                   f"accepted, pool {payload['pool_size']}, dev macro-F1 {payload['dev_macro_f1']:.3f}"
                   + (" (reverted)" if payload["reverted"] else ""), file=sys.stderr, flush=True)
-        elif kind in ("generation_started", "agent_finished", "executing", "embedding", "aggregating"):
+        elif kind in _SHOWN:
             detail = ", ".join(f"{k}={v}" for k, v in payload.items())
             print(f"{stamp} {kind.replace('_', ' ')}: {detail}", file=sys.stderr, flush=True)
-        elif kind == "budget_exhausted":
+        elif kind == EventKind.BUDGET_EXHAUSTED:
             print(f"{stamp} LLM budget spent: the agents stop proposing", file=sys.stderr, flush=True)
-        elif verbose and kind in ("candidate_dropped", "verdict", "llm_call", "llm_repair"):
+        elif verbose and kind in _VERBOSE:
             print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)
 
     return on_event

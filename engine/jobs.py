@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from engine.events import EventKind
 from engine.store.saved_labels import pool_key, save_labels
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
@@ -73,15 +74,16 @@ class JobContext:
         self.job = job
         self.store = store
 
-    def emit(self, kind: str, payload: dict[str, Any]) -> None:
+    def emit(self, kind: EventKind, payload: dict[str, Any]) -> None:
         """Record one progress event; raise JobStopped when the expert asked to stop at once."""
         self.store.add_event(self.job.id, kind, payload)
-        if kind == "generation_complete":
+        if kind == EventKind.GENERATION_COMPLETE:
             self.set_progress(message=f"generation {payload.get('generation')} complete")
-        elif kind in ("embedding", "execute_progress") and "total" in payload:
-            what = "embedding texts" if kind == "embedding" else f"sandbox on {payload.get('split', 'rows')}"
+        elif kind in (EventKind.EMBEDDING, EventKind.EXECUTE_PROGRESS) and "total" in payload:
+            what = "embedding texts" if kind == EventKind.EMBEDDING else f"sandbox on {payload.get('split', 'rows')}"
             self.set_progress(message=f"{what}: {payload['done']:,} / {payload['total']:,}")
-        elif kind in ("agent_started", "executing", "generation_started", "aggregating"):
+        elif kind in (EventKind.AGENT_STARTED, EventKind.EXECUTING, EventKind.GENERATION_STARTED,
+                      EventKind.AGGREGATING):
             detail = payload.get("agent") or payload.get("aggregator") or payload.get("split") or ""
             detail = detail or payload.get("generation") or ""
             self.set_progress(message=f"{kind.replace('_', ' ')} {detail}".strip())
@@ -134,11 +136,11 @@ class JobRegistry:
             job.message = "stopped" if job.status == STOPPED else "finished"
         except JobStopped:
             job.status, job.message = STOPPED, "stopped"
-            store.add_event(job.id, "stopped", {"now": True})
+            store.add_event(job.id, EventKind.STOPPED, {"now": True})
         except Exception as err:  # a job's failure is data: recorded, shown, never a crashed server
             job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
             job.message = "failed"
-            store.add_event(job.id, "failed", {"error": job.error, "trace": traceback.format_exc(limit=8)})
+            store.add_event(job.id, EventKind.FAILED, {"error": job.error, "trace": traceback.format_exc(limit=8)})
         store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
                          error=job.error, finished_at=utc_now())
 
@@ -225,9 +227,9 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
         target = start + int(generations_more)
         chosen = proposer if proposer is not None else make_proposer(agents, store, llm_overrides, secrets, budget)
 
-        def on_event(kind: str, payload: dict[str, Any]) -> None:
+        def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
             ctx.emit(kind, payload)
-            if kind == "generation_complete":
+            if kind == EventKind.GENERATION_COMPLETE:
                 ctx.set_progress((int(payload["generation"]) - start) / max(1, target - start))
 
         factory = executor_factory or _sandbox

@@ -5,6 +5,7 @@ import pytest
 
 from engine.agents.offline import OfflineProposer
 from engine.domain import AUDIT, FITNESS, Candidate
+from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve, run_generation
 from engine.ingest.importer import IngestOptions, import_path
 from engine.review import approve, reject
@@ -41,6 +42,7 @@ def test_two_generations_build_a_gated_pool(demo_store, executor):
     assert set(verdicts["verdict"]) <= {"accept", "reject", "prune"}
     assert all(len(r) > 0 for r in verdicts["reasons"])
     kinds = [k for k, _ in events]
+    assert all(isinstance(k, EventKind) for k in kinds)  # the engine emits typed kinds
     assert kinds.count("generation_complete") == 2 and "candidate" in kinds and "verdict" in kinds
     # each pool member's stored dev score matches its stored votes
     scores = demo_store.scores(pool)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.agents.choice import AGENT_CHOICES, DEFAULT_AGENTS, make_proposer
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
@@ -42,26 +43,14 @@ def _progress(verbose: bool):
     return on_event
 
 
-def make_proposer(agents: str, args: argparse.Namespace, on_event=None):
-    """offline | llm | mixed; the LLM agents read their endpoint from flags, env or secrets."""
-    from engine.agents.offline import OfflineProposer
+def _proposer(args: argparse.Namespace, on_event):
+    """The agents named by --agents; the LLM ones get the endpoint, budget and prices from the flags."""
+    from engine.llm.client import Budget, PriceTable
 
-    if agents == "offline":
-        return OfflineProposer()
-    from engine.agents.llm import LLMProposer
-    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
-
-    overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model}.items() if v}
-    config = LLMConfig.from_env(overrides)
     budget = Budget(max_calls=args.max_calls, max_tokens=args.max_tokens, max_usd=args.max_usd)
-    prices = PriceTable.from_file(args.prices) if args.prices else PriceTable.default()
-    client = OpenAICompatibleClient(config, store=args.store, prices=prices, budget=budget)
-    llm = LLMProposer(client, on_event=on_event)
-    if agents == "llm":
-        return llm
-    from engine.agents.mixed import MixedProposer
-
-    return MixedProposer(llm, OfflineProposer())
+    prices = PriceTable.from_file(args.prices) if args.prices else None
+    return make_proposer(args.agents, args.store, llm_overrides={"base_url": args.base_url, "model": args.model},
+                         budget=budget, prices=prices, on_event=on_event)
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
@@ -83,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     on_event = _progress(args.verbose)
     with SandboxExecutor() as executor:
-        done = evolve(store, make_proposer(args.agents, args, on_event), executor, args.generations, config,
+        done = evolve(store, _proposer(args, on_event), executor, args.generations, config,
                       on_event)
     return {
         "workdir": str(args.workdir),
@@ -147,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("data", nargs="?", help="CSV / JSONL / Parquet file or WRENCH folder")
     common(run)
     run.add_argument("--generations", type=int, default=5, help="evolve until this many generations are complete")
-    run.add_argument("--agents", choices=("offline", "llm", "mixed"), default="offline")
+    run.add_argument("--agents", choices=AGENT_CHOICES, default=DEFAULT_AGENTS)
     run.add_argument("--dev-size", type=int, default=500)
     run.add_argument("--audit-fraction", type=float, default=0.2,
                      help="share of dev held back from the agents and the gate; auto chooses on it (0: none)")

@@ -19,13 +19,13 @@ from typing import Any
 
 import pandas as pd
 
+from engine.agents.choice import DEFAULT_AGENTS, make_proposer
 from engine.events import EventKind
 from engine.store.saved_labels import pool_key, save_labels
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
-AGENT_CHOICES = ("offline", "llm", "mixed")
 
 
 class JobStopped(Exception):
@@ -185,31 +185,7 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
 
 
 # ---- evolving -----------------------------------------------------------------------------------------
-def make_proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None = None,
-                  secrets: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None):
-    """offline | llm | mixed. The LLM agents read their endpoint from overrides, env or secrets."""
-    from engine.agents.offline import OfflineProposer
-
-    if agents not in AGENT_CHOICES:
-        raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
-    if agents == "offline":
-        return OfflineProposer()
-    from engine.agents.llm import LLMProposer
-    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
-
-    overrides = {k: v for k, v in (llm_overrides or {}).items() if v}
-    config = LLMConfig.from_env(overrides, secrets=secrets)
-    client = OpenAICompatibleClient(config, store=store, prices=PriceTable.default(),
-                                    budget=Budget(**{k: v for k, v in (budget or {}).items() if v}))
-    llm = LLMProposer(client)
-    if agents == "llm":
-        return llm
-    from engine.agents.mixed import MixedProposer
-
-    return MixedProposer(llm, OfflineProposer())
-
-
-def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "offline", *,
+def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = DEFAULT_AGENTS, *,
                  proposer: Any = None, executor_factory: Callable[[], Any] | None = None, config: Any = None,
                  llm_overrides: Mapping[str, Any] | None = None, secrets: Mapping[str, Any] | None = None,
                  budget: Mapping[str, Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
@@ -225,7 +201,7 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
             raise ValueError("the workspace holds no data yet: import a dataset first")
         start = store.last_complete_generation()
         target = start + int(generations_more)
-        chosen = proposer if proposer is not None else make_proposer(agents, store, llm_overrides, secrets, budget)
+        chosen = proposer if proposer is not None else _proposer(agents, store, llm_overrides, secrets, budget)
 
         def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
             ctx.emit(kind, payload)
@@ -240,6 +216,15 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
     params = {"agents": agents if proposer is None else getattr(proposer, "name", "custom"),
               "generations_more": int(generations_more)}
     return registry.start("evolve", workdir, work, params)
+
+
+def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None,
+              secrets: Mapping[str, Any] | None, budget: Mapping[str, Any] | None):
+    """The studio's agents; its budget fields use 0 for "no limit"."""
+    from engine.llm.costs import Budget
+
+    limits = Budget(**{k: v for k, v in (budget or {}).items() if v})
+    return make_proposer(agents, store, llm_overrides=llm_overrides, secrets=secrets, budget=limits)
 
 
 def _sandbox():

@@ -96,7 +96,7 @@ def server(fake_openai):
 def client_for(server: FakeOpenAIServer, store: Store | None = None, budget: Budget | None = None,
                **settings) -> OpenAICompatibleClient:
     config = LLMConfig(base_url=server.base_url, api_key="sk-agents-test", timeout_s=2.0, max_retries=1,
-                       retry_base_s=0.01, **settings)
+                       **settings)
     return OpenAICompatibleClient(config, store=store, budget=budget)
 
 

@@ -26,6 +26,7 @@ from engine.store.sql import utc_now
 from engine.store.workspace import Store
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
+DEFAULT_AGGREGATOR = "auto"  # what the studio and `evopool eval/export` label with unless told otherwise
 
 
 class JobStopped(Exception):
@@ -234,7 +235,7 @@ def _sandbox():
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------
-def start_labels(workdir: str | Path, aggregator: str = "auto", *, compare: bool = True,
+def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, compare: bool = True,
                  executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""
     from engine import labeling

@@ -37,6 +37,7 @@ class UsageError(Exception):
 class NoData(Exception):
     """The workspace holds no data yet, so there is nothing to evaluate, export or list (exit 1)."""
 
+
 # Kinds printed as one line each, and those printed only with --verbose.
 _SHOWN = frozenset({EventKind.GENERATION_STARTED, EventKind.AGENT_FINISHED, EventKind.EXECUTING,
                     EventKind.EMBEDDING, EventKind.AGGREGATING})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import sys
@@ -28,7 +27,6 @@ from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable
 if TYPE_CHECKING:
     from engine.store.workspace import Store
 
-log = logging.getLogger(__name__)
 DEFAULT_MODEL = "gpt-4o-mini"
 LOCAL_KEY = "not-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any key
 # Environment variable (also accepted as a top-level secrets.toml key) -> LLMConfig field.

@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test setup browser lint bench clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the versions the test suite passed with, so a fresh machine installs those.
+$(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,browser]'
 	touch $(STAMP)
 
 setup: $(STAMP)

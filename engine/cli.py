@@ -1,13 +1,23 @@
-"""`evopool`: the headless contract. Progress goes to stderr; the last stdout line of each command is JSON."""
+"""`evopool`: the headless contract. Progress goes to stderr; the last stdout line of each command is JSON.
+
+Exit codes: 0 done; 1 a domain error (bad data, a locked workspace, an LLM refusal...), told in one line on
+stderr with no traceback; 2 a usage error (argparse's: a wrong flag or choice, or DATA missing for a new
+workspace).
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engine.agents.choice import AGENT_CHOICES, DEFAULT_AGENTS, make_proposer
+from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
+from engine.embed.registry import EMBEDDERS
+from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
@@ -15,47 +25,52 @@ from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
 from engine.store.workspace import Store, WorkspaceLocked
 
+# What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
+DOMAIN_ERRORS = (IngestError, WorkspaceLocked, LLMError, ValueError, OSError)  # ValueError: e.g. a bad gate file
+
+
+class UsageError(Exception):
+    """The command line lacks something only the workspace's state shows is needed (exit 2, with usage)."""
+
+
+class NoData(Exception):
+    """The workspace holds no data yet, so there is nothing to evaluate, export or list (exit 1)."""
+
+
+# Kinds printed as one line each, and those printed only with --verbose.
+_SHOWN = frozenset({EventKind.GENERATION_STARTED, EventKind.AGENT_FINISHED, EventKind.EXECUTING,
+                    EventKind.EMBEDDING, EventKind.AGGREGATING})
+_VERBOSE = frozenset({EventKind.CANDIDATE_DROPPED, EventKind.VERDICT, EventKind.LLM_CALL, EventKind.LLM_REPAIR})
+
 
 def _progress(verbose: bool):
     started = time.monotonic()
 
-    def on_event(kind: str, payload: dict[str, Any]) -> None:
+    def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
         stamp = f"[{time.monotonic() - started:7.1f}s]"
-        if kind == "generation_complete":
+        if kind == EventKind.GENERATION_COMPLETE:
             print(f"{stamp} generation {payload['generation']}: {payload['accepted']}/{payload['candidates']} "
                   f"accepted, pool {payload['pool_size']}, dev macro-F1 {payload['dev_macro_f1']:.3f}"
                   + (" (reverted)" if payload["reverted"] else ""), file=sys.stderr, flush=True)
-        elif kind in ("generation_started", "agent_finished", "executing", "embedding", "aggregating"):
+        elif kind in _SHOWN:
             detail = ", ".join(f"{k}={v}" for k, v in payload.items())
             print(f"{stamp} {kind.replace('_', ' ')}: {detail}", file=sys.stderr, flush=True)
-        elif kind == "budget_exhausted":
+        elif kind == EventKind.BUDGET_EXHAUSTED:
             print(f"{stamp} LLM budget spent: the agents stop proposing", file=sys.stderr, flush=True)
-        elif verbose and kind in ("candidate_dropped", "verdict", "llm_call", "llm_repair"):
+        elif verbose and kind in _VERBOSE:
             print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)
 
     return on_event
 
 
-def make_proposer(agents: str, args: argparse.Namespace, on_event=None):
-    """offline | llm | mixed; the LLM agents read their endpoint from flags, env or secrets."""
-    from engine.agents.offline import OfflineProposer
+def _proposer(args: argparse.Namespace, on_event):
+    """The agents named by --agents; the LLM ones get the endpoint, budget and prices from the flags."""
+    from engine.llm.client import Budget, PriceTable
 
-    if agents == "offline":
-        return OfflineProposer()
-    from engine.agents.llm import LLMProposer
-    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
-
-    overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model}.items() if v}
-    config = LLMConfig.from_env(overrides)
     budget = Budget(max_calls=args.max_calls, max_tokens=args.max_tokens, max_usd=args.max_usd)
-    prices = PriceTable.from_file(args.prices) if args.prices else PriceTable.default()
-    client = OpenAICompatibleClient(config, store=args.store, prices=prices, budget=budget)
-    llm = LLMProposer(client, on_event=on_event)
-    if agents == "llm":
-        return llm
-    from engine.agents.mixed import MixedProposer
-
-    return MixedProposer(llm, OfflineProposer())
+    prices = PriceTable.from_file(args.prices) if args.prices else None
+    return make_proposer(args.agents, args.store, llm_overrides={"base_url": args.base_url, "model": args.model},
+                         budget=budget, prices=prices, on_event=on_event)
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
@@ -64,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     store = args.store
     if not store.has_data():
         if not args.data:
-            raise SystemExit("error: the workspace is empty; give DATA to import")
+            raise UsageError("the workspace is empty: give DATA to import")
         opts = IngestOptions(dev_size=args.dev_size, audit_fraction=args.audit_fraction, seed=args.seed,
                              text_column=args.text_column,
                              label_column=args.label_column, multi_label=args.multi_label,
@@ -77,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     on_event = _progress(args.verbose)
     with SandboxExecutor() as executor:
-        done = evolve(store, make_proposer(args.agents, args, on_event), executor, args.generations, config,
+        done = evolve(store, _proposer(args, on_event), executor, args.generations, config,
                       on_event)
     return {
         "workdir": str(args.workdir),
@@ -89,18 +104,12 @@ def cmd_run(args: argparse.Namespace) -> dict:
     }
 
 
-def _aggregator(args: argparse.Namespace) -> str:
-    """The asked aggregator; by default mv, or evoagg on a multi-label task (vote-only ones cannot label it)."""
-    task = args.store.load_task()
-    return args.aggregator or ("evoagg" if task is not None and task.multi_label else "mv")
-
-
 def cmd_eval(args: argparse.Namespace) -> dict:
     from engine.labeling import evaluate
     from engine.sandbox.executor import SandboxExecutor
 
     with SandboxExecutor() as executor:
-        return evaluate(args.store, executor, args.split, _aggregator(args), on_event=_progress(args.verbose),
+        return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose),
                         threshold=args.threshold)
 
 
@@ -110,7 +119,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
     from engine.sandbox.executor import SandboxExecutor
 
     with SandboxExecutor() as executor:
-        result = soft_labels(args.store, executor, _aggregator(args), on_event=_progress(args.verbose),
+        result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose),
                              threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
                                        args.format, extra={"dev_scores": result.dev_scores.to_dict()},
@@ -130,18 +139,30 @@ def cmd_pool(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evopool", description=__doc__)
+    parser = argparse.ArgumentParser(prog="evopool", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--workdir", required=True, type=Path, help="workspace folder (holds workspace.duckdb)")
         p.add_argument("-v", "--verbose", action="store_true", help="also print every verdict and dropped candidate")
+        p.set_defaults(parser=p)
+
+    def labeling(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--aggregator", choices=AGGREGATORS, default=DEFAULT_AGGREGATOR,
+                       help=f"how votes become labels (default: {DEFAULT_AGGREGATOR}; multi-label: evoagg or auto)")
+        p.add_argument("--threshold", type=float, default=0.5, help="multi-label: probability a class needs")
+        p.add_argument("--embedder", choices=tuple(EMBEDDERS),
+                       help="text embedder for the aggregators that read the text; kept as the workspace's "
+                            "(default: the workspace's, else minilm)")
 
     run = sub.add_parser("run", help="import DATA if the workspace is new, then evolve the pool")
     run.add_argument("data", nargs="?", help="CSV / JSONL / Parquet file or WRENCH folder")
     common(run)
     run.add_argument("--generations", type=int, default=5, help="evolve until this many generations are complete")
-    run.add_argument("--agents", choices=("offline", "llm", "mixed"), default="offline")
+    run.add_argument("--agents", choices=AGENT_CHOICES, default=DEFAULT_AGENTS,
+                     help="offline mines dev for cues; llm asks an OpenAI-compatible endpoint; mixed runs both")
     run.add_argument("--dev-size", type=int, default=500)
     run.add_argument("--audit-fraction", type=float, default=0.2,
                      help="share of dev held back from the agents and the gate; auto chooses on it (0: none)")
@@ -164,16 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score the pool's labels on a labeled split")
     common(ev)
     ev.add_argument("--split", choices=("test", "dev"), default="test")
-    ev.add_argument("--aggregator", help="mv (default), wmv, ds, evoagg, embedding, auto; multi-label: evoagg")
-    ev.add_argument("--threshold", type=float, default=0.5, help="multi-label: probability a class needs")
+    labeling(ev)
     ev.set_defaults(handler=cmd_eval)
 
     ex = sub.add_parser("export", help="write every example with its soft label")
     common(ex)
     ex.add_argument("--out", required=True, type=Path)
     ex.add_argument("--format", choices=("csv", "jsonl", "parquet"))
-    ex.add_argument("--aggregator", help="mv (default), wmv, ds, evoagg, embedding, auto; multi-label: evoagg")
-    ex.add_argument("--threshold", type=float, default=0.5, help="multi-label: probability a class needs")
+    labeling(ex)
     ex.set_defaults(handler=cmd_export)
 
     pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
@@ -182,14 +201,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("evopool-studio")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line: an import's row problems follow its summary, separated by ';'."""
+    lines = [line.strip().removeprefix("- ") for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return lines[0] + (": " + "; ".join(lines[1:]) if len(lines) > 1 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on a usage error
     try:
         args.store = Store.open(args.workdir)
+        if args.command != "run" and not args.store.has_data():
+            raise NoData(f"the workspace {args.workdir} holds no data: import it with "
+                         f"`evopool run DATA --workdir {args.workdir}`")
+        if getattr(args, "embedder", None):
+            args.store.set_meta("embedder", args.embedder)
         result = args.handler(args)
-    except (IngestError, WorkspaceLocked, LLMError, ValueError) as err:  # ValueError: e.g. a wrong aggregator
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except UsageError as err:
+        args.parser.error(str(err))  # exits 2
+    except (*DOMAIN_ERRORS, NoData) as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 1
     if result is not None:
         print(json.dumps(result))
     return 0

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from engine.agents.base import ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
+from engine.events import EventKind, EventSink, quiet
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
 from engine.store.workspace import Store
-
-EventSink = Callable[[str, dict[str, Any]], None]
-
-
-def _quiet(kind: str, payload: dict[str, Any]) -> None:
-    """The default event sink: drop events."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +31,7 @@ class EvolveConfig:
 
 
 def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,
-                 on_event: EventSink = _quiet) -> None:
+                 on_event: EventSink = quiet) -> None:
     """Run the sandbox for every annotator that has no stored votes on `split` yet."""
     missing = [a for a in store.annotators(annotator_ids) if split not in store.voted_splits(a.id)]
     if not missing:
@@ -44,10 +39,10 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
     task = store.load_task()
     frame = store.examples_frame(split)
     inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
-    on_event("executing", {"split": split, "annotators": len(missing), "examples": len(inputs)})
+    on_event(EventKind.EXECUTING, {"split": split, "annotators": len(missing), "examples": len(inputs)})
 
     def progress(done: int, total: int) -> None:
-        on_event("execute_progress", {"split": split, "done": done, "total": total})
+        on_event(EventKind.EXECUTE_PROGRESS, {"split": split, "done": done, "total": total})
 
     results = executor.run(missing, inputs, list(task.labels), on_progress=progress)
     for annotator, result in zip(missing, results, strict=False):
@@ -81,14 +76,14 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
     seen: set[str] = set()
     fresh: list[Annotator] = []
     for role in config.roles:
-        on_event("agent_started", {"generation": number, "agent": role})
+        on_event(EventKind.AGENT_STARTED, {"generation": number, "agent": role})
         proposals = proposer.propose(role, context)
         kept = 0
         for candidate in proposals:
             try:
                 annotator = make_annotator(candidate, number)
             except CodeRejected as err:
-                on_event("candidate_dropped", {"agent": role, "name": candidate.name, "reason": err.reason})
+                on_event(EventKind.CANDIDATE_DROPPED, {"agent": role, "name": candidate.name, "reason": err.reason})
                 continue
             if annotator.id in seen or annotator.id in judged:
                 continue
@@ -96,18 +91,18 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             store.save_annotator(annotator)
             fresh.append(annotator)
             kept += 1
-            on_event("candidate", {"generation": number, "agent": role, "annotator_id": annotator.id,
+            on_event(EventKind.CANDIDATE, {"generation": number, "agent": role, "annotator_id": annotator.id,
                                    "name": annotator.name})
-        on_event("agent_finished", {"generation": number, "agent": role, "proposed": len(proposals),
+        on_event(EventKind.AGENT_FINISHED, {"generation": number, "agent": role, "proposed": len(proposals),
                                     "kept": kept})
     return fresh
 
 
 def run_generation(store: Store, proposer: Proposer, executor: Executor, number: int,
-                   config: EvolveConfig = EvolveConfig(), on_event: EventSink = _quiet) -> Generation:
+                   config: EvolveConfig = EvolveConfig(), on_event: EventSink = quiet) -> Generation:
     started = time.monotonic()
     store.start_generation(number)
-    on_event("generation_started", {"generation": number})
+    on_event(EventKind.GENERATION_STARTED, {"generation": number})
     task = store.load_task()
     n_classes = len(task.labels)
     y_dev = store.gold(FITNESS)  # (n,) labels, or (n, k) label sets on a multi-label task
@@ -125,7 +120,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
         score = score_annotator(annotator.id, candidate_votes[:, j], y_dev, faults=run["faults"])
         store.save_score(score)
         candidates.append((annotator, candidate_votes[:, j], score))
-        on_event("scored", {"generation": number, "annotator_id": annotator.id, "name": annotator.name,
+        on_event(EventKind.SCORED, {"generation": number, "annotator_id": annotator.id, "name": annotator.name,
                             "agent": annotator.agent, "precision": score.precision, "fires": score.fires,
                             "coverage": score.coverage, "faults": score.faults,
                             "first_error": run["first_error"]})
@@ -133,7 +128,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
                        store.human_locked())
     for decision in outcome.decisions:
-        on_event("verdict", {"generation": number, "annotator_id": decision.annotator_id,
+        on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})
     seconds = time.monotonic() - started
     store.complete_generation(number, outcome.decisions, f1_before=outcome.f1_before, f1_after=outcome.f1_after,
@@ -141,7 +136,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                               reverted=outcome.reverted, seconds=seconds)
     generation = Generation(number, tuple(outcome.pool_ids), outcome.f1_before, outcome.f1_after,
                             tuple(outcome.decisions), len(fresh), outcome.reverted, seconds)
-    on_event("generation_complete", {"generation": number, "pool_size": len(outcome.pool_ids),
+    on_event(EventKind.GENERATION_COMPLETE, {"generation": number, "pool_size": len(outcome.pool_ids),
                                      "dev_macro_f1": outcome.f1_after, "reverted": outcome.reverted,
                                      "accepted": sum(d.verdict == "accept" for d in outcome.decisions),
                                      "candidates": len(fresh), "seconds": round(seconds, 2)})
@@ -149,13 +144,13 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
 
 
 def evolve(store: Store, proposer: Proposer, executor: Executor, generations: int,
-           config: EvolveConfig = EvolveConfig(), on_event: EventSink = _quiet,
+           config: EvolveConfig = EvolveConfig(), on_event: EventSink = quiet,
            should_stop: Callable[[], bool] = lambda: False) -> list[Generation]:
     """Run until `generations` complete generations exist (so a rerun resumes where a killed run stopped)."""
     done: list[Generation] = []
     for number in range(store.last_complete_generation() + 1, generations + 1):
         if should_stop():
-            on_event("stopped", {"generation": number})
+            on_event(EventKind.STOPPED, {"generation": number})
             break
         done.append(run_generation(store, proposer, executor, number, config, on_event))
     return done

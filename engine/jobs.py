@@ -19,12 +19,14 @@ from typing import Any
 
 import pandas as pd
 
+from engine.agents.choice import DEFAULT_AGENTS, make_proposer
+from engine.aggregators.registry import DEFAULT_AGGREGATOR
+from engine.events import EventKind
 from engine.store.saved_labels import pool_key, save_labels
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
 
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
-AGENT_CHOICES = ("offline", "llm", "mixed")
 
 
 class JobStopped(Exception):
@@ -73,15 +75,16 @@ class JobContext:
         self.job = job
         self.store = store
 
-    def emit(self, kind: str, payload: dict[str, Any]) -> None:
+    def emit(self, kind: EventKind, payload: dict[str, Any]) -> None:
         """Record one progress event; raise JobStopped when the expert asked to stop at once."""
         self.store.add_event(self.job.id, kind, payload)
-        if kind == "generation_complete":
+        if kind == EventKind.GENERATION_COMPLETE:
             self.set_progress(message=f"generation {payload.get('generation')} complete")
-        elif kind in ("embedding", "execute_progress") and "total" in payload:
-            what = "embedding texts" if kind == "embedding" else f"sandbox on {payload.get('split', 'rows')}"
+        elif kind in (EventKind.EMBEDDING, EventKind.EXECUTE_PROGRESS) and "total" in payload:
+            what = "embedding texts" if kind == EventKind.EMBEDDING else f"sandbox on {payload.get('split', 'rows')}"
             self.set_progress(message=f"{what}: {payload['done']:,} / {payload['total']:,}")
-        elif kind in ("agent_started", "executing", "generation_started", "aggregating"):
+        elif kind in (EventKind.AGENT_STARTED, EventKind.EXECUTING, EventKind.GENERATION_STARTED,
+                      EventKind.AGGREGATING):
             detail = payload.get("agent") or payload.get("aggregator") or payload.get("split") or ""
             detail = detail or payload.get("generation") or ""
             self.set_progress(message=f"{kind.replace('_', ' ')} {detail}".strip())
@@ -134,11 +137,11 @@ class JobRegistry:
             job.message = "stopped" if job.status == STOPPED else "finished"
         except JobStopped:
             job.status, job.message = STOPPED, "stopped"
-            store.add_event(job.id, "stopped", {"now": True})
+            store.add_event(job.id, EventKind.STOPPED, {"now": True})
         except Exception as err:  # a job's failure is data: recorded, shown, never a crashed server
             job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
             job.message = "failed"
-            store.add_event(job.id, "failed", {"error": job.error, "trace": traceback.format_exc(limit=8)})
+            store.add_event(job.id, EventKind.FAILED, {"error": job.error, "trace": traceback.format_exc(limit=8)})
         store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
                          error=job.error, finished_at=utc_now())
 
@@ -184,31 +187,7 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
 
 
 # ---- evolving -----------------------------------------------------------------------------------------
-def make_proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None = None,
-                  secrets: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None):
-    """offline | llm | mixed. The LLM agents read their endpoint from overrides, env or secrets."""
-    from engine.agents.offline import OfflineProposer
-
-    if agents not in AGENT_CHOICES:
-        raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
-    if agents == "offline":
-        return OfflineProposer()
-    from engine.agents.llm import LLMProposer
-    from engine.llm.client import Budget, LLMConfig, OpenAICompatibleClient, PriceTable
-
-    overrides = {k: v for k, v in (llm_overrides or {}).items() if v}
-    config = LLMConfig.from_env(overrides, secrets=secrets)
-    client = OpenAICompatibleClient(config, store=store, prices=PriceTable.default(),
-                                    budget=Budget(**{k: v for k, v in (budget or {}).items() if v}))
-    llm = LLMProposer(client)
-    if agents == "llm":
-        return llm
-    from engine.agents.mixed import MixedProposer
-
-    return MixedProposer(llm, OfflineProposer())
-
-
-def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "offline", *,
+def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = DEFAULT_AGENTS, *,
                  proposer: Any = None, executor_factory: Callable[[], Any] | None = None, config: Any = None,
                  llm_overrides: Mapping[str, Any] | None = None, secrets: Mapping[str, Any] | None = None,
                  budget: Mapping[str, Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
@@ -224,11 +203,11 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
             raise ValueError("the workspace holds no data yet: import a dataset first")
         start = store.last_complete_generation()
         target = start + int(generations_more)
-        chosen = proposer if proposer is not None else make_proposer(agents, store, llm_overrides, secrets, budget)
+        chosen = proposer if proposer is not None else _proposer(agents, store, llm_overrides, secrets, budget)
 
-        def on_event(kind: str, payload: dict[str, Any]) -> None:
+        def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
             ctx.emit(kind, payload)
-            if kind == "generation_complete":
+            if kind == EventKind.GENERATION_COMPLETE:
                 ctx.set_progress((int(payload["generation"]) - start) / max(1, target - start))
 
         factory = executor_factory or _sandbox
@@ -241,6 +220,15 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = "
     return registry.start("evolve", workdir, work, params)
 
 
+def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None,
+              secrets: Mapping[str, Any] | None, budget: Mapping[str, Any] | None):
+    """The studio's agents; its budget fields use 0 for "no limit"."""
+    from engine.llm.costs import Budget
+
+    limits = Budget(**{k: v for k, v in (budget or {}).items() if v})
+    return make_proposer(agents, store, llm_overrides=llm_overrides, secrets=secrets, budget=limits)
+
+
 def _sandbox():
     from engine.sandbox.executor import SandboxExecutor
 
@@ -248,7 +236,7 @@ def _sandbox():
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------
-def start_labels(workdir: str | Path, aggregator: str = "auto", *, compare: bool = True,
+def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, compare: bool = True,
                  executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""
     from engine import labeling

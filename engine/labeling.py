@@ -25,7 +25,8 @@ from engine.aggregators.registry import (
     predict_labels,
 )
 from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
-from engine.evolve import EventSink, _quiet, ensure_votes
+from engine.events import EventKind, EventSink, quiet
+from engine.evolve import ensure_votes
 from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
@@ -59,7 +60,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
-                  on_event: EventSink = _quiet) -> dict[str, object]:
+                  on_event: EventSink = quiet) -> dict[str, object]:
     """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
     of the text and, for "relation", TF-IDF of the words between the two entity mentions."""
     texts = list(frame["text"])
@@ -69,7 +70,7 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
         from engine.embed.registry import get_embedder
 
         def progress(done: int, total: int) -> None:
-            on_event("embedding", {"done": done, "total": total})
+            on_event(EventKind.EMBEDDING, {"done": done, "total": total})
 
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
@@ -136,7 +137,7 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
 
 
 def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None = None,
-                    seed: int = 0, on_event: EventSink = _quiet, score_dev: bool = True,
+                    seed: int = 0, on_event: EventSink = quiet, score_dev: bool = True,
                     threshold: float = THRESHOLD) -> LabelingResult:
     """Fit `aggregator` on dev and label the rows of `splits` (None: every row).
 
@@ -154,7 +155,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     y_dev = frame["label"].to_numpy()[dev].astype(int)
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
     votes_selected = store.last_complete_generation() > 0  # the gate chose the pool on these dev rows
-    on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
+    on_event(EventKind.AGGREGATING, {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
     if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
@@ -199,7 +200,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
     dev_features = _rows(features, dev)
-    on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
+    on_event(EventKind.AGGREGATING, {"aggregator": aggregator, "rows": len(ids)})
     probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
     oof, dev_scores = None, DevScores()
     if score_dev:
@@ -228,13 +229,13 @@ def multilabel_scores(Y: np.ndarray, hard: np.ndarray) -> dict[str, float]:
 
 
 def soft_labels(store: Store, executor: Executor, aggregator: str = "auto", seed: int = 0,
-                on_event: EventSink = _quiet, threshold: float = THRESHOLD) -> LabelingResult:
+                on_event: EventSink = quiet, threshold: float = THRESHOLD) -> LabelingResult:
     """Soft labels for every row of the workspace (what `export` writes)."""
     return fit_and_predict(store, executor, aggregator, None, seed, on_event, threshold=threshold)
 
 
 def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: str = "mv", seed: int = 0,
-             on_event: EventSink = _quiet, threshold: float = THRESHOLD) -> dict:
+             on_event: EventSink = quiet, threshold: float = THRESHOLD) -> dict:
     """Quality on a labeled split. Every row counts: a row that gets no label is wrong."""
     if split not in ("test", "dev"):
         raise ValueError("evaluate on 'test' or 'dev'")
@@ -268,7 +269,7 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
 
 
 def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...] = AGGREGATORS, seed: int = 0,
-                        on_event: EventSink = _quiet) -> list[dict]:
+                        on_event: EventSink = quiet) -> list[dict]:
     """Dev out-of-fold scores of each aggregator, side by side (dev only: no test label is read).
 
     On a multi-label task only those that can label it, and not `auto` (it is `evoagg` there).

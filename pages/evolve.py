@@ -1,7 +1,8 @@
 """Evolve: run generations in the background, watch the agents live, and judge the gate's verdicts."""
 import streamlit as st
 
-from engine.jobs import AGENT_CHOICES, REGISTRY, start_evolve
+from engine.agents.choice import AGENT_CHOICES, AGENTS
+from engine.jobs import REGISTRY, start_evolve
 from studio import figures, progress, queries, review_ui, widgets
 
 widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
@@ -14,7 +15,7 @@ last = store.last_complete_generation()
 with st.container(border=True):
     left, mid, right = st.columns([2, 1, 2])
     agents = left.radio("Agents", AGENT_CHOICES, horizontal=True, key="evolve_agents",
-                        format_func={"offline": "Offline (no LLM)", "llm": "LLM", "mixed": "Mixed"}.get,
+                        format_func=AGENTS.get,
                         help="Offline agents mine the dev split for cues; LLM agents need an OpenAI-compatible "
                              "endpoint (OPENAI_BASE_URL / OPENAI_API_KEY or .streamlit/secrets.toml).")
     until = mid.number_input("Run until generation", last + 1, last + 50, last + 1, key="evolve_until",

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from engine import export
-from engine.aggregators.registry import DESCRIPTIONS
+from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import pool_key
@@ -20,7 +20,7 @@ job = REGISTRY.running(workdir, "labels")
 with st.container(border=True):
     left, right = st.columns([2, 1])
     usable = aggregators_for(task)  # a multi-label task has no vote-only aggregators
-    aggregator = left.selectbox("Aggregator", usable, index=usable.index("auto"), key=state.AGGREGATOR,
+    aggregator = left.selectbox("Aggregator", usable, index=usable.index(DEFAULT_AGGREGATOR), key=state.AGGREGATOR,
                                 format_func=lambda a: f"{a}: {DESCRIPTIONS[a]}")
     result = labels_ui.saved(name, aggregator)
     stale = result is not None and result.pool_key != pool_key(store)

@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from engine.events import EventKind
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store
 from studio import queries
@@ -30,47 +31,50 @@ class RunView:
 
 
 def fold_events(events: list[dict[str, Any]]) -> RunView:
-    """Fold one run's events (oldest first) into what the live panel shows."""
+    """Fold one run's events (oldest first) into what the live panel shows.
+
+    A stored kind is its plain string; `EventKind` members equal it, and kinds this panel does not show pass.
+    """
     view = RunView()
     by_id: dict[str, dict[str, Any]] = {}
     for e in events:
         kind = e["kind"]
-        if kind == "generation_started":
+        if kind == EventKind.GENERATION_STARTED:
             view.generation, view.agent, view.sandbox = e["generation"], None, None
             view.feed.append(f"Generation {e['generation']} started")
-        elif kind == "agent_started":
+        elif kind == EventKind.AGENT_STARTED:
             view.agent = e["agent"]
             view.feed.append(f"The {e['agent']} is proposing…")
-        elif kind == "candidate":
+        elif kind == EventKind.CANDIDATE:
             row = {"generation": e["generation"], "agent": e["agent"], "id": e["annotator_id"], "name": e["name"],
                    "precision": None, "coverage": None, "fires": None, "verdict": "…", "reasons": ""}
             by_id[e["annotator_id"]] = row
             view.candidates.append(row)
-        elif kind == "candidate_dropped":
+        elif kind == EventKind.CANDIDATE_DROPPED:
             view.dropped.append(e)
             view.feed.append(f"Dropped a {e['agent']} candidate: {e['reason']}")
-        elif kind == "agent_finished":
+        elif kind == EventKind.AGENT_FINISHED:
             view.feed.append(f"The {e['agent']} proposed {e['proposed']}, {e['kept']} new")
-        elif kind == "executing":
+        elif kind == EventKind.EXECUTING:
             view.agent = None
             view.sandbox = (0, int(e.get("examples", 0)) * int(e.get("annotators", 1)) or 1)
             view.feed.append(f"Sandbox: {e['annotators']} annotator(s) × {e['examples']:,} {e['split']} rows")
-        elif kind == "execute_progress":
+        elif kind == EventKind.EXECUTE_PROGRESS:
             view.sandbox = (int(e["done"]), int(e["total"]))
-        elif kind == "scored" and e["annotator_id"] in by_id:
+        elif kind == EventKind.SCORED and e["annotator_id"] in by_id:
             by_id[e["annotator_id"]].update(precision=e["precision"], coverage=e["coverage"], fires=e["fires"])
-        elif kind == "verdict" and e["annotator_id"] in by_id:
+        elif kind == EventKind.VERDICT and e["annotator_id"] in by_id:
             by_id[e["annotator_id"]].update(verdict=e["verdict"], reasons="; ".join(e["reasons"]))
-        elif kind == "generation_complete":
+        elif kind == EventKind.GENERATION_COMPLETE:
             view.completed.append(e)
             view.sandbox = None
             view.feed.append(f"Generation {e['generation']} complete: {e['accepted']}/{e['candidates']} accepted, "
                              f"pool {e['pool_size']}, dev macro-F1 {e['dev_macro_f1']:.3f}"
                              + (" (reverted: it did harm)" if e.get("reverted") else ""))
-        elif kind == "stopped":
+        elif kind == EventKind.STOPPED:
             view.finished = "stopped"
             view.feed.append("Stopped.")
-        elif kind == "failed":
+        elif kind == EventKind.FAILED:
             view.finished, view.error = "failed", e.get("error")
     return view
 

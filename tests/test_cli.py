@@ -1,20 +1,30 @@
 """`evopool` as other tools call it: a real subprocess, JSON on the last stdout line."""
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pandas as pd
 
+from engine.agents.choice import AGENT_CHOICES
+from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
+from engine.cli import build_parser
 from engine.domain import AUDIT, FITNESS
+from engine.embed.registry import EMBEDDERS
+from engine.jobs import start_labels
 from engine.store.workspace import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def evopool(*args: str) -> tuple[dict | None, subprocess.CompletedProcess]:
     out = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=600)
     lines = out.stdout.strip().splitlines()
-    return (json.loads(lines[-1]) if lines else None), out
+    return (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), out
 
 
 def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
@@ -65,9 +75,49 @@ def test_run_holds_back_audit_rows_on_request(tmp_path, demo_csv):
     Store.close_all()
 
 
-def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
+def test_bad_input_is_a_one_line_domain_error_not_a_traceback(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,text,label\n1,hello,a\n1,again,b\n")
     _, out = evopool("run", str(bad), "--workdir", str(tmp_path / "ws"))
-    assert out.returncode == 2
-    assert "row 2: duplicate id '1'" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "row 2: duplicate id '1'" in line and "Traceback" not in out.stderr
+
+
+def test_a_workspace_without_data_is_a_domain_error_for_eval_export_and_pool(tmp_path):
+    ws = str(tmp_path / "empty")
+    for command in (["eval"], ["export", "--out", str(tmp_path / "x.csv")], ["pool"]):
+        _, out = evopool(*command, "--workdir", ws)
+        assert out.returncode == 1, (command, out.stderr)
+        assert out.stderr.strip().splitlines() == [f"error: the workspace {ws} holds no data: import it with "
+                                                   f"`evopool run DATA --workdir {ws}`"]
+
+
+def test_usage_errors_exit_2_with_the_usage(tmp_path):
+    ws = str(tmp_path / "ws")
+    for args in (["eval", "--workdir", ws, "--aggregator", "best"], ["run", "--workdir", ws, "--agents", "gpt"],
+                 ["frobnicate"], ["run", "--workdir", ws]):
+        _, out = evopool(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.startswith("usage: evopool") and "Traceback" not in out.stderr
+    # the last one: a new workspace needs DATA, which only the workspace's state shows
+    assert "evopool run: error: the workspace is empty: give DATA to import" in out.stderr
+
+
+def test_version_is_the_package_version():
+    _, out = evopool("--version")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert out.returncode == 0 and out.stdout.strip() == f"evopool {version}"
+
+
+def test_choices_come_from_the_registries_and_the_default_aggregator_is_the_studios():
+    parser = build_parser()
+    for name in AGGREGATORS:
+        assert parser.parse_args(["eval", "--workdir", "w", "--aggregator", name]).aggregator == name
+    for name in EMBEDDERS:
+        assert parser.parse_args(["export", "--workdir", "w", "--out", "o", "--embedder", name]).embedder == name
+    for name in AGENT_CHOICES:
+        assert parser.parse_args(["run", "--workdir", "w", "--agents", name]).agents == name
+    studio_default = inspect.signature(start_labels).parameters["aggregator"].default
+    assert parser.parse_args(["eval", "--workdir", "w"]).aggregator == studio_default == DEFAULT_AGGREGATOR
+    assert parser.parse_args(["export", "--workdir", "w", "--out", "o"]).aggregator == studio_default

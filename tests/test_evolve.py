@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from engine.agents.offline import OfflineProposer
-from engine.domain import AUDIT, FITNESS
+from engine.domain import AUDIT, FITNESS, Candidate
+from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve, run_generation
 from engine.ingest.importer import IngestOptions, import_path
 from engine.review import approve, reject
@@ -41,6 +42,7 @@ def test_two_generations_build_a_gated_pool(demo_store, executor):
     assert set(verdicts["verdict"]) <= {"accept", "reject", "prune"}
     assert all(len(r) > 0 for r in verdicts["reasons"])
     kinds = [k for k, _ in events]
+    assert all(isinstance(k, EventKind) for k in kinds)  # the engine emits typed kinds
     assert kinds.count("generation_complete") == 2 and "candidate" in kinds and "verdict" in kinds
     # each pool member's stored dev score matches its stored votes
     scores = demo_store.scores(pool)
@@ -100,18 +102,36 @@ def test_same_seed_same_pool(tmp_path, demo_csv, executor):
     assert pools[0] == pools[1]
 
 
+class _WithRareCandidate(OfflineProposer):
+    """The offline proposer, plus in generation 1 a precise annotator that fires on only two dev rows.
+
+    The gate must reject it (fewer fires than `GateConfig.min_fires`), whatever the data and libraries make of
+    the offline candidates, so the test below always has a gate rejection to overrule.
+    """
+
+    def propose(self, role, context):
+        proposals = super().propose(role, context)
+        if role != "generator" or context.generation != 1:
+            return proposals
+        rows = {ex.text: context.task.labels[ex.label] for ex in context.dev[:2]}
+        source = f"RARE = {rows!r}\n\n\ndef annotate(example):\n    return RARE.get(example.get('text'))\n"
+        return [*proposals, Candidate(source=source, agent=role, name="two_rows_by_heart")]
+
+
 def test_human_verdicts_hold_in_later_generations(demo_store, executor):
-    evolve(demo_store, OfflineProposer(), executor, 1)
+    evolve(demo_store, _WithRareCandidate(), executor, 1)
     pool = demo_store.pool_ids()
-    rejected = [a for a in demo_store.latest_verdicts() if a not in pool]
-    assert rejected, "the demo's first generation should have gate rejections to overrule"
+    rare = next(a.id for a in demo_store.annotators() if a.name == "two_rows_by_heart")
+    assert demo_store.latest_verdicts()[rare] == ("reject", "gate") and rare not in pool
+    assert any("fires 2 <" in reason for reason in demo_store.verdicts(rare)["reasons"][0])
+    assert pool, "the offline agents' first generation should admit someone to the pool"
     reject(demo_store, pool[0], "too broad for our guideline")
-    approve(demo_store, rejected[0], "the gate was too strict here")
-    run_generation(demo_store, OfflineProposer(), executor, 2)
+    approve(demo_store, rare, "the gate was too strict here")
+    run_generation(demo_store, _WithRareCandidate(), executor, 2)
     after = demo_store.pool_ids()
     assert pool[0] not in after
-    assert rejected[0] in after
+    assert rare in after
     # the human verdicts are still the latest ones: the gate did not overrule them
-    assert demo_store.human_locked() == {pool[0]: "reject", rejected[0]: "approve"}
+    assert demo_store.human_locked() == {pool[0]: "reject", rare: "approve"}
     assert current_dev_macro_f1(demo_store) == pytest.approx(
         pool_macro_f1(demo_store.vote_matrix(after, FITNESS).votes, demo_store.label_indices(FITNESS), 2))

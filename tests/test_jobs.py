@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.domain import Candidate, DevScores, SoftLabels
+from engine.events import EventKind
 from engine.ingest.importer import import_path
 from engine.jobs import (
     DONE,
@@ -76,6 +77,7 @@ def test_evolve_job_runs_in_a_background_thread_and_its_events_reach_the_store(w
                  "generation_complete"):
         assert kind in kinds
     assert kinds.count("generation_complete") == 2
+    assert all(type(k) is str for k in kinds) and set(kinds) <= {k.value for k in EventKind}  # stored as plain text
     row = store.jobs().set_index("id").loc[job.id]
     assert row["status"] == "done" and row["kind"] == "evolve"
     assert row["progress"] == pytest.approx(1.0)

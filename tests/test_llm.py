@@ -18,7 +18,6 @@ from engine.llm.client import (
     OpenAICompatibleClient,
     PriceTable,
     request_hash,
-    retry_after_seconds,
 )
 from engine.store.workspace import Store
 
@@ -28,8 +27,7 @@ MESSAGES = [{"role": "system", "content": "You write annotators."}, {"role": "us
 
 def make_client(server: FakeOpenAIServer, store: Store | None = None, budget: Budget | None = None,
                 **overrides) -> OpenAICompatibleClient:
-    settings = {"base_url": server.base_url, "api_key": KEY, "timeout_s": 2.0, "max_retries": 2,
-                "retry_base_s": 0.01, "retry_cap_s": 5.0, **overrides}
+    settings = {"base_url": server.base_url, "api_key": KEY, "timeout_s": 2.0, "max_retries": 2, **overrides}
     return OpenAICompatibleClient(LLMConfig(**settings), store=store, budget=budget)
 
 
@@ -46,7 +44,7 @@ def test_config_precedence_overrides_env_secrets_defaults():
     assert config.timeout_s == pytest.approx(9.5)
     assert config.api_key == "sk-from-secrets"
     assert config.base_url is None  # a blank variable counts as unset
-    assert config.max_parallel == 2 and config.max_retries == 4 and config.retry_cap_s == 30.0
+    assert config.max_parallel == 2 and config.max_retries == 4
 
 
 def test_config_rejects_unknown_settings_and_bad_numbers():
@@ -109,13 +107,12 @@ def test_budget_counts_calls_exactly_across_threads():
     assert spent.exhausted and spent.spent() == {"calls": 0, "tokens": 100, "usd": 0.02}
 
 
-def test_retry_after_parsing_and_cap(fake_openai):
-    assert retry_after_seconds({"retry-after": "2"}) == 2.0
-    assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
-    assert retry_after_seconds({"retry-after": "soon"}) is None
-    client = make_client(fake_openai, retry_cap_s=3.0)
-    assert client._backoff(0, 100.0) == 3.0  # a huge Retry-After is capped
-    assert client._backoff(0, 1.5) == 1.5
+def test_a_retry_after_beyond_two_minutes_is_not_waited_for(fake_openai, store):
+    """openai's own rule: a server asking for more than two minutes gets no retry, so the call fails at once."""
+    fake_openai.fail(429, headers={"Retry-After": "1000"})
+    with pytest.raises(LLMCallFailed, match="failed after 1 attempt: HTTP 429"):
+        make_client(fake_openai, store, max_retries=3).complete(MESSAGES, role="generator")
+    assert len(fake_openai.requests) == 1 and len(store.llm_calls()) == 1
 
 
 def test_request_hash_depends_on_every_part():
@@ -166,12 +163,17 @@ def test_429_waits_at_least_retry_after_then_succeeds(fake_openai, store):
     assert errors.iloc[0] == "HTTP 429: scripted HTTP 429" and pd.isna(errors.iloc[1])
 
 
-def test_500_then_success_is_retried(fake_openai):
-    fake_openai.fail(500)
+def test_500_then_success_is_retried_by_openai_and_each_attempt_is_logged(fake_openai, store):
+    fake_openai.fail(500, message="overloaded")
     fake_openai.fail(502)
     fake_openai.reply("ok")
-    assert make_client(fake_openai).complete(MESSAGES, role="improver").text == "ok"
-    assert len(fake_openai.requests) == 3
+    assert make_client(fake_openai, store).complete(MESSAGES, role="improver").text == "ok"
+    # the openai client did the retrying: it numbers its attempts in a header
+    assert [r.headers.get("x-stainless-retry-count") for r in fake_openai.requests] == ["0", "1", "2"]
+    calls = store.llm_calls()
+    assert list(calls["error"].fillna("")) == ["HTTP 500: overloaded", "HTTP 502: scripted HTTP 502", ""]
+    assert list(calls["reply"].fillna("")) == ["", "", "ok"] and calls["request_hash"].nunique() == 1
+    assert (calls["tokens_out"] > 0).sum() == 1  # only the answered attempt is charged
 
 
 def test_hang_past_timeout_is_retried(fake_openai, store):
@@ -196,6 +198,16 @@ def test_server_errors_beyond_retries_raise_call_failed(fake_openai):
         fake_openai.fail(503)
     with pytest.raises(LLMCallFailed, match="3 attempts: HTTP 503"):
         make_client(fake_openai, max_retries=2).complete(MESSAGES, role="generator")
+
+
+def test_refused_connections_are_retried_then_fail(store):
+    with FakeOpenAIServer() as gone:
+        base_url = gone.base_url  # a port that was just closed: connecting is refused
+    client = OpenAICompatibleClient(LLMConfig(base_url=base_url, api_key=KEY, max_retries=1), store=store)
+    with pytest.raises(LLMCallFailed, match="failed after 2 attempts: connection failed"):
+        client.complete(MESSAGES, role="generator")
+    errors = list(store.llm_calls()["error"])
+    assert len(errors) == 2 and all(e.startswith("connection failed: ") for e in errors)
 
 
 @pytest.mark.parametrize("status", [401, 403])

@@ -10,9 +10,12 @@ from fake_openai_server import FakeOpenAIServer
 
 from engine.agents import prompts
 from engine.agents.base import ProposalContext
+from engine.agents.choice import AGENT_CHOICES, make_proposer
 from engine.agents.llm import LLMProposer, check_reply
 from engine.agents.mixed import MixedProposer
+from engine.agents.offline import OfflineProposer
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
+from engine.events import EventKind
 from engine.llm.client import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source
 from engine.score import score_annotator
@@ -93,7 +96,7 @@ def server(fake_openai):
 def client_for(server: FakeOpenAIServer, store: Store | None = None, budget: Budget | None = None,
                **settings) -> OpenAICompatibleClient:
     config = LLMConfig(base_url=server.base_url, api_key="sk-agents-test", timeout_s=2.0, max_retries=1,
-                       retry_base_s=0.01, **settings)
+                       **settings)
     return OpenAICompatibleClient(config, store=store, budget=budget)
 
 
@@ -369,3 +372,20 @@ def test_two_generations_through_evolve(server, store):
                                   "reason": "duplicate of an annotator already in the pool, proposed or rejected"}
             ) in events  # generation 2's generator repeated FREE
     assert store.last_complete_generation() == 2 and len(store.llm_calls()) == 4
+
+
+# ---- choosing the agents ------------------------------------------------------------------------
+def test_make_proposer_builds_each_choice_and_refuses_others(server, store):
+    assert isinstance(make_proposer("offline"), OfflineProposer)
+    server.reply(fenced(FREE))
+    events: list[EventKind] = []
+    mixed = make_proposer("mixed", store, llm_overrides={"base_url": server.base_url, "model": ""},
+                          budget=Budget(max_calls=1), on_event=lambda kind, payload: events.append(kind))
+    llm, offline = mixed.proposers
+    assert isinstance(llm, LLMProposer) and isinstance(offline, OfflineProposer)
+    llm.n_per_role = 1
+    assert [c.source for c in llm.propose("generator", context_for([]))] == [check_source(FREE)]
+    assert EventKind.LLM_CALL in events and len(store.llm_calls()) == 1  # the CLI's sink, the studio's store
+    assert set(AGENT_CHOICES) == {"offline", "llm", "mixed"}
+    with pytest.raises(ValueError, match="agents must be one of"):
+        make_proposer("oracle")

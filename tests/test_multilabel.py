@@ -278,11 +278,12 @@ def test_cli_multi_label_run_eval_export(tmp_path):
 
     result, out = evopool("eval", "--workdir", ws, "--split", "test")
     assert out.returncode == 0, out.stderr
-    assert result["multi_label"] is True and result["aggregator"] == "evoagg" and result["n"] == 30
+    # the default is the studio's aggregator, auto, which labels a multi-label task with its multi-label EvoAgg
+    assert result["multi_label"] is True and result["aggregator"] == "auto" and result["n"] == 30
     assert 0.0 < result["macro_f1"] <= 1.0 and 0.0 <= result["exact_match"] <= 1.0 and "micro_f1" in result
 
     _, out = evopool("eval", "--workdir", ws, "--aggregator", "mv")
-    assert out.returncode == 2 and "multi-label" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "multi-label" in out.stderr and "Traceback" not in out.stderr  # a domain error
 
     csv = tmp_path / "labels.csv"
     result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--threshold", "0.4")

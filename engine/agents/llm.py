@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +19,10 @@ import numpy as np
 from engine.agents import prompts
 from engine.agents.base import ProposalContext
 from engine.domain import AGENT_ROLES, Annotator, Candidate, code_hash
+from engine.events import EventKind, EventSink
 from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient
 from engine.sandbox.checks import CodeRejected, check_source, extract_code
 
-EventSink = Callable[[str, dict[str, Any]], None]
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
 
@@ -173,7 +172,7 @@ class LLMProposer:
             reply = self._complete(job, job.messages)
             outcome.sources, errors = check_reply(reply)
             if errors:
-                self._emit("llm_repair", {"agent": job.role, "call": job.index, "errors": errors})
+                self._emit(EventKind.LLM_REPAIR, {"agent": job.role, "call": job.index, "errors": errors})
                 repaired = self._complete(job, prompts.repair_messages(job.messages, reply, errors))
                 fixed, still = check_reply(repaired)
                 outcome.sources += fixed
@@ -181,7 +180,7 @@ class LLMProposer:
         except BudgetExhausted as err:
             outcome.exhausted = self.budget_exhausted = True
             outcome.dropped += [f"rejected, not repaired (budget exhausted): {e}" for e in errors]
-            self._emit("budget_exhausted", {"agent": job.role, "call": job.index, "message": str(err)})
+            self._emit(EventKind.BUDGET_EXHAUSTED, {"agent": job.role, "call": job.index, "message": str(err)})
         except LLMCallFailed as err:
             outcome.failed = err
             outcome.dropped += [f"rejected, repair call failed: {e}" for e in errors] or [f"LLM call failed: {err}"]
@@ -189,7 +188,7 @@ class LLMProposer:
 
     def _complete(self, job: _Job, messages: list[dict]) -> str:
         reply = self.client.complete(messages, role=job.role, seed=job.seed)
-        self._emit("llm_call", {"agent": job.role, "call": job.index, "cached": reply.cached,
+        self._emit(EventKind.LLM_CALL, {"agent": job.role, "call": job.index, "cached": reply.cached,
                                 "tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out,
                                 "cost_usd": reply.cost_usd, "latency_s": round(reply.latency_s, 3)})
         return reply.text
@@ -197,9 +196,9 @@ class LLMProposer:
     # ---- reporting -----------------------------------------------------------------------------
     def _drop(self, role: str, reason: str) -> None:
         self.last_dropped.append((role, reason))
-        self._emit("candidate_dropped", {"agent": role, "name": "", "reason": reason})
+        self._emit(EventKind.CANDIDATE_DROPPED, {"agent": role, "name": "", "reason": reason})
 
-    def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+    def _emit(self, kind: EventKind, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
             with self._event_lock:
                 self.on_event(kind, payload)

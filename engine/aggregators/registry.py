@@ -65,6 +65,7 @@ _ENTRIES = (
 )
 ENTRIES: Mapping[str, AggregatorEntry] = {entry.name: entry for entry in _ENTRIES}
 AGGREGATORS: tuple[str, ...] = tuple(ENTRIES)
+DEFAULT_AGGREGATOR = "auto"  # what the studio and `evopool eval/export` label with unless told otherwise
 DESCRIPTIONS: dict[str, str] = {name: entry.description for name, entry in ENTRIES.items()}
 
 

@@ -1,19 +1,19 @@
 """The LLM seam: `LLMClient` protocol plus the adapter for any OpenAI-compatible endpoint.
 
-The only module that imports `openai`. It owns what every call needs regardless of the agent: its own
-retries (honouring Retry-After), a cap on parallel calls, a spending budget, a price table, and the
-store's call log, which doubles as a cache so a rerun with the same seed is reproducible and free.
+The only module that imports `openai`. Retries are the `openai` client's own (`max_retries`: it retries
+408/409/429/5xx, timeouts and dropped connections with backoff and honours Retry-After); this module adds a
+cap on parallel requests, a spending budget, a price table, and the store's call log (one row per HTTP
+attempt, written by the HTTP client openai sends through), which doubles as a cache so a rerun with the
+same seed is reproducible and free.
 The API key lives only in `LLMConfig` and the HTTP client: never logged, stored or shown.
 """
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
-import logging
 import os
-import random
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -27,14 +27,12 @@ from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable
 if TYPE_CHECKING:
     from engine.store.workspace import Store
 
-log = logging.getLogger(__name__)
 DEFAULT_MODEL = "gpt-4o-mini"
 LOCAL_KEY = "not-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any key
 # Environment variable (also accepted as a top-level secrets.toml key) -> LLMConfig field.
 ENV_VARS = {"OPENAI_API_KEY": "api_key", "OPENAI_BASE_URL": "base_url", "EVOPOOL_MODEL": "model",
             "EVOPOOL_TEMPERATURE": "temperature", "EVOPOOL_MAX_TOKENS": "max_tokens",
             "EVOPOOL_LLM_TIMEOUT": "timeout_s", "EVOPOOL_LLM_PARALLEL": "max_parallel"}
-RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{4,})")
 
 
@@ -58,10 +56,8 @@ class LLMConfig:
     temperature: float = 0.7
     max_tokens: int = 1500
     timeout_s: float = 60.0
-    max_retries: int = 4
+    max_retries: int = 4  # the openai client's: attempts = 1 + max_retries
     max_parallel: int = 4
-    retry_base_s: float = 1.0  # first backoff wait; doubles per retry
-    retry_cap_s: float = 30.0  # no single wait (Retry-After included) is longer
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.public().items())
@@ -153,9 +149,6 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
-_ADAPTED = "request reshaped for the model"
-
-
 def _apply_param_fixes(request: dict, fixes: set[str]) -> None:
     if "max_completion_tokens" in fixes and "max_tokens" in request:
         request["max_completion_tokens"] = request.pop("max_tokens")
@@ -165,29 +158,74 @@ def _apply_param_fixes(request: dict, fixes: set[str]) -> None:
 
 def _error_message(err: openai.APIStatusError) -> str:
     """The server's own words (`{"error": {"message": ...}}`), without the SDK's "Error code" prefix."""
-    body = err.body
+    return _said(err.body) or err.message
+
+
+def _said(body: Any) -> str | None:
+    """The message of an OpenAI-style error body, if it has one."""
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
             return inner["message"]
-    return err.message
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds the server asked us to wait (`retry-after-ms`, `retry-after` seconds or HTTP date)."""
-    if not headers:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            parsed = email.utils.parsedate_tz(value)
-            if parsed is not None:
-                return max(0.0, email.utils.mktime_tz(parsed) - time.time())
     return None
+
+
+def _retried_by_openai(status: int) -> bool:
+    """The statuses the openai client retries (request timeout, lock timeout, rate limit, server errors)."""
+    return status in (408, 409, 429) or status >= 500
+
+
+# The HTTP library openai sends through (httpx2 in openai 3.x, httpx before): its transport errors are what
+# an attempt without an answer raised.
+_HTTP = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.partition(".")[0]]
+
+
+@dataclass
+class _Call:
+    """One `complete` call as its HTTP attempts see it: what to log, and what each attempt came to."""
+
+    record: dict[str, Any]
+    outcomes: list[str] = field(default_factory=list)  # per attempt: "ok", "HTTP 503", "timed out", ...
+    latency_s: float = 0.0  # of the last attempt
+
+
+class _AttemptLoggingClient(openai.DefaultHttpxClient):
+    """openai's default HTTP client, plus: at most `slots` requests in flight, and every attempt logged.
+
+    openai retries by sending again, so each `send` is one attempt: an error answer or a failure without
+    one is logged here; a good answer is logged by `complete` once its tokens and cost are known.
+    """
+
+    def __init__(self, adapter: OpenAICompatibleClient, slots: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._adapter = adapter
+        self._slots = threading.Semaphore(max(1, slots))
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        call: _Call | None = getattr(self._adapter._current, "call", None)
+        with self._slots:
+            started = time.monotonic()
+            try:
+                response = super().send(request, **kwargs)
+                if response.status_code >= 400:
+                    response.read()  # the error message, for the log (openai reads it too)
+            except _HTTP.TimeoutException as err:
+                self._adapter._attempt_failed(call, started, "timed out", str(err) or "no answer in time")
+                raise
+            except _HTTP.TransportError as err:
+                self._adapter._attempt_failed(call, started, "connection failed", str(err) or type(err).__name__)
+                raise
+        if response.status_code >= 400:
+            try:
+                said = _said(response.json())
+            except ValueError:
+                said = None
+            self._adapter._attempt_failed(call, started, f"HTTP {response.status_code}",
+                                          said or response.text.strip() or response.reason_phrase)
+        elif call is not None:
+            call.outcomes.append("ok")
+            call.latency_s = time.monotonic() - started
+        return response
 
 
 class OpenAICompatibleClient:
@@ -199,11 +237,12 @@ class OpenAICompatibleClient:
         self.store = store
         self.prices = prices or PriceTable()
         self.budget = budget or Budget()
-        self._slots = threading.Semaphore(max(1, config.max_parallel))
         self._param_fixes: set[str] = set()
         self._key = config.resolved_api_key()
+        self._current = threading.local()  # the `_Call` this thread is making
+        http = _AttemptLoggingClient(self, config.max_parallel)
         self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, timeout=config.timeout_s,
-                                     max_retries=0)
+                                     max_retries=config.max_retries, http_client=http)
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -218,52 +257,55 @@ class OpenAICompatibleClient:
         self.budget.reserve_call()
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
-        record = {"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
-                  "prompt_hash": hashlib.sha256(_canonical(messages).encode()).hexdigest()[:16]}
+        call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
+                      "prompt_hash": hashlib.sha256(_canonical(messages).encode()).hexdigest()[:16]})
         _apply_param_fixes(request, self._param_fixes)
-        attempts, attempt = cfg.max_retries + 1, 0
-        while True:
-            outcome = self._attempt(request, record, attempt)
-            if isinstance(outcome, LLMReply):
-                return outcome
-            wait, error = outcome
-            if error == _ADAPTED:
-                continue  # the request was reshaped for this model: resend at once, not a failure
-            attempt += 1
-            if attempt >= attempts:
-                where = cfg.base_url or "the OpenAI API"
-                raise LLMCallFailed(f"the {role} call to {cfg.model} at {where} failed after {attempts} "
-                                    f"attempts: {error}")
-            log.info("%s call failed (%s); retry %d/%d in %.1fs", role, error, attempt, cfg.max_retries, wait)
-            time.sleep(wait)
+        self._current.call = call
+        try:
+            while True:
+                try:
+                    response = self._openai.chat.completions.create(**request)
+                except openai.BadRequestError as err:
+                    if self._adapt(request, self._scrub(_error_message(err))):
+                        call.outcomes.clear()  # reshaped for this model: a fresh request, not a failure
+                        continue
+                    raise
+                return self._success(response, call)
+        except openai.APIStatusError as err:
+            raise self._failure(err, role, call) from None
+        except openai.APIConnectionError:  # includes APITimeoutError
+            raise self._gave_up(role, call) from None
+        except openai.APIError as err:  # e.g. a reply that is not a chat completion
+            said = self._scrub(str(err))
+            self._log(call.record, None, call.latency_s, error=said)
+            raise LLMCallFailed(f"unusable answer from the endpoint: {said}") from None
+        finally:
+            self._current.call = None
 
-    def _attempt(self, request: dict, record: dict, attempt: int) -> LLMReply | tuple[float, str]:
-        """One HTTP request: the reply, or (seconds to wait, what went wrong) when worth retrying."""
-        started = time.monotonic()
-        with self._slots:
-            try:
-                response = self._openai.chat.completions.create(**request)
-            except openai.APIStatusError as err:
-                status, said = err.status_code, self._scrub(_error_message(err))
-                self._log(record, None, started, error=f"HTTP {status}: {said}")
-                if status in (401, 403):
-                    raise LLMAuthError(f"the endpoint refused the API key ({status}) — check OPENAI_API_KEY"
-                                       ) from None
-                if status == 400 and self._adapt(request, said):
-                    return 0.0, _ADAPTED
-                if status not in RETRYABLE_STATUS:
-                    raise LLMCallFailed(f"the endpoint rejected the request to {request['model']} (HTTP "
-                                        f"{status}): {said}") from None
-                asked = retry_after_seconds(err.response.headers) if status in (429, 503) else None
-                return self._backoff(attempt, asked), f"HTTP {status}"
-            except openai.APIConnectionError as err:  # includes APITimeoutError
-                kind = "timed out" if isinstance(err, openai.APITimeoutError) else "connection failed"
-                self._log(record, None, started, error=f"{kind}: {self._scrub(str(err))}")
-                return self._backoff(attempt, None), kind
-            except openai.APIError as err:  # e.g. a reply that is not a chat completion
-                self._log(record, None, started, error=self._scrub(str(err)))
-                raise LLMCallFailed(f"unusable answer from the endpoint: {self._scrub(str(err))}") from None
-        return self._success(response, record, started)
+    def _failure(self, err: openai.APIStatusError, role: str, call: _Call) -> LLMError:
+        """What an error answer the openai client did not (or no longer) retry means for the caller."""
+        status = err.status_code
+        if status in (401, 403):
+            return LLMAuthError(f"the endpoint refused the API key ({status}) — check OPENAI_API_KEY")
+        if _retried_by_openai(status):
+            return self._gave_up(role, call)
+        return LLMCallFailed(f"the endpoint rejected the request to {self.config.model} (HTTP {status}): "
+                             f"{self._scrub(_error_message(err))}")
+
+    def _gave_up(self, role: str, call: _Call) -> LLMCallFailed:
+        cfg, n = self.config, len(call.outcomes)
+        where = cfg.base_url or "the OpenAI API"
+        last = call.outcomes[-1] if call.outcomes else "no answer"
+        return LLMCallFailed(f"the {role} call to {cfg.model} at {where} failed after {n} attempt"
+                             f"{'s' if n != 1 else ''}: {last}")
+
+    def _attempt_failed(self, call: _Call | None, started: float, outcome: str, detail: str) -> None:
+        """Log one attempt that got no usable answer (called by the HTTP client, once per attempt)."""
+        if call is None:
+            return
+        call.outcomes.append(outcome)
+        call.latency_s = time.monotonic() - started
+        self._log(call.record, None, call.latency_s, error=f"{outcome}: {self._scrub(detail)}")
 
     def _adapt(self, request: dict, said: str) -> bool:
         """Newer OpenAI models refuse `max_tokens` (wanting `max_completion_tokens`) or a custom temperature;
@@ -275,13 +317,8 @@ class OpenAICompatibleClient:
                 return True
         return False
 
-    def _backoff(self, attempt: int, asked: float | None) -> float:
-        cap = self.config.retry_cap_s
-        if asked is not None:
-            return min(asked, cap)
-        return min(cap, self.config.retry_base_s * 2**attempt) * random.uniform(0.75, 1.0)
-
-    def _success(self, response: Any, record: dict, started: float) -> LLMReply:
+    def _success(self, response: Any, call: _Call) -> LLMReply:
+        record = call.record
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice and choice.message else None) or ""
         usage = getattr(response, "usage", None)
@@ -289,16 +326,14 @@ class OpenAICompatibleClient:
         tokens_out = getattr(usage, "completion_tokens", None) or estimate_tokens(text)
         cost = self.prices.cost(self.config.model, tokens_in, tokens_out)
         self.budget.charge(tokens_in + tokens_out, cost)
-        latency = self._log(record, text, started, tokens_in, tokens_out, cost)
-        return LLMReply(text, tokens_in, tokens_out, latency, cost)
+        self._log(record, text, call.latency_s, tokens_in, tokens_out, cost)
+        return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost)
 
-    def _log(self, record: dict, reply: str | None, started: float, tokens_in: int = 0, tokens_out: int = 0,
-             cost: float = 0.0, error: str | None = None) -> float:
-        latency = time.monotonic() - started
+    def _log(self, record: dict, reply: str | None, latency: float, tokens_in: int = 0, tokens_out: int = 0,
+             cost: float = 0.0, error: str | None = None) -> None:
         if self.store is not None:
             self.store.record_llm_call(**record, reply=reply, tokens_in=tokens_in, tokens_out=tokens_out,
                                        latency_s=latency, cost_usd=cost, error=error)
-        return latency
 
     def _scrub(self, text: str) -> str:
         """Error texts may echo (part of) the key: remove it before anything is stored or raised."""

@@ -1,0 +1,45 @@
+"""Which agents write the annotators: the one list of choices and the one factory the CLI, jobs and studio use.
+
+`offline` mines the dev split for cues (no network); `llm` asks an OpenAI-compatible endpoint; `mixed` runs
+both side by side. The LLM modules are imported only when an LLM is chosen, so offline runs never load openai.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.agents.base import Proposer
+from engine.events import EventSink
+
+if TYPE_CHECKING:
+    from engine.llm.costs import Budget, PriceTable
+    from engine.store.workspace import Store
+
+# name -> how a person sees it (the studio's radio); the keys are the CLI's --agents choices.
+AGENTS: dict[str, str] = {"offline": "Offline (no LLM)", "llm": "LLM", "mixed": "Mixed"}
+AGENT_CHOICES: tuple[str, ...] = tuple(AGENTS)
+DEFAULT_AGENTS = "offline"
+
+
+def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Mapping[str, Any] | None = None,
+                  secrets: Mapping[str, Any] | None = None, budget: Budget | None = None,
+                  prices: PriceTable | None = None, on_event: EventSink | None = None) -> Proposer:
+    """The proposer for `agents`. The LLM agents read their endpoint from `llm_overrides` (blank values are
+    unset), then the environment, then `secrets`; their calls are logged in `store` and capped by `budget`."""
+    if agents not in AGENTS:
+        raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
+    from engine.agents.offline import OfflineProposer
+
+    if agents == "offline":
+        return OfflineProposer()
+    from engine.agents.llm import LLMProposer
+    from engine.llm.client import LLMConfig, OpenAICompatibleClient, PriceTable
+
+    config = LLMConfig.from_env({k: v for k, v in (llm_overrides or {}).items() if v}, secrets=secrets)
+    client = OpenAICompatibleClient(config, store=store, prices=prices or PriceTable.default(), budget=budget)
+    llm = LLMProposer(client, on_event=on_event)
+    if agents == "llm":
+        return llm
+    from engine.agents.mixed import MixedProposer
+
+    return MixedProposer(llm, OfflineProposer())

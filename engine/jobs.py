@@ -10,6 +10,7 @@ reload keeps them.
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
@@ -51,10 +52,15 @@ class Job:
     stop_requested: bool = False
     stop_now: bool = False
     thread: threading.Thread | None = field(default=None, repr=False)
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def running(self) -> bool:
         return self.status == RUNNING
+
+    def elapsed_s(self) -> float:
+        """Seconds since the job started (for the live panels)."""
+        return time.monotonic() - self.started_at
 
     def stop(self, now: bool = False) -> None:
         """Ask the job to stop: after the current generation, or (`now`) at its next event."""

@@ -13,7 +13,7 @@ last = store.last_complete_generation()
 
 # ---- controls -------------------------------------------------------------------------------------
 with st.container(border=True):
-    left, mid, right = st.columns([2, 1, 2])
+    left, mid = st.columns([2, 1])
     agents = left.radio("Agents", AGENT_CHOICES, horizontal=True, key="evolve_agents",
                         format_func=AGENTS.get,
                         help="Offline agents mine the dev split for cues; LLM agents need an OpenAI-compatible "
@@ -22,7 +22,6 @@ with st.container(border=True):
                              help="as `evopool run --generations N`: evolve until the pool has N complete "
                                   "generations")
     more = int(until) - last
-    right.metric("Complete generations", last, help="a stopped or failed run keeps every complete generation")
     llm, budget = {}, {}
     if agents != "offline":
         with st.expander("LLM endpoint and budget"):

@@ -95,17 +95,37 @@ def _stored_status(store: Store, job_id: str) -> str | None:
     return str(found.iloc[0]["status"]) if len(found) else None
 
 
+def run_metrics(store: Store, view: RunView, running: Job | None) -> None:
+    """The figures of the run, read from the store on every poll, so they move while it runs."""
+    complete = store.last_complete_generation()
+    accepted = sum(c["verdict"] in ("accept", "approve") for c in view.candidates)
+    cols = st.columns(4)
+    cols[0].metric("Complete generations", complete,
+                   help="a stopped or failed run keeps every complete generation")
+    cols[1].metric("Candidates (this run)", len(view.candidates))
+    cols[2].metric("Accepted (this run)", accepted)
+    if running is not None:
+        cols[3].metric("Running for", f"{running.elapsed_s():.0f} s")
+    else:
+        cols[3].metric("Pool size", len(store.pool_ids()))
+
+
 def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
     """The run's progress: status line, sandbox bar, candidates with their verdicts, and a short feed."""
-    if job_id is None:
-        st.caption("No run yet on this workspace.")
-        return
-    view = fold_events(store.events(job_id, limit=MAX_EVENTS))
+    view = fold_events(store.events(job_id, limit=MAX_EVENTS)) if job_id is not None else RunView()
     running = job is not None and job.running
+    run_metrics(store, view, job if running else None)
+    if job_id is None:
+        st.caption("No run from the studio yet on this workspace.")
+        return
     if running:
-        where = f"the **{view.agent}** is proposing" if view.agent else "running candidates in the sandbox"
-        st.info(f"Generation {view.generation}: {where}. {len(view.candidates)} candidate(s) so far.",
-                icon=":material/hourglass_top:")
+        if view.generation is None:
+            st.info("Starting the run…", icon=":material/hourglass_top:")
+        else:
+            where = f"the **{view.agent}** is proposing" if view.agent else "running candidates in the sandbox"
+            now = [c for c in view.candidates if c["generation"] == view.generation]
+            st.info(f"Generation {view.generation}: {where}. {len(now)} candidate(s) in this generation so far.",
+                    icon=":material/hourglass_top:")
         if view.sandbox:
             done, total = view.sandbox
             st.progress(min(1.0, done / max(total, 1)), text=f"Sandbox: {done:,} / {total:,}")

@@ -276,8 +276,14 @@ def test_run_button_starts_a_background_generation(home):
     job = REGISTRY.latest(home / "run-me", "evolve")
     assert job is not None and job.wait(120) and job.status == "done", job and job.error
     at.run()
-    assert metrics(at)["Complete generations"] == "2"
+    shown = metrics(at)
+    assert shown["Complete generations"] == "2"
     assert "Last run finished" in texts(at)
+    verdicts = Store.open(home / "run-me").verdicts(generation=2)
+    gate = verdicts[verdicts["decided_by"] == "gate"]
+    assert shown["Candidates (this run)"] == str(len(gate))  # the same figure the verdict cards count
+    assert shown["Accepted (this run)"] == str(int((gate["verdict"] == "accept").sum()))
+    assert "None" not in texts(at)
 
 
 # ---- annotator ----------------------------------------------------------------------------------------

@@ -90,3 +90,32 @@ else:
     if split == "dev":
         shown["gold"] = [task.labels[g] for g in gold[top]]
     st.dataframe(shown, hide_index=True)
+
+st.subheader("Where the pool is weak")
+weak_split = "pool" if "pool" in splits else split
+spots, row_ids, row_texts = queries.weak_spot_groups(store, weak_split)
+if weak_split != "pool":
+    st.caption("The unlabeled rows get votes once soft labels are computed (Labels screen); until then this "
+               f"groups the {weak_split} rows.")
+if not spots:
+    st.caption("Too few rows to group.")
+else:
+    st.plotly_chart(figures.weak_spots(spots, task.labels), key="weak_spots")
+    focus = store.get_meta("focus")
+    if focus:
+        st.info(f"The next generation is aimed at: **{queries.escape_md(', '.join(focus['terms']))}** "
+                f"({len(focus['example_ids'])} example rows).")
+        if st.button("Stop aiming", key="focus_clear", icon=":material/close:"):
+            store.set_meta("focus", None)
+            st.rerun()
+    for rank, spot in enumerate(spots[:5], start=1):
+        top = task.labels[spot.top_label] if spot.top_label >= 0 else "no class"
+        with st.expander(f"{rank}. {', '.join(spot.terms)} · {spot.size:,} rows · {spot.no_vote_share:.0%} no vote · "
+                         f"{spot.conflict_share:.0%} conflicting · most voted: {top}"):
+            st.dataframe(pd.DataFrame({"id": [row_ids[i] for i in spot.example_rows],
+                                       "text": [row_texts[i] for i in spot.example_rows]}), hide_index=True)
+            if st.button("Aim the next generation here", key=f"focus_{spot.cluster}", icon=":material/my_location:",
+                         help="the agents are shown these rows and words as where the pool needs annotators"):
+                store.set_meta("focus", {"terms": list(spot.terms), "split": weak_split,
+                                         "example_ids": [row_ids[i] for i in spot.example_rows]})
+                st.rerun()

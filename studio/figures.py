@@ -117,3 +117,20 @@ def reliability_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 
     rows = [{"confidence": confidence[which == b].mean(), "accuracy": correct[which == b].mean(),
              "count": int((which == b).sum())} for b in range(n_bins) if (which == b).any()]
     return pd.DataFrame(rows, columns=["confidence", "accuracy", "count"])
+
+
+def weak_spots(spots: list, labels: tuple[str, ...]) -> go.Figure:
+    """One bar per cluster (named by its words): rows with no vote, with conflicting votes, and covered."""
+    names = [f"{i + 1}. {', '.join(s.terms[:3])}" for i, s in enumerate(spots)]
+    no_vote = [round(s.size * s.no_vote_share) for s in spots]
+    conflict = [round(s.size * s.conflict_share) for s in spots]
+    covered = [s.size - a - b for s, a, b in zip(spots, no_vote, conflict, strict=True)]
+    fig = go.Figure()
+    for values, name, color in ((no_vote, "no vote", "#c0392b"), (conflict, "conflicting votes", "#e67e22"),
+                                (covered, "one class voted", "#b7d7cd")):
+        fig.add_bar(y=names, x=values, name=name, orientation="h", marker_color=color,
+                    hovertemplate="%{y}<br>%{x} rows " + name + "<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="rows")
+    fig.update_yaxes(title="group of rows (its words)", autorange="reversed", automargin=True)
+    return _layout(fig, "Where the pool is weak", height=max(HEIGHT, 28 * len(spots) + 120))

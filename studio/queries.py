@@ -16,6 +16,7 @@ import streamlit as st
 from engine import score
 from engine.domain import ABSTAIN, AUDIT
 from engine.store.workspace import Store
+from engine.weak_spots import weak_spots
 from studio import state, workspace
 
 PAGE_SIZE = 25
@@ -138,3 +139,17 @@ def short(annotator_id: str, names: dict[str, str]) -> str:
     """A readable, unique label for an annotator in plots: its name and the first id characters."""
     name = names.get(annotator_id, "")
     return f"{name[:28]} ·{annotator_id[:6]}" if name else annotator_id[:10]
+
+
+@st.cache_data(show_spinner="Grouping the unlabeled rows…", max_entries=8)
+def _weak_spots(name: str, version: tuple, split: str) -> tuple[list, list[str], list[str]]:
+    store = workspace.open_store(name)
+    votes = store.vote_matrix(store.pool_ids(), split).votes
+    frame = store.examples_frame(split)
+    spots, _ = weak_spots(votes, list(frame["text"]), len(store.load_task().labels))
+    return spots, [str(i) for i in frame["id"]], list(frame["text"])
+
+
+def weak_spot_groups(store: Store, split: str) -> tuple[list, list[str], list[str]]:
+    """(weak spots ranked, row ids, row texts) of a split the whole pool has votes on."""
+    return _weak_spots(state.workspace_name(), workspace.version(store), split)

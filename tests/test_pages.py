@@ -342,11 +342,26 @@ def test_analytics_screen_shows_the_pool_in_numbers_and_plots(home):
     shown = metrics(at)
     assert shown["Annotators in the pool"] == str(len(store.pool_ids()))
     assert shown["Rows (dev)"] == "120"
-    assert len(at.get("plotly_chart")) == 6  # coverage, timeline, overlap, conflict, scatter, contributions
-    disputed = at.dataframe[-1].value
+    assert len(at.get("plotly_chart")) == 7  # coverage, timeline, overlap, conflict, scatter, contributions, weak
+    disputed = table_with(at, "disagreement (bits)")
     assert {"text", "disagreement (bits)", "votes HAM", "votes SPAM", "gold"} <= set(disputed.columns)
     assert (disputed["disagreement (bits)"] > 0).all()
     assert (disputed["votes HAM"] > 0).all() and (disputed["votes SPAM"] > 0).all()
+
+
+def test_weak_spots_group_the_rows_and_aim_the_next_generation(home):
+    store = Store.open(home / SEEDED)
+    at = run(SEEDED, "pages/analytics.py")
+    groups = [e for e in at.expander if " rows · " in e.label and "no vote" in e.label]
+    assert 1 <= len(groups) <= 5
+    aim = next(b for b in at.button if b.key and b.key.startswith("focus_") and b.key != "focus_clear")
+    aim.click().run()
+    focus = store.get_meta("focus")
+    assert focus and focus["terms"] and len(focus["example_ids"]) >= 1
+    assert set(focus["example_ids"]) <= set(store.example_ids(focus["split"]))
+    assert "aimed at" in texts(at)
+    at.button(key="focus_clear").click().run()
+    assert not store.get_meta("focus")
 
 
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):

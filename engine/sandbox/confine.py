@@ -53,13 +53,13 @@ def drop_to_nobody() -> str:
     os.setgroups([])
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
-    _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # /proc/self/uid_map must stay ours to write
     return f"on: uid and gid {NOBODY} (nobody), no supplementary groups"
 
 
 def enter_namespaces() -> str:
     """New namespaces for this process (pid: for its children); our uid maps to itself and nothing else."""
     uid, gid = os.geteuid(), os.getegid()
+    _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # after a uid change /proc/self/uid_map must be ours to write
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
     if _libc().unshare(flags | _CLONE_NEWCGROUP) != 0 and _libc().unshare(flags) != 0:
         return f"off: unshare refused ({_err()}); user namespaces may be disabled on this machine"
@@ -143,6 +143,7 @@ def confine(memory_mb: int) -> Report:
     report["capabilities"] = drop_capabilities()
     report["landlock"] = landlock.restrict_everything()
     report["seccomp"] = seccomp.install(seccomp.BASE)
+    _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no other process of this uid may ptrace or read us
     report["cgroup"] = ("off: no cgroup is created; each annotator's child may not fork (seccomp) and the pid "
                         "namespace's processes die with the worker")
     return report

@@ -241,8 +241,8 @@ def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) ->
                     os.close(fd)
                 except OSError:
                     pass
-        cpu = math.ceil(budget_s + 1.0)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))  # a hard limit the annotator cannot raise
+        hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
         _RUN_FILTER.load()
         write_all(reply_fd, encode(run_annotator(source, batch, budget_s)))
     finally:
@@ -291,10 +291,10 @@ def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> 
         os.kill(pid, signal.SIGKILL)  # whatever it is doing now, its run is over
     except ProcessLookupError:
         pass
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     if reply is not None:
         return reply
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+    if usage.ru_utime + usage.ru_stime >= budget_s and not timed_out:
         why, timed_out = "stopped at its CPU limit", True
     elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
         why = f"annotator process killed by {signal.Signals(os.WTERMSIG(status)).name}"

@@ -166,7 +166,7 @@ def test_other_processes_cannot_be_signalled_or_read(pool, report):
                 remote = (ctypes.c_void_p * 2)({id(me)}, 8)
                 assert libc.process_vm_readv({me}, local, 1, remote, 1, 0) > 0
             """),
-            hostile("ptrace", f"assert ctypes.CDLL(None, use_errno=True).ptrace(16, {me}, 0, 0) == 0"),
+            hostile("ptrace", f"assert ctypes.CDLL(None, use_errno=True).ptrace(16, {decoy.pid}, 0, 0) == 0"),
         ]
         assert_held(run_with_benign(pool, *attacks))
         time.sleep(0.2)
@@ -182,7 +182,7 @@ def test_no_shell_and_no_process_outlives_the_job(tmp_path, report):
     marker = tmp_path / "pwned"
     attacks = [
         hostile("system", f"assert os.system('touch {marker}') == 0"),
-        hostile("exec", "os.execv('/bin/sh', ['sh', '-c', 'true'])"),
+        hostile("exec", f"os.execv('/bin/sh', ['sh', '-c', 'touch {marker}'])"),
         hostile("fork", "pid = os.fork()\nif pid == 0:\n    time.sleep(60)\n    os._exit(0)"),
         hostile("fork_bomb", "for _ in range(20):\n    if os.fork() == 0:\n        os._exit(0)"),  # bounded
         hostile("raw_clone", "assert ctypes.CDLL(None, use_errno=True).syscall(57) >= 0"),  # fork(2)

@@ -3,7 +3,7 @@ let annotator code reach past its own process, whatever Python it manages to run
 
 Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, other processes' memory, mounts,
 namespaces, kernel keyrings, bpf, io_uring), and `RUN` added by each per-annotator child on top (no new
-processes, no signals to anyone, no new session). x86_64 only; elsewhere `install` says it is unavailable.
+processes or programs, no signals to anyone, no new session). x86_64 only; elsewhere `install` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ RUN: dict[str, int] = {
     "fork": 57, "vfork": 58, "clone": 56, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
     "rt_tgsigqueueinfo": 297, "pidfd_open": 434, "pidfd_send_signal": 424, "setsid": 112, "setpgid": 109,
     "prctl": 157, "ioctl": 16, "msgget": 68, "semget": 64, "shmget": 29, "mq_open": 240,
+    "execve": 59, "execveat": 322,  # also in BASE; repeated so this filter holds on its own
 }
 _ENOSYS_IN_RUN = {"clone3": 435}  # ENOSYS, not EPERM: glibc then falls back to clone, which RUN refuses
 

@@ -129,6 +129,17 @@ def cmd_pool(args: argparse.Namespace) -> None:
                           "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
 
 
+def cmd_doctor(args: argparse.Namespace) -> dict:
+    """How contained annotator code is on this machine: each sandbox layer, on or off and why."""
+    from engine.sandbox.executor import SandboxExecutor
+
+    with SandboxExecutor(workers=1) as executor:
+        layers = executor.containment()
+    for name, status in layers.items():
+        print(f"{name:>14}  {status}", file=sys.stderr)
+    return {"sandbox": layers, "layers_off": [name for name, status in layers.items() if not status.startswith("on")]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evopool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -178,13 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
     common(pool)
     pool.set_defaults(handler=cmd_pool)
+
+    doctor = sub.add_parser("doctor", help="report the sandbox's containment layers on this machine (JSON)")
+    doctor.set_defaults(handler=cmd_doctor)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.store = Store.open(args.workdir)
+        args.store = Store.open(args.workdir) if getattr(args, "workdir", None) else None
         result = args.handler(args)
     except (IngestError, WorkspaceLocked, LLMError, ValueError) as err:  # ValueError: e.g. a wrong aggregator
         print(f"error: {err}", file=sys.stderr)

@@ -19,7 +19,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from engine.domain import ABSTAIN, Annotator
+from engine.domain import ABSTAIN, Annotator, Task
+from engine.export import pool_as_python
 from engine.sandbox import confine
 from engine.sandbox.checks import CodeRejected, check_source
 from engine.sandbox.executor import ContainmentTooWeak, SandboxExecutor
@@ -299,3 +300,41 @@ def test_confinement_as_a_non_root_user():
     assert report["filesystem"].startswith("on")
     assert report["seccomp"].startswith("on") or "x86_64 only" in report["seccomp"]
     assert confine.NOBODY == 65534
+
+
+class _PoolOnly:
+    """Just what `pool_as_python` reads of a store: the task and the pool's annotators."""
+
+    def __init__(self, annotators: list[Annotator]):
+        self._annotators = annotators
+
+    def load_task(self) -> Task:
+        return Task("containment", tuple(LABELS))
+
+    def pool_ids(self) -> list[str]:
+        return [a.id for a in self._annotators]
+
+    def annotators(self, ids: list[str]) -> list[Annotator]:
+        return [a for a in self._annotators if a.id in ids]
+
+
+def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
+    """The exported .py: sandboxed where the engine is installed, refused without it unless --unsandboxed."""
+    thief = Annotator(id="thief", name="thief", agent="human", generation=0, source=(
+        f"def annotate(example):\n    return 'breach' if open({str(decoys['secret'])!r}).read() else None\n"))
+    script = tmp_path / "pool.py"
+    script.write_text(pool_as_python(_PoolOnly([thief, BENIGN])))  # type: ignore[arg-type]
+    text = script.read_text()
+    assert "THIS FILE RUNS CODE" in text and "exec(" not in text.split("_SAFE_BUILTINS")[0]
+    rows = "\n".join(json.dumps(e) for e in EXAMPLES)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sandboxed = subprocess.run([sys.executable, str(script)], input=rows, capture_output=True, text=True,
+                               env=env, timeout=120, check=True)
+    assert [json.loads(line)["label"] for line in sandboxed.stdout.splitlines()] == \
+        ["spam", None, "spam", None]  # the thief faulted on every row; the benign annotator voted
+    bare = [sys.executable, "-I", "-S", str(script)]  # no site-packages, no PYTHONPATH: no engine, no sandbox
+    refused = subprocess.run(bare, input=rows, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and "no sandbox" in refused.stderr
+    restricted = subprocess.run(bare + ["--unsandboxed"], input=rows, capture_output=True, text=True,
+                                timeout=60, check=True)
+    assert [json.loads(line)["label"] for line in restricted.stdout.splitlines()] == ["spam", None, "spam", None]

@@ -51,6 +51,7 @@ _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kep
 _CODE_CACHE: dict[str, Any] = {}
 _UNCHECKED = False  # set once by main(); see --unchecked
 _RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
+_UNREAPED: list[int] = []  # killed children of answered runs, reaped once the reply is out
 
 
 class _Timeout(BaseException):
@@ -291,9 +292,10 @@ def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> 
         os.kill(pid, signal.SIGKILL)  # whatever it is doing now, its run is over
     except ProcessLookupError:
         pass
-    _, status, usage = os.wait4(pid, 0)
     if reply is not None:
+        _UNREAPED.append(pid)  # reaped after the reply is sent: its exit overlaps the parent's next request
         return reply
+    _, status, usage = os.wait4(pid, 0)
     if usage.ru_utime + usage.ru_stime >= budget_s and not timed_out:
         why, timed_out = "stopped at its CPU limit", True
     elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
@@ -321,6 +323,8 @@ def serve(reply_fd: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - a worker bug must answer, not kill the loop
             reply = {"ok": False, "error": _describe(exc)}
         write_all(reply_fd, encode(reply))
+        while _UNREAPED:
+            os.waitpid(_UNREAPED.pop(), 0)
 
 
 def _wait_for_zygote(pid: int, reply_fd: int) -> None:

@@ -338,3 +338,50 @@ def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
     restricted = subprocess.run(bare + ["--unsandboxed"], input=rows, capture_output=True, text=True,
                                 timeout=60, check=True)
     assert [json.loads(line)["label"] for line in restricted.stdout.splitlines()] == ["spam", None, "spam", None]
+
+
+def test_the_parent_trusts_no_worker_reply():
+    from engine.sandbox.executor import _check_votes
+    from engine.sandbox.process import WorkerFailed
+
+    good = {"votes": [0, -1, 2], "faults": 0, "stopped": False}
+    _check_votes(good, 3, 3)
+    for bad, why in [({**good, "votes": [0, 3, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, -2, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, True, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, 1]}, "2 votes for 3"),
+                     ({**good, "faults": "0"}, "malformed")]:
+        with pytest.raises(WorkerFailed, match=why):
+            _check_votes(bad, 3, 3)
+
+
+def test_frames_are_capped_and_deadlined():
+    from engine.sandbox.wire import FrameError, FrameReader, encode
+
+    read_fd, write_fd = os.pipe()
+    try:
+        reader = FrameReader(read_fd)
+        os.write(write_fd, encode({"ok": True, "n": 1}) + encode({"ok": True, "n": 2}))
+        assert reader.read(1.0, 100) == {"ok": True, "n": 1}
+        assert reader.read(1.0, 100)["n"] == 2
+        os.write(write_fd, (1 << 30).to_bytes(4, "big"))
+        with pytest.raises(FrameError, match="over the 100-byte cap"):
+            reader.read(1.0, 100)
+        reader = FrameReader(read_fd)
+        os.write(write_fd, (10).to_bytes(4, "big") + b'{"ok"')  # a frame that never completes
+        with pytest.raises(FrameError) as err:
+            reader.read(0.2, 100)
+        assert err.value.timed_out
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_evopool_doctor_prints_the_layers_as_json(capsys):
+    from engine.cli import main
+
+    assert main(["doctor"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["sandbox"]["checker"].startswith("on")
+    assert out["layers_off"] == [name for name, status in out["sandbox"].items() if status.startswith("off")]
+    assert "cgroup" in out["layers_off"]  # never used, and said so

@@ -219,27 +219,36 @@ def test_poisoning_a_shared_module_does_not_change_the_next_annotator(report):
     assert second.votes.tolist() == BENIGN_VOTES == again.votes.tolist()
 
 
-def test_forged_and_oversized_replies_only_fault_their_own_annotator(pool):
+def test_forged_and_oversized_replies_only_fault_their_own_annotator():
     frame = b'{"ok":true,"votes":[7,7,7,7,7],"faults":0,"first_error":null,"stopped":false,"seconds":0.0}'
     forge = hostile("forge", f"""
         data = len({frame!r}).to_bytes(4, 'big') + {frame!r}
         print({frame!r})
         sys.stdout.write('x')
-        for fd in range(64):
+        for fd in range(4096):
             try:
                 os.write(fd, data)
             except OSError:
                 pass
     """)
-    huge = hostile("oversized", "for fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x7f\\xff\\xff\\xff')\n"
+    huge = hostile("oversized", "for fd in range(3, 4096):\n    try:\n        os.write(fd, b'\\x7f\\xff\\xff\\xff')\n"
                                 "    except OSError:\n        pass")
     flood = hostile("flood", "for _ in range(100):\n    os.write(1, b'x' * 1_000_000)\n"
                              "    os.write(2, b'y' * 1_000_000)")
-    forged, oversized, flooded = run_with_benign(pool, forge, huge, flood)
+    # a busy server hands the worker's reply pipe a high descriptor number: the attacks must not find it
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(200)]
+    try:
+        with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+            ex.containment()
+            forged, oversized, flooded, benign = ex.run([forge, huge, flood, BENIGN], EXAMPLES, LABELS)
+            assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert benign.votes.tolist() == BENIGN_VOTES
     assert forged.faults == len(EXAMPLES) and "malformed votes" in forged.first_error
     assert oversized.faults == len(EXAMPLES) and "over the" in oversized.first_error
     assert flooded.faults == 0 and flooded.votes.tolist() == [BREACH] * 4  # 100 MB to /dev/null: harmless
-    assert pool.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
 
 
 def test_cpu_and_memory_hogs_are_faults(pool):

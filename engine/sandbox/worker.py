@@ -110,7 +110,7 @@ def _guarded_import(name: str, globals_: Any = None, locals_: Any = None, fromli
 
 
 def _silent_print(*args: object, **kwargs: object) -> None:
-    """stdout carries the protocol; annotator prints go nowhere."""
+    """Annotator prints go nowhere (stdout is /dev/null anyway; replies have their own pipe)."""
 
 
 def _restricted_builtins() -> dict[str, Any]:
@@ -236,12 +236,8 @@ def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) ->
         gc.disable()  # short-lived: a collection would touch (and so copy) the zygote's pages for nothing
         os.dup2(1, 2)  # stderr -> /dev/null: the zygote's stderr stays for the worker's own diagnostics
         os.close(0)
-        for fd in range(3, 64):
-            if fd != reply_fd:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        os.closerange(3, reply_fd)  # every fd, however high: the worker's own reply fd is the parent's number
+        os.closerange(reply_fd + 1, 1 << 20)
         hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
         _RUN_FILTER.load()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import platform
 import resource
 import signal
 
@@ -28,7 +29,7 @@ _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x4000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
-_SYS_PIVOT_ROOT = 155  # x86_64
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # no libc wrapper; the number is per architecture
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 1, 4, 24, 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAP_VERSION_3 = 0x20080522
@@ -72,6 +73,9 @@ def enter_namespaces() -> str:
 def empty_root() -> str:
     """Pivot into an empty tmpfs, drop the old root, make the new one read-only."""
     libc = _libc()
+    pivot_root = _SYS_PIVOT_ROOT.get(platform.machine())
+    if pivot_root is None:
+        return f"off: no pivot_root number known for {platform.machine()}"
     if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return f"off: cannot make mounts private ({_err()})"
     target = b"/tmp" if os.path.isdir("/tmp") else b"/mnt"
@@ -79,7 +83,7 @@ def empty_root() -> str:
     if libc.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts) != 0:
         return f"off: cannot mount an empty tmpfs ({_err()})"
     os.chdir(target)
-    if libc.syscall(_SYS_PIVOT_ROOT, b".", b".") != 0:
+    if libc.syscall(pivot_root, b".", b".") != 0:
         return f"off: pivot_root refused ({_err()})"
     if libc.umount2(b".", _MNT_DETACH) != 0:
         return f"off: old root still attached ({_err()})"

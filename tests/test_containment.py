@@ -270,6 +270,7 @@ def test_with_the_checker_on_every_hostile_annotator_is_rejected_first():
 
 def test_a_required_layer_that_is_off_refuses_to_run():
     with SandboxExecutor(workers=1, require=["no-such-layer"]) as ex:
+        assert "no-such-layer" not in ex.containment()  # the report itself still works
         with pytest.raises(RuntimeError, match="required sandbox layers are off: no-such-layer"):
             ex.run([BENIGN], EXAMPLES, LABELS)
     assert issubclass(ContainmentTooWeak, RuntimeError)

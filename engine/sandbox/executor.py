@@ -208,11 +208,9 @@ class SandboxExecutor:
             if worker is not None:
                 worker.close()
             worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked)
-            missing = weak_layers(worker.containment, self.require)
-            if missing:
-                worker.close()
-                self._workers[slot] = None
-                raise ContainmentTooWeak(f"required sandbox layers are off: {'; '.join(missing)}")
+        missing = weak_layers(worker.containment, self.require)  # also for a worker containment() started
+        if missing:
+            raise ContainmentTooWeak(f"required sandbox layers are off: {'; '.join(missing)}")
         return worker
 
     def containment(self) -> dict[str, str]:

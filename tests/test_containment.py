@@ -395,3 +395,47 @@ def test_evopool_doctor_prints_the_layers_as_json(capsys):
     assert out["sandbox"]["checker"].startswith("on")
     assert out["layers_off"] == [name for name, status in out["sandbox"].items() if status.startswith("off")]
     assert "cgroup" in out["layers_off"]  # never used, and said so
+
+
+def test_without_namespaces_the_other_layers_still_hold(decoys):
+    """A machine without user namespaces: the worker says so, and Landlock, seccomp and nobody still refuse."""
+    script = textwrap.dedent("""
+        import sys
+        from engine.sandbox import confine
+        import engine.sandbox.worker as worker
+        confine.enter_namespaces = lambda: "off: simulated (no user namespaces)"
+        sys.argv = ["worker", "--reply-fd", sys.argv[1], "--unchecked"]
+        worker.main()
+    """)
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-S", "-c", script, str(write_fd)], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                            start_new_session=True, env={"PATH": "/usr/bin:/bin"})
+    os.close(write_fd)
+    from engine.sandbox.wire import FrameReader
+
+    frames = FrameReader(read_fd)
+    try:
+        report = frames.read(30, 1 << 20)["containment"]
+        assert report["namespaces"].startswith("off: simulated")
+        assert report["filesystem"].startswith("off") and report["pid namespace"].startswith("off")
+        if not (report["landlock"].startswith("on") and report["seccomp"].startswith("on")):
+            pytest.skip(f"needs Landlock and seccomp: {report['landlock']}; {report['seccomp']}")
+        thief = hostile("thief", f"open({str(decoys['secret'])!r}, 'rb').read(1)")
+        writer = hostile("writer", f"os.truncate({str(decoys['db'])!r}, 0)")
+        load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
+        proc.stdin.write((json.dumps(load) + "\n").encode())
+        proc.stdin.flush()
+        assert frames.read(30, 1 << 20)["n"] == len(EXAMPLES)
+        votes = {}
+        for annotator in (thief, writer, BENIGN):
+            run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
+            proc.stdin.write((json.dumps(run) + "\n").encode())
+            proc.stdin.flush()
+            votes[annotator.id] = frames.read(30, 1 << 20)["votes"]
+        assert votes["thief"] == votes["writer"] == [HELD] * 4
+        assert votes["benign"] == BENIGN_VOTES
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        os.close(read_fd)

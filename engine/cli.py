@@ -138,6 +138,17 @@ def cmd_pool(args: argparse.Namespace) -> None:
                           "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
 
 
+def cmd_doctor(args: argparse.Namespace) -> dict:
+    """How contained annotator code is on this machine: each sandbox layer, on or off and why."""
+    from engine.sandbox.executor import SandboxExecutor
+
+    with SandboxExecutor(workers=1) as executor:
+        layers = executor.containment()
+    for name, status in layers.items():
+        print(f"{name:>14}  {status}", file=sys.stderr)
+    return {"sandbox": layers, "layers_off": [name for name, status in layers.items() if not status.startswith("on")]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evopool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -198,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
     common(pool)
     pool.set_defaults(handler=cmd_pool)
+
+    doctor = sub.add_parser("doctor", help="report the sandbox's containment layers on this machine (JSON)")
+    doctor.set_defaults(handler=cmd_doctor)
     return parser
 
 
@@ -220,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error
     try:
-        args.store = Store.open(args.workdir)
-        if args.command != "run" and not args.store.has_data():
+        args.store = Store.open(args.workdir) if getattr(args, "workdir", None) else None
+        if args.store is not None and args.command != "run" and not args.store.has_data():
             raise NoData(f"the workspace {args.workdir} holds no data: import it with "
                          f"`evopool run DATA --workdir {args.workdir}`")
-        if getattr(args, "embedder", None):
+        if args.store is not None and getattr(args, "embedder", None):
             args.store.set_meta("embedder", args.embedder)
         result = args.handler(args)
     except UsageError as err:

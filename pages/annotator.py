@@ -36,6 +36,7 @@ code_col, side_col = st.columns([3, 2])
 with code_col:
     st.subheader("Code")
     source = editor.code_editor(annotator.source, key=annotator.id)
+    editor.containment_note()
     changed = source.strip() != annotator.source.strip()
     if st.button("Re-score on dev", icon=":material/speed:", key="rescore", disabled=not changed,
                  help="run the edited code on the dev split in the sandbox"):

@@ -23,6 +23,20 @@ def shared_executor() -> SandboxExecutor:
     return SandboxExecutor(workers=1, time_budget_s=2.0)
 
 
+def containment_note() -> None:
+    """How contained annotator code is on this machine (see docs/SECURITY.md); layers that are off, loudly."""
+    try:
+        layers = shared_executor().containment()
+    except (OSError, RuntimeError) as exc:
+        st.error(f"The sandbox did not start: {exc}")
+        return
+    off = [name for name, status in layers.items() if not status.startswith("on") and name != "cgroup"]
+    title = f"Sandbox: {len(layers) - len(off)} of {len(layers)} layers on"
+    with st.expander(title + (f" — OFF: {', '.join(off)}" if off else ""), icon=":material/shield:"):
+        for name, status in layers.items():
+            st.caption(f"**{name}**: {queries.escape_md(status)}")
+
+
 def code_editor(source: str, key: str) -> str:
     """Edit annotator code with Python highlighting; a plain text area on request (or without the component)."""
     plain = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, help="use a plain text box instead of the "

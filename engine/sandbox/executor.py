@@ -1,19 +1,22 @@
 """Running untrusted annotator code: never in this process, always in limited worker processes.
 
 `SandboxExecutor` keeps a small pool of `python -m engine.sandbox.worker` processes (each handled through
-`engine.sandbox.process.WorkerProcess`) and talks JSON lines to them. Work is cut into (annotator, example
-chunk) tasks; each worker receives a chunk's examples once and then runs annotators over it. Failures are
-data: a crash, timeout or bad return value becomes a counted fault with a reason on that annotator, never an
-exception out of `run()`.
+`engine.sandbox.process.WorkerProcess`): requests go as JSON lines, replies come back as capped frames on a
+pipe of their own, and the parent range-checks every vote. Each worker confines itself at start (see
+`engine.sandbox.confine`; `containment()` reports each layer) and runs every annotator in a fresh fork. Work is
+cut into (annotator, example chunk) tasks; each worker receives a chunk's examples once and then runs
+annotators over it. Failures are data: a crash, timeout or bad return value becomes a counted fault with a
+reason on that annotator, never an exception out of `run()`.
 """
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, Self
 
 import numpy as np
@@ -40,6 +43,35 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+class ContainmentTooWeak(RuntimeError):
+    """A layer that `require` names is off on this machine, so no annotator may run."""
+
+
+def required_layers(require: Iterable[str] | None) -> frozenset[str]:
+    if require is None:
+        require = [part for part in os.environ.get("EVOPOOL_SANDBOX_REQUIRE", "").split(",") if part.strip()]
+    return frozenset(part.strip() for part in require)
+
+
+def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
+    """The required layers that are not on ("all": every reported layer but cgroup, which is never used)."""
+    names = [name for name in report if name != "cgroup"] if "all" in require else sorted(require)
+    return [f"{name} ({report.get(name, 'off: not reported')})" for name in names
+            if not report.get(name, "").startswith("on")]
+
+
+def _check_votes(reply: dict, size: int, n_labels: int) -> None:
+    """The parent trusts no worker: one int per example, each an abstention or a label index."""
+    votes = reply.get("votes")
+    if not isinstance(votes, list) or len(votes) != size:
+        raise WorkerFailed(f"worker returned {len(votes) if isinstance(votes, list) else 'no'} votes for {size} "
+                           "examples")
+    if not all(type(v) is int and ABSTAIN <= v < n_labels for v in votes):
+        raise WorkerFailed("worker returned votes outside the label set")
+    if type(reply.get("faults")) is not int or type(reply.get("stopped")) is not bool:
+        raise WorkerFailed("worker returned a malformed reply")
+
+
 class _RunState:
     """What one `run()` call shares between its worker threads."""
 
@@ -52,6 +84,7 @@ class _RunState:
                         default=_jsonable) + "\n").encode("utf-8")
             for s, e in self.chunks
         ]
+        self.n_labels = len(labels)
         self.stopped_at: dict[int, int] = {}  # annotator index -> first chunk where its run was stopped
         self.lock = threading.Lock()
 
@@ -73,9 +106,15 @@ class SandboxExecutor:
     """
 
     def __init__(self, workers: int = 2, time_budget_s: float = 2.0, per_example_s: float = 0.002,
-                 memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0):
+                 memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0,
+                 require: Iterable[str] | None = None, unchecked: bool = False):
+        """`require`: containment layers that must be on, else no annotator runs (default: the
+        EVOPOOL_SANDBOX_REQUIRE variable, comma-separated, or "all"). `unchecked` is for the containment tests
+        only: the worker skips its code check and gives annotators full builtins, so the OS layers hold alone."""
         if workers < 1 or batch_size < 1:
             raise ValueError("workers and batch_size must be at least 1")
+        self.require = required_layers(require)
+        self.unchecked = unchecked
         self.n_workers = workers
         self.time_budget_s = time_budget_s
         self.per_example_s = per_example_s
@@ -168,8 +207,21 @@ class SandboxExecutor:
         if worker is None or not worker.alive():
             if worker is not None:
                 worker.close()
-            worker = self._workers[slot] = WorkerProcess(self.memory_mb)
+            worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked)
+        missing = weak_layers(worker.containment, self.require)  # also for a worker containment() started
+        if missing:
+            raise ContainmentTooWeak(f"required sandbox layers are off: {'; '.join(missing)}")
         return worker
+
+    def containment(self) -> dict[str, str]:
+        """Each containment layer of this machine's workers, as "on: what" or "off: why" (starts a worker)."""
+        with self._lock:
+            worker = self._workers[0]
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.close()
+                worker = self._workers[0] = WorkerProcess(self.memory_mb, self.unchecked)
+            return dict(worker.containment)
 
     def _load(self, slot: int, state: _RunState, ci: int) -> WorkerProcess:
         key = (state.run_id, ci)
@@ -191,12 +243,13 @@ class SandboxExecutor:
             return {"votes": None, "faults": size, "first_error": None, "stopped": True, "seconds": 0.0}
         worker = self._load(slot, state, ci)
         budget = self.time_budget_s + self.per_example_s * size
-        payload = (json.dumps({"op": "run", "source": annotator.source, "budget_s": budget}) + "\n").encode()
+        wall = 2 * budget + self.grace_s / 2  # the worker's own deadline comes first and keeps the worker
+        payload = (json.dumps({"op": "run", "source": annotator.source, "budget_s": budget, "wall_s": wall})
+                   + "\n").encode()
         began = time.perf_counter()
         try:
-            reply = worker.request(payload, 2 * budget + self.grace_s)
-            if len(reply["votes"]) != size:
-                raise WorkerFailed(f"worker returned {len(reply['votes'])} votes for {size} examples")
+            reply = worker.request(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
+            _check_votes(reply, size, state.n_labels)
         except WorkerFailed as exc:
             worker.kill()
             text = f"timeout after {budget:.1f}s: {exc}" if exc.timed_out else str(exc)

@@ -4,18 +4,19 @@ Kept apart from `engine.sandbox.executor` (which schedules work over a pool of t
 """
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from engine.sandbox.wire import FrameError, FrameReader
+
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 30.0
+CONTROL_REPLY_CAP = 1 << 20  # the hello and load replies are a few hundred bytes
 
 
 class WorkerFailed(RuntimeError):
@@ -30,53 +31,52 @@ class WorkerFailed(RuntimeError):
 
 
 class WorkerProcess:
-    """One worker process and the chunk it currently holds."""
+    """One worker process (and its zygote), the chunk it currently holds, and the containment it reported."""
 
-    def __init__(self, memory_mb: int):
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+    def __init__(self, memory_mb: int, unchecked: bool = False):
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONIOENCODING": "utf-8", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1"}
         # stderr goes to a temp file so a worker that dies while starting can say why; once the worker's
         # limits are on (RLIMIT_FSIZE = 0) nothing more can be written there.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; see close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-m", "engine.sandbox.worker", "--memory-mb", str(memory_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=_PROJECT_ROOT,
-            env=env, close_fds=True, start_new_session=True,
-        )
-        self._fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        self._poll = select.poll()  # not select(): a busy server may hand out fds above FD_SETSIZE
-        self._poll.register(self._fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        self._buf = bytearray()
+        read_fd, write_fd = os.pipe()
+        argv = [sys.executable, "-S", "-m", "engine.sandbox.worker", "--reply-fd", str(write_fd),
+                "--memory-mb", str(memory_mb)] + (["--unchecked"] if unchecked else [])
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=_PROJECT_ROOT,
+                env=env, close_fds=True, pass_fds=(write_fd,), start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        self._reply_fd = read_fd
+        self._frames = FrameReader(read_fd)
         self.chunk_key: tuple[int, int] | None = None
+        self.containment: dict[str, str] = dict(self._read(STARTUP_TIMEOUT_S, CONTROL_REPLY_CAP)["containment"])
 
-    def request(self, payload: bytes, timeout_s: float) -> dict[str, Any]:
-        """Send one JSON line and wait for the answer; on any failure kill the worker and raise."""
+    def request(self, payload: bytes, timeout_s: float, cap: int = CONTROL_REPLY_CAP) -> dict[str, Any]:
+        """Send one JSON line and wait for the framed answer; on any failure kill the worker and raise."""
         try:
             self.proc.stdin.write(payload)  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
-            reply = json.loads(self._read_line(timeout_s))
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise self._died(f"{type(exc).__name__} on the pipe") from None
-        if not isinstance(reply, dict) or not reply.get("ok"):
+        reply = self._read(timeout_s, cap)
+        if not reply.get("ok"):
             self.kill()  # its state is unknown now; a fresh worker is cheap
-            raise WorkerFailed(f"worker error: {reply.get('error') if isinstance(reply, dict) else reply!r}")
+            raise WorkerFailed(f"worker error: {reply.get('error')!r}")
         return reply
 
-    def _read_line(self, timeout_s: float) -> bytes:
-        deadline = time.monotonic() + timeout_s
-        while (end := self._buf.find(b"\n")) < 0:
-            left = deadline - time.monotonic()
-            if left <= 0:
+    def _read(self, timeout_s: float, cap: int) -> dict[str, Any]:
+        try:
+            return self._frames.read(timeout_s, cap)
+        except FrameError as exc:
+            if exc.timed_out:
                 self.kill()
-                raise WorkerFailed(f"no answer within {timeout_s:.1f}s wall clock, worker killed", True)
-            if self._poll.poll(max(1, int(left * 1000))):
-                data = os.read(self._fd, 1 << 16)
-                if not data:
-                    raise self._died("end of output")
-                self._buf += data
-        line = bytes(self._buf[:end])
-        del self._buf[: end + 1]
-        return line
+                raise WorkerFailed(f"no answer within {timeout_s:.1f}s wall clock, worker killed", True) from None
+            raise self._died(str(exc)) from None
+        except OSError as exc:
+            raise self._died(f"{type(exc).__name__} on the reply pipe") from None
 
     def _died(self, what: str) -> WorkerFailed:
         """Kill (if needed) and describe how the worker ended."""
@@ -88,8 +88,6 @@ class WorkerProcess:
         self._stderr.seek(0)
         last = [line for line in self._stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
         what = f"{what}: {last[-1].strip()[:200]}" if last else what
-        if code is not None and code < 0 and signal.Signals(-code) == signal.SIGXCPU:
-            return WorkerFailed("worker stopped at its CPU limit", timed_out=True)
         if code is not None and code < 0:
             return WorkerFailed(f"worker killed by {signal.Signals(-code).name} ({what})")
         return WorkerFailed(f"worker exited with code {code} ({what})")
@@ -104,6 +102,10 @@ class WorkerProcess:
     def close(self) -> None:
         stop_process(self.proc)
         self._stderr.close()
+        try:
+            os.close(self._reply_fd)
+        except OSError:
+            pass
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
@@ -118,13 +120,18 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
                 proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        if proc.poll() is None:
+    if proc.poll() is None:  # the whole group while its leader lives (so the id is still ours): worker,
+        try:  # zygote and a run's child; none of them may leave the group (seccomp refuses setsid/setpgid)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             proc.kill()
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
     for stream in (proc.stdin, proc.stdout):
+        if stream is None:
+            continue
         try:
             stream.close()  # type: ignore[union-attr]
         except OSError:

@@ -1,19 +1,26 @@
-"""Sandbox worker process: runs untrusted annotator code under OS limits, speaking JSON lines.
+"""Sandbox worker process: confines itself, then runs untrusted annotator code, one fresh child per run.
 
-Started by `engine.sandbox.executor` as `python -S -m engine.sandbox.worker --memory-mb N`; never import it into the
-engine process (it changes process-wide state). Protocol, one JSON object per line each way:
+Started by `engine.sandbox.process` as `python -S -m engine.sandbox.worker --reply-fd N --memory-mb M`; never
+import it into the engine process (it changes process-wide state). Before reading anything it confines itself
+(engine.sandbox.confine: nobody, namespaces, empty root, no capabilities, Landlock, seccomp), then forks the
+zygote, which is pid 1 of its own pid namespace. The zygote holds the current chunk and forks a pristine child
+per annotator run, so no annotator ever runs where another could have changed its state; the child adds the
+RUN seccomp filter (no processes, no signals), runs the annotator and sends its reply to the zygote, which
+checks it and forwards it. Requests arrive as JSON lines on stdin; replies leave as frames (engine.sandbox.wire)
+on the reply fd, never on stdout (which is /dev/null):
+  first frame                                                             {"ok": true, "containment": {...}}
   {"op": "load", "offset": int, "labels": [str], "examples": [dict]}   -> {"ok": true, "n": int}
-  {"op": "run", "source": str, "budget_s": float}                      -> {"ok": true, "votes": [int], ...}
+  {"op": "run", "source": str, "budget_s": float, "wall_s": float}     -> {"ok": true, "votes": [int], ...}
 """
 from __future__ import annotations
 
-# Every allowed module is pre-imported so a guarded import needs no file access once limits are in place.
+# Every allowed module is pre-imported so a guarded import needs no file access once confined.
 import argparse
 import builtins
 import collections
 import collections.abc
-import copy
 import functools
+import gc
 import itertools
 import json
 import math
@@ -28,7 +35,9 @@ import time
 import unicodedata
 from typing import Any
 
+from engine.sandbox import confine, seccomp
 from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
+from engine.sandbox.wire import FrameError, FrameReader, encode, write_all
 
 ABSTAIN = -1
 _SAFE_BUILTINS = [
@@ -40,6 +49,9 @@ _SAFE_BUILTINS = [
 ]
 _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kept for guarded imports
 _CODE_CACHE: dict[str, Any] = {}
+_UNCHECKED = False  # set once by main(); see --unchecked
+_RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
+_UNREAPED: list[int] = []  # killed children of answered runs, reaped once the reply is out
 
 
 class _Timeout(BaseException):
@@ -98,7 +110,7 @@ def _guarded_import(name: str, globals_: Any = None, locals_: Any = None, fromli
 
 
 def _silent_print(*args: object, **kwargs: object) -> None:
-    """stdout carries the protocol; annotator prints go nowhere."""
+    """Annotator prints go nowhere (stdout is /dev/null anyway; replies have their own pipe)."""
 
 
 def _restricted_builtins() -> dict[str, Any]:
@@ -122,30 +134,17 @@ def _disable_network() -> None:
         setattr(socket, name, _deny_network)
 
 
-def _apply_limits(memory_mb: int) -> None:
-    """Best-effort OS limits; each one is skipped where the platform refuses it."""
-    limits = [
-        (resource.RLIMIT_AS, memory_mb * 1024 * 1024),
-        (resource.RLIMIT_FSIZE, 0),  # no file writes
-        (resource.RLIMIT_CORE, 0),  # SIGXCPU must not leave core files behind
-        (resource.RLIMIT_NOFILE, 16),
-        (resource.RLIMIT_NPROC, 0),  # no fork (ignored for root)
-    ]
-    for res, value in limits:
-        try:
-            resource.setrlimit(res, (value, value))
-        except (ValueError, OSError):
-            pass
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FSIZE fails instead of killing us
+def _apply_limits(memory_mb: int) -> str:
+    """The kernel limits (engine.sandbox.confine) plus the CPU-time alarm's handler."""
     signal.signal(signal.SIGPROF, _Alarm.fire)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return confine.apply_rlimits(memory_mb)
 
 
 def _compiled(source: str) -> Any:
-    """Re-check (defence in depth) and compile, cached by source text."""
+    """Re-check (defence in depth) and compile; `_UNCHECKED` (containment tests only) skips the check."""
     code = _CODE_CACHE.get(source)
     if code is None:
-        code = builtins.compile(check_source(source), "<annotator>", "exec")
+        code = builtins.compile(source if _UNCHECKED else check_source(source), "<annotator>", "exec")
         if len(_CODE_CACHE) > 512:
             _CODE_CACHE.clear()
         _CODE_CACHE[source] = code
@@ -163,38 +162,13 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Batch:
-    """The examples of one chunk, held once and shared by every annotator run on it."""
+    """The examples of one chunk, held by the zygote; each run's child sees them as they were loaded."""
 
     def __init__(self, offset: int, labels: list[str], examples: list[dict]):
         self.offset = offset
+        self.labels = labels
         self.label_index = {name: i for i, name in enumerate(labels)}
-        # Annotators get a fresh copy per call so one cannot change what the next one sees; the copy is as
-        # shallow as each example allows (deepcopy costs ~50x a dict copy).
-        self.examples = [(ex, _copy_depth(ex)) for ex in examples]
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _copy_depth(example: dict) -> int:
-    """0: a dict copy suffices; 1: also copy containers of scalars (e.g. spans); 2: needs deepcopy."""
-    depth = 0
-    for value in example.values():
-        if isinstance(value, _SCALARS):
-            continue
-        items = value.values() if type(value) is dict else value if type(value) in (list, set) else None
-        if items is None or not all(isinstance(v, _SCALARS) for v in items):
-            return 2
-        depth = 1
-    return depth
-
-
-def _fresh(example: dict, depth: int) -> dict:
-    if depth == 0:
-        return dict(example)
-    if depth == 1:
-        return {k: (v if isinstance(v, _SCALARS) else v.copy()) for k, v in example.items()}
-    return copy.deepcopy(example)
+        self.examples = examples
 
 
 def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]:
@@ -213,19 +187,20 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
     try:
         _Alarm.start(budget_s)
         try:
-            namespace: dict[str, Any] = {"__builtins__": _restricted_builtins(), "__name__": "annotator"}
+            table = builtins.__dict__ if _UNCHECKED else _restricted_builtins()
+            namespace: dict[str, Any] = {"__builtins__": table, "__name__": "annotator"}
             exec(code, namespace)  # noqa: S102 - the one place annotator code runs, under limits
             annotate = namespace["annotate"]
         except _Timeout:
             raise
         except BaseException as exc:  # noqa: BLE001 - user code may raise SystemExit and the like
             return _reply(votes, n, f"{_describe(exc)} at module level", True, time.perf_counter() - started)
-        for i, (example, depth) in enumerate(batch.examples):
+        for i, example in enumerate(batch.examples):
             done = i
             if _Alarm.expired:
                 raise _Timeout()
             try:
-                out = annotate(dict(example) if depth == 0 else _fresh(example, depth))
+                out = annotate(example)  # a mutation reaches later rows of this run only: the child dies after
             except _Timeout:
                 raise
             except BaseException as exc:  # noqa: BLE001 - any failure of user code is a fault
@@ -255,39 +230,130 @@ def _reply(votes: list[int], faults: int, first_error: str | None, stopped: bool
             "seconds": seconds}
 
 
-def serve(memory_mb: int) -> None:
-    """Answer requests until stdin closes. Stdout is reserved for replies; fd 1 goes to /dev/null."""
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    stdin = sys.stdin.buffer
-    _disable_network()
-    _apply_limits(memory_mb)
+def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) -> None:
+    """In the forked child: keep only the result pipe, add the RUN filter, run, send the reply, exit."""
+    try:
+        gc.disable()  # short-lived: a collection would touch (and so copy) the zygote's pages for nothing
+        os.dup2(1, 2)  # stderr -> /dev/null: the zygote's stderr stays for the worker's own diagnostics
+        os.close(0)
+        os.closerange(3, reply_fd)  # every fd, however high: the worker's own reply fd is the parent's number
+        os.closerange(reply_fd + 1, 1 << 20)
+        hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
+        _RUN_FILTER.load()
+        write_all(reply_fd, encode(run_annotator(source, batch, budget_s)))
+    finally:
+        os._exit(0)
+
+
+def _checked(reply: dict, batch: _Batch) -> dict:
+    """The child's reply as the zygote forwards it: well-formed, votes in range, or a fault."""
+    n, k = len(batch.examples), len(batch.labels)
+    votes = reply.get("votes")
+    if not (isinstance(votes, list) and len(votes) == n
+            and all(type(v) is int and ABSTAIN <= v < k for v in votes)):
+        raise FrameError("malformed votes")
+    faults = reply.get("faults")
+    error = reply.get("first_error")
+    return _reply(votes, faults if type(faults) is int and 0 <= faults <= n else n,
+                  error[:300] if isinstance(error, str) else None, reply.get("stopped") is True,
+                  float(reply["seconds"]) if type(reply.get("seconds")) is float else 0.0)
+
+
+def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> dict[str, Any]:
+    """One annotator over the chunk in a fresh fork; its death, hang or nonsense is a fault, not a worker crash."""
+    n = len(batch.examples)
+    started = time.perf_counter()
+    try:
+        _compiled(source)  # check and compile here (no code runs), so every child starts with it compiled
+    except CodeRejected:
+        return run_annotator(source, batch, budget_s)  # the rejection reply; runs nothing
+    except BaseException as exc:  # noqa: BLE001 - e.g. a SyntaxError the check did not see
+        return _reply([ABSTAIN] * n, n, f"does not compile: {_describe(exc)}", True, 0.0)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _run_in_child(source, batch, budget_s, write_fd)
+    os.close(write_fd)
+    why, timed_out = None, False
+    try:
+        reply = _checked(FrameReader(read_fd).read(wall_s, 4096 + 16 * n), batch)
+    except FrameError as exc:
+        reply, timed_out = None, exc.timed_out
+        why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)
+    finally:
+        os.close(read_fd)
+    try:
+        os.kill(pid, signal.SIGKILL)  # whatever it is doing now, its run is over
+    except ProcessLookupError:
+        pass
+    if reply is not None:
+        _UNREAPED.append(pid)  # reaped after the reply is sent: its exit overlaps the parent's next request
+        return reply
+    _, status, usage = os.wait4(pid, 0)
+    if usage.ru_utime + usage.ru_stime >= budget_s and not timed_out:
+        why, timed_out = "stopped at its CPU limit", True
+    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+        why = f"annotator process killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    text = f"timeout after {budget_s:.1f}s: {why}" if timed_out else f"annotator process failed: {why}"
+    return _reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started)
+
+
+def serve(reply_fd: int) -> None:
+    """Answer JSON-line requests from stdin with frames on `reply_fd` until stdin closes."""
     batch = _Batch(0, [], [])
-    for line in stdin:
+    for line in sys.stdin.buffer:
         try:
             msg = json.loads(line)
             if msg["op"] == "load":
                 batch = None  # free the previous chunk before parsing grows the next one
-                batch = _Batch(int(msg["offset"]), list(msg["labels"]), list(msg["examples"]))
+                batch = _Batch(int(msg["offset"]), [str(x) for x in msg["labels"]], list(msg["examples"]))
+                gc.collect()
+                gc.freeze()  # the chunk leaves the collector's view: a child's collections do not copy its pages
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
-                reply = run_annotator(str(msg["source"]), batch, float(msg["budget_s"]))
+                reply = run_isolated(str(msg["source"]), batch, float(msg["budget_s"]), float(msg["wall_s"]))
             else:
                 reply = {"ok": False, "error": f"unknown op {msg['op']!r}"}
-        except _Timeout:
-            reply = {"ok": False, "error": "timeout outside annotator"}
         except BaseException as exc:  # noqa: BLE001 - a worker bug must answer, not kill the loop
             reply = {"ok": False, "error": _describe(exc)}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+        write_all(reply_fd, encode(reply))
+        while _UNREAPED:
+            os.waitpid(_UNREAPED.pop(), 0)
+
+
+def _wait_for_zygote(pid: int, reply_fd: int) -> None:
+    """The outer process only waits: the zygote alone talks to the parent, so EOF follows its death."""
+    os.close(0)
+    os.close(reply_fd)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    os._exit(code if code >= 0 else 128 - code)
 
 
 def main() -> None:
+    global _UNCHECKED
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--memory-mb", type=int, default=512)
-    serve(parser.parse_args().memory_mb)
+    parser.add_argument("--unchecked", action="store_true",
+                        help="containment tests only: no code check, full builtins (the OS layers alone hold)")
+    args = parser.parse_args()
+    _UNCHECKED = args.unchecked
+    _disable_network()
+    report = confine.confine(args.memory_mb)
+    signal.signal(signal.SIGPROF, _Alarm.fire)
+    pid = os.fork()
+    if pid:
+        _wait_for_zygote(pid, args.reply_fd)
+    confine.die_with_parent()
+    report["pid namespace"] = ("on: the zygote is pid 1; every process of the worker dies with it"
+                               if os.getpid() == 1 else "off: no pid namespace")
+    report["integrity"] = "on: every annotator run is a fresh fork of the zygote, which runs no annotator code"
+    report["wire"] = f"on: length-prefixed frames on fd {args.reply_fd} (stdout is /dev/null), votes range-checked"
+    report["checker"] = "off: --unchecked (containment tests)" if _UNCHECKED else "on: re-checked in the worker"
+    write_all(args.reply_fd, encode({"ok": True, "containment": report}))
+    serve(args.reply_fd)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,160 @@
+"""The worker confines itself before it reads any annotator, so the operating system holds the line even when
+annotator code beats the checker and runs arbitrary Python (or raw system calls through ctypes).
+
+Layers, each applied best-effort and reported as "on: ..." or "off: why" (never silently skipped):
+  uid          root switches to nobody (65534) with no groups; others keep their own uid and say so
+  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts and cgroup namespaces
+  filesystem   the root becomes an empty read-only tmpfs: no app files, no /proc, no /dev, nothing to exec
+  capabilities every capability dropped, bounding and ambient sets emptied
+  rlimits      address space, no file writes, no core files, few descriptors
+  landlock     no file access, no TCP, no signals out of the domain (kernel ABI permitting)
+  seccomp      BASE filter (engine.sandbox.seccomp); each annotator's child adds the RUN filter
+  cgroup       not used: say so; forks are refused by seccomp and the pid namespace dies with the worker
+Everything the worker runs was imported before this, so it needs no file afterwards.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import resource
+import signal
+
+from engine.sandbox import landlock, seccomp
+
+NOBODY = 65534
+_CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # no libc wrapper; the number is per architecture
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 1, 4, 24, 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAP_VERSION_3 = 0x20080522
+
+Report = dict[str, str]
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _err() -> str:
+    return errno.errorcode.get(ctypes.get_errno(), "?")
+
+
+def drop_to_nobody() -> str:
+    """Root becomes nobody; the kernel then checks every file, signal and ptrace against uid 65534."""
+    if os.geteuid() != 0:
+        return f"off: not started as root, so it keeps uid {os.geteuid()} (cannot switch to nobody)"
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    return f"on: uid and gid {NOBODY} (nobody), no supplementary groups"
+
+
+def enter_namespaces() -> str:
+    """New namespaces for this process (pid: for its children); our uid maps to itself and nothing else."""
+    uid, gid = os.geteuid(), os.getegid()
+    _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # after a uid change /proc/self/uid_map must be ours to write
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if _libc().unshare(flags | _CLONE_NEWCGROUP) != 0 and _libc().unshare(flags) != 0:
+        return f"off: unshare refused ({_err()}); user namespaces may be disabled on this machine"
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    return "on: user, mount, pid, network (loopback down, no other interface), ipc, uts"
+
+
+def empty_root() -> str:
+    """Pivot into an empty tmpfs, drop the old root, make the new one read-only."""
+    libc = _libc()
+    pivot_root = _SYS_PIVOT_ROOT.get(platform.machine())
+    if pivot_root is None:
+        return f"off: no pivot_root number known for {platform.machine()}"
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"off: cannot make mounts private ({_err()})"
+    target = b"/tmp" if os.path.isdir("/tmp") else b"/mnt"
+    opts = b"size=4k,nr_inodes=4,mode=0555"
+    if libc.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts) != 0:
+        return f"off: cannot mount an empty tmpfs ({_err()})"
+    os.chdir(target)
+    if libc.syscall(pivot_root, b".", b".") != 0:
+        return f"off: pivot_root refused ({_err()})"
+    if libc.umount2(b".", _MNT_DETACH) != 0:
+        return f"off: old root still attached ({_err()})"
+    os.chdir("/")
+    ro = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    readonly = libc.mount(None, b"/", None, ro, None) == 0
+    left = os.listdir("/")
+    if left:
+        return f"off: the new root is not empty ({left[:3]})"
+    return "on: empty tmpfs root" + (" (read-only)" if readonly else " (writable: read-only remount refused)") + \
+        ", no app files, no /proc, no /dev"
+
+
+def drop_capabilities() -> str:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets."""
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capset(ctypes.byref(header), ctypes.byref(data)) != 0:
+        return f"off: capset refused ({_err()})"
+    libc.capget(ctypes.byref(header), ctypes.byref(data))
+    if any(data):
+        return "off: capabilities remain after capset"
+    return "on: every capability dropped (effective, permitted, inheritable, bounding, ambient)"
+
+
+def apply_rlimits(memory_mb: int) -> str:
+    """Kernel limits inherited by every annotator run; each is skipped where the platform refuses it."""
+    limits = [
+        (resource.RLIMIT_AS, memory_mb * 1024 * 1024),
+        (resource.RLIMIT_FSIZE, 0),  # no file writes
+        (resource.RLIMIT_CORE, 0),  # SIGXCPU must not leave core files behind
+        (resource.RLIMIT_NOFILE, 16),
+    ]
+    refused = []
+    for res, value in limits:
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            refused.append(str(res))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FSIZE fails instead of killing us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return f"on: {memory_mb} MiB address space, no file writes, 16 descriptors" + \
+        (f" (refused: {', '.join(refused)})" if refused else "")
+
+
+def cgroup_status() -> str:
+    """No cgroup is created (v2 delegation is rare and v1 belongs to the host's manager): say what stands in."""
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    where = "cgroup v2 is mounted but not used" if v2 else "no cgroup v2 hierarchy here"
+    return (f"off: {where}; memory and CPU are capped per process by rlimits, a run's child may not fork "
+            "(seccomp), and every process of a worker dies with its pid namespace")
+
+
+def die_with_parent() -> None:
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def confine(memory_mb: int) -> Report:
+    """Every layer, in the order that lets each be set up; the worker forks its zygote right after."""
+    report: Report = {"uid": drop_to_nobody(), "namespaces": enter_namespaces()}
+    report["filesystem"] = empty_root() if report["namespaces"].startswith("on") else \
+        "off: no mount namespace, so the app's files stay visible (Landlock must hold alone)"
+    report["rlimits"] = apply_rlimits(memory_mb)
+    report["capabilities"] = drop_capabilities()
+    report["landlock"] = landlock.restrict_everything()
+    report["seccomp"] = seccomp.install(seccomp.BASE)
+    _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no other process of this uid may ptrace or read us
+    report["cgroup"] = cgroup_status()
+    return report

@@ -1,0 +1,73 @@
+"""The worker's reply channel: length-prefixed JSON frames on a dedicated pipe (not stdout), read with a deadline
+and a size cap, so annotator output can neither forge nor flood a reply.
+
+Each frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (one object).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import time
+from typing import Any
+
+HEADER = struct.Struct(">I")
+
+
+class FrameError(RuntimeError):
+    """No valid frame: end of stream, over the cap, not JSON, or the deadline passed (`timed_out`)."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    return HEADER.pack(len(data)) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exactly(fd: int, poller: select.poll, size: int, deadline: float, buf: bytearray) -> bytes:
+    """`size` bytes from `fd` (taking what `buf` already holds first), or FrameError at the deadline or EOF."""
+    while len(buf) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FrameError("deadline passed", timed_out=True)
+        if poller.poll(max(1, int(left * 1000))):
+            data = os.read(fd, max(1 << 16, size - len(buf)))
+            if not data:
+                raise FrameError("end of stream")
+            buf += data
+    out = bytes(buf[:size])
+    del buf[:size]
+    return out
+
+
+class FrameReader:
+    """Reads frames from one fd; keeps bytes of a partly read frame between calls."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._buf = bytearray()
+        self._poll = select.poll()  # not select(): a busy server may hand out fds above FD_SETSIZE
+        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def read(self, timeout_s: float, cap: int) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        (size,) = HEADER.unpack(read_exactly(self.fd, self._poll, HEADER.size, deadline, self._buf))
+        if size > cap:
+            raise FrameError(f"reply of {size} bytes is over the {cap}-byte cap")
+        try:
+            obj = json.loads(read_exactly(self.fd, self._poll, size, deadline, self._buf))
+        except ValueError as exc:
+            raise FrameError(f"reply is not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise FrameError("reply is not a JSON object")
+        return obj

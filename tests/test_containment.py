@@ -1,0 +1,441 @@
+"""The OS holds the line even when the code checker is beaten: hostile annotators run with the checker OFF and
+full builtins (`SandboxExecutor(unchecked=True)`), so only the worker's confinement stands between them and the
+app. Each attack must fail, leave the decoys byte-identical, and not change a benign annotator's votes.
+
+Attacks that would hurt the machine if a layer regressed are probes (signal 0, a bounded fork loop)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from engine.domain import ABSTAIN, Annotator, Task
+from engine.export import pool_as_python
+from engine.sandbox import confine
+from engine.sandbox.checks import CodeRejected, check_source
+from engine.sandbox.executor import ContainmentTooWeak, SandboxExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ["held", "breach", "spam"]
+HELD, BREACH, SPAM = 0, 1, 2
+EXAMPLES = [{"text": t} for t in ["win a free prize", "see you at lunch", "FREE entry", "ok"]]
+BENIGN_VOTES = [SPAM, ABSTAIN, SPAM, ABSTAIN]
+
+
+def hostile(name: str, attack: str, prelude: str = "") -> Annotator:
+    """An annotator that returns "breach" when `attack` runs without raising, else "held"."""
+    source = (
+        "import os, sys, ctypes, socket, _socket, signal, time, re, builtins\n" + textwrap.dedent(prelude)
+        + "def annotate(example):\n    try:\n" + textwrap.indent(textwrap.dedent(attack), "        ")
+        + "\n    except BaseException:\n        return 'held'\n    return 'breach'\n"
+    )
+    return Annotator(id=name, name=name, source=source, agent="human", generation=0)
+
+
+BENIGN = Annotator(id="benign", name="benign", agent="human", generation=0, source=(
+    "import re\n\ndef annotate(example):\n    return 'spam' if re.search(r'free', example['text'], re.I) else None\n"))
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxExecutor]:
+    with SandboxExecutor(workers=2, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+        yield ex
+
+
+@pytest.fixture(scope="module")
+def report(pool: SandboxExecutor) -> dict[str, str]:
+    return pool.containment()
+
+
+def need(report: dict[str, str], *layers: str) -> None:
+    """Skip (saying which layers are off here) unless at least one of `layers` is on."""
+    if not any(report.get(layer, "").startswith("on") for layer in layers):
+        pytest.skip("; ".join(f"{layer} {report.get(layer, 'off: not reported')}" for layer in layers))
+
+
+def run_with_benign(pool: SandboxExecutor, *attacks: Annotator) -> list:
+    results = pool.run([*attacks, BENIGN], EXAMPLES, LABELS)
+    assert results[-1].votes.tolist() == BENIGN_VOTES and results[-1].faults == 0
+    return results[:-1]
+
+
+def assert_held(results: list) -> None:
+    for res in results:
+        assert BREACH not in res.votes.tolist(), (res.annotator_id, res.first_error)
+
+
+@pytest.fixture
+def decoys(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    """A secret where the app keeps its files and a real workspace DuckDB file; both must come out unchanged."""
+    secret = ROOT / f".containment-decoy-{uuid.uuid4().hex[:8]}.toml"
+    secret.write_text('api_key = "sk-decoy-not-a-real-key"\n')
+    secret.chmod(0o644)  # readable by anyone: only the sandbox's own walls may stop the read
+    db = tmp_path / "workspace.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("create table votes as select range as x from range(1000)")
+    tmp_path.chmod(0o755)
+    db.chmod(0o666)  # even world-writable: the uid alone must not be what holds
+    before = {path: path.read_bytes() for path in (secret, db)}
+    yield {"secret": secret, "db": db}
+    try:
+        for path, data in before.items():
+            assert path.read_bytes() == data, f"{path} changed"
+        with duckdb.connect(str(db), read_only=True) as con:
+            assert con.execute("select count(*) from votes").fetchone() == (1000,)
+    finally:
+        secret.unlink(missing_ok=True)
+
+
+def test_every_layer_is_reported_on_or_off_with_a_reason(report):
+    expected = {"uid", "namespaces", "filesystem", "rlimits", "capabilities", "landlock", "seccomp", "cgroup",
+                "pid namespace", "integrity", "wire", "checker"}
+    assert expected <= set(report)
+    for layer, status in report.items():
+        assert status.startswith(("on: ", "off: ")) and len(status) > 8, (layer, status)
+    assert report["checker"].startswith("off")  # this pool runs with the checker bypassed
+    assert report["integrity"].startswith("on") and report["wire"].startswith("on")
+
+
+def test_app_files_cannot_be_read(pool, report, decoys):
+    need(report, "filesystem", "landlock")
+    attacks = [hostile(f"read_{key}", f"open({str(path)!r}, 'rb').read(1)") for key, path in decoys.items()]
+    attacks += [hostile("list_project", f"assert os.listdir({str(ROOT)!r})"),
+                hostile("stat_db", f"os.stat({str(decoys['db'])!r})")]
+    assert_held(run_with_benign(pool, *attacks))
+
+
+def test_app_files_cannot_be_written_truncated_deleted_or_mapped(pool, report, decoys):
+    need(report, "filesystem", "landlock")
+    db = str(decoys["db"])
+    attacks = [
+        hostile("write", f"fh = open({db!r}, 'r+b')\nfh.write(b'XXXX')\nfh.flush()"),
+        hostile("truncate", f"os.truncate({db!r}, 0)"),
+        hostile("delete", f"os.remove({str(decoys['secret'])!r})"),
+        hostile("rename", f"os.rename({db!r}, {db + '.moved'!r})"),
+        hostile("mmap", f"import mmap\nfd = os.open({db!r}, os.O_RDWR)\nm = mmap.mmap(fd, 4096)\nm[:4] = b'XXXX'"),
+    ]
+    assert_held(run_with_benign(pool, *attacks))
+
+
+def test_no_connection_reaches_a_listener_on_loopback(pool, report):
+    need(report, "namespaces", "seccomp", "landlock")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        attacks = [
+            hostile("raw_socket", f"s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\n"
+                                  f"s.settimeout(1)\ns.connect(('127.0.0.1', {port}))"),
+            hostile("socket_module", f"s = socket.create_connection(('127.0.0.1', {port}), timeout=1)"),
+            hostile("syscall_socket", "libc = ctypes.CDLL(None, use_errno=True)\n"
+                                      "assert libc.syscall(41, 2, 1, 0) >= 0"),  # socket(AF_INET, SOCK_STREAM)
+            hostile("unix_socket", "s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)\n"
+                                   "s.connect('/run/systemd/private')"),
+        ]
+        assert_held(run_with_benign(pool, *attacks))
+        listener.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+def test_other_processes_cannot_be_signalled_or_read(pool, report):
+    need(report, "pid namespace", "seccomp", "landlock")
+    decoy = subprocess.Popen(["sleep", "60"])
+    me = os.getpid()
+    try:
+        attacks = [
+            hostile("kill", f"os.kill({decoy.pid}, signal.SIGKILL)"),
+            hostile("killpg", "os.killpg(0, signal.SIGKILL)"),
+            hostile("kill_all", "os.kill(-1, 0)"),  # signal 0: probes, so a regression cannot kill the machine
+            hostile("kill_zygote", "os.kill(1, signal.SIGKILL)"),
+            hostile("environ", f"assert open('/proc/{me}/environ', 'rb').read()"),
+            hostile("parent_mem", f"fh = open('/proc/{me}/mem', 'r+b')"),
+            hostile("vm_read", f"""
+                libc = ctypes.CDLL(None, use_errno=True)
+                buf = ctypes.create_string_buffer(8)
+                local = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)
+                remote = (ctypes.c_void_p * 2)({id(me)}, 8)
+                assert libc.process_vm_readv({me}, local, 1, remote, 1, 0) > 0
+            """),
+            hostile("ptrace", f"assert ctypes.CDLL(None, use_errno=True).ptrace(16, {decoy.pid}, 0, 0) == 0"),
+        ]
+        assert_held(run_with_benign(pool, *attacks))
+        time.sleep(0.2)
+        assert decoy.poll() is None, "the decoy process was killed"
+    finally:
+        decoy.kill()
+        decoy.wait()
+    assert pool.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES  # the pool survived
+
+
+def test_no_shell_and_no_process_outlives_the_job(tmp_path, report):
+    need(report, "seccomp")
+    marker = tmp_path / "pwned"
+    attacks = [
+        hostile("system", f"assert os.system('touch {marker}') == 0"),
+        hostile("exec", f"os.execv('/bin/sh', ['sh', '-c', 'touch {marker}'])"),
+        hostile("fork", "pid = os.fork()\nif pid == 0:\n    time.sleep(60)\n    os._exit(0)"),
+        hostile("fork_bomb", "for _ in range(20):\n    if os.fork() == 0:\n        os._exit(0)"),  # bounded
+        hostile("raw_clone", "assert ctypes.CDLL(None, use_errno=True).syscall(57) >= 0"),  # fork(2)
+        hostile("setsid", "os.setsid()"),
+    ]
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+        results = ex.run([*attacks, BENIGN], EXAMPLES, LABELS)
+        session = ex._workers[0].proc.pid  # the worker leads its own session; every descendant stays in it
+    assert results[-1].votes.tolist() == BENIGN_VOTES
+    assert_held(results[:-1])
+    assert not marker.exists()
+    time.sleep(0.2)
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # field 6 of /proc/<pid>/stat: the session id
+            left.append(stat.parent.name)
+    assert left == [], f"processes outlived the pool: {left}"
+
+
+def test_poisoning_a_shared_module_does_not_change_the_next_annotator(report):
+    poison = Annotator(id="poison", name="poison", agent="human", generation=0, source=(
+        "import re, builtins\n\ndef annotate(example):\n"
+        "    re.search = lambda *a, **k: True\n    re.compile = None\n"
+        "    builtins.len = lambda x: 0\n    example['text'] = 'free'\n    return None\n"))
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the benign one runs right after
+        first, second = ex.run([poison, BENIGN], EXAMPLES, LABELS)
+        again = ex.run([BENIGN], EXAMPLES, LABELS)[0]
+    assert first.votes.tolist() == [ABSTAIN] * 4  # it broke only itself (its own reply needs len)
+    assert second.votes.tolist() == BENIGN_VOTES == again.votes.tolist()
+
+
+def test_forged_and_oversized_replies_only_fault_their_own_annotator():
+    frame = b'{"ok":true,"votes":[7,7,7,7,7],"faults":0,"first_error":null,"stopped":false,"seconds":0.0}'
+    forge = hostile("forge", f"""
+        data = len({frame!r}).to_bytes(4, 'big') + {frame!r}
+        print({frame!r})
+        sys.stdout.write('x')
+        for fd in range(4096):
+            try:
+                os.write(fd, data)
+            except OSError:
+                pass
+    """)
+    huge = hostile("oversized", "for fd in range(3, 4096):\n    try:\n        os.write(fd, b'\\x7f\\xff\\xff\\xff')\n"
+                                "    except OSError:\n        pass")
+    flood = hostile("flood", "for _ in range(100):\n    os.write(1, b'x' * 1_000_000)\n"
+                             "    os.write(2, b'y' * 1_000_000)")
+    # a busy server hands the worker's reply pipe a high descriptor number: the attacks must not find it
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(200)]
+    try:
+        with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+            ex.containment()
+            forged, oversized, flooded, benign = ex.run([forge, huge, flood, BENIGN], EXAMPLES, LABELS)
+            assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert benign.votes.tolist() == BENIGN_VOTES
+    assert forged.faults == len(EXAMPLES) and "malformed votes" in forged.first_error
+    assert oversized.faults == len(EXAMPLES) and "over the" in oversized.first_error
+    assert flooded.faults == 0 and flooded.votes.tolist() == [BREACH] * 4  # 100 MB to /dev/null: harmless
+
+
+def test_cpu_and_memory_hogs_are_faults(pool):
+    spin = hostile("spin", "while True:\n    try:\n        while True:\n            pass\n"
+                           "    except BaseException:\n        pass")
+    c_loop = hostile("c_loop", "sum(range(10 ** 13))")
+    memory = hostile("memory", "x = bytearray(8 * 2 ** 30)")
+    spin_res, c_res, mem_res = run_with_benign(pool, spin, c_loop, memory)
+    assert spin_res.faults == len(EXAMPLES) and spin_res.first_error.startswith("timeout after")
+    assert c_res.faults == len(EXAMPLES) and c_res.first_error.startswith("timeout after")
+    assert mem_res.votes.tolist() == [HELD] * 4  # MemoryError, caught by the annotator itself
+
+
+def test_with_the_checker_on_every_hostile_annotator_is_rejected_first():
+    for attack in ("open('/etc/passwd')", "os.kill(1, 9)", "_socket.socket()"):
+        with pytest.raises(CodeRejected):
+            check_source(hostile("x", attack).source)
+
+
+def test_a_required_layer_that_is_off_refuses_to_run():
+    with SandboxExecutor(workers=1, require=["no-such-layer"]) as ex:
+        assert "no-such-layer" not in ex.containment()  # the report itself still works
+        with pytest.raises(RuntimeError, match="required sandbox layers are off: no-such-layer"):
+            ex.run([BENIGN], EXAMPLES, LABELS)
+    assert issubclass(ContainmentTooWeak, RuntimeError)
+
+
+def test_confinement_as_a_non_root_user():
+    """What a user without root gets: their own uid, and every other layer the kernel allows them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user first")
+    script = textwrap.dedent("""
+        import json, os, sys
+        from engine.sandbox import confine
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.setgroups([]); os.setresgid(1000, 1000, 1000); os.setresuid(1000, 1000, 1000)
+            try:
+                report = confine.confine(256)
+            except BaseException as exc:
+                report = {"error": repr(exc)}
+            report["root_listing"] = str(os.listdir("/")) if report["landlock"].startswith("off") else "n/a"
+            os.write(write_fd, json.dumps(report).encode())
+            os._exit(0)
+        os.close(write_fd)
+        data = os.read(read_fd, 1 << 16)
+        os.waitpid(pid, 0)
+        print(data.decode())
+    """)
+    proc = subprocess.run([sys.executable, "-S", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["uid"].startswith("off: not started as root, so it keeps uid 1000")
+    assert report["capabilities"].startswith("on") and report["rlimits"].startswith("on")
+    if report["namespaces"].startswith("off"):
+        pytest.skip(f"user namespaces unavailable to non-root users here: {report['namespaces']}")
+    assert report["filesystem"].startswith("on")
+    assert report["seccomp"].startswith("on") or "x86_64 only" in report["seccomp"]
+    assert confine.NOBODY == 65534
+
+
+class _PoolOnly:
+    """Just what `pool_as_python` reads of a store: the task and the pool's annotators."""
+
+    def __init__(self, annotators: list[Annotator]):
+        self._annotators = annotators
+
+    def load_task(self) -> Task:
+        return Task("containment", tuple(LABELS))
+
+    def pool_ids(self) -> list[str]:
+        return [a.id for a in self._annotators]
+
+    def annotators(self, ids: list[str]) -> list[Annotator]:
+        return [a for a in self._annotators if a.id in ids]
+
+
+def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
+    """The exported .py: sandboxed where the engine is installed, refused without it unless --unsandboxed."""
+    thief = Annotator(id="thief", name="thief", agent="human", generation=0, source=(
+        f"def annotate(example):\n    return 'breach' if open({str(decoys['secret'])!r}).read() else None\n"))
+    script = tmp_path / "pool.py"
+    script.write_text(pool_as_python(_PoolOnly([thief, BENIGN])))  # type: ignore[arg-type]
+    text = script.read_text()
+    assert "THIS FILE RUNS CODE" in text and "exec(" not in text.split("_SAFE_BUILTINS")[0]
+    rows = "\n".join(json.dumps(e) for e in EXAMPLES)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sandboxed = subprocess.run([sys.executable, str(script)], input=rows, capture_output=True, text=True,
+                               env=env, timeout=120, check=True)
+    assert [json.loads(line)["label"] for line in sandboxed.stdout.splitlines()] == \
+        ["spam", None, "spam", None]  # the thief faulted on every row; the benign annotator voted
+    bare = [sys.executable, "-I", "-S", str(script)]  # no site-packages, no PYTHONPATH: no engine, no sandbox
+    refused = subprocess.run(bare, input=rows, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and "no sandbox" in refused.stderr
+    restricted = subprocess.run(bare + ["--unsandboxed"], input=rows, capture_output=True, text=True,
+                                timeout=60, check=True)
+    assert [json.loads(line)["label"] for line in restricted.stdout.splitlines()] == ["spam", None, "spam", None]
+
+
+def test_the_parent_trusts_no_worker_reply():
+    from engine.sandbox.executor import _check_votes
+    from engine.sandbox.process import WorkerFailed
+
+    good = {"votes": [0, -1, 2], "faults": 0, "stopped": False}
+    _check_votes(good, 3, 3)
+    for bad, why in [({**good, "votes": [0, 3, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, -2, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, True, 1]}, "outside the label set"),
+                     ({**good, "votes": [0, 1]}, "2 votes for 3"),
+                     ({**good, "faults": "0"}, "malformed")]:
+        with pytest.raises(WorkerFailed, match=why):
+            _check_votes(bad, 3, 3)
+
+
+def test_frames_are_capped_and_deadlined():
+    from engine.sandbox.wire import FrameError, FrameReader, encode
+
+    read_fd, write_fd = os.pipe()
+    try:
+        reader = FrameReader(read_fd)
+        os.write(write_fd, encode({"ok": True, "n": 1}) + encode({"ok": True, "n": 2}))
+        assert reader.read(1.0, 100) == {"ok": True, "n": 1}
+        assert reader.read(1.0, 100)["n"] == 2
+        os.write(write_fd, (1 << 30).to_bytes(4, "big"))
+        with pytest.raises(FrameError, match="over the 100-byte cap"):
+            reader.read(1.0, 100)
+        reader = FrameReader(read_fd)
+        os.write(write_fd, (10).to_bytes(4, "big") + b'{"ok"')  # a frame that never completes
+        with pytest.raises(FrameError) as err:
+            reader.read(0.2, 100)
+        assert err.value.timed_out
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_evopool_doctor_prints_the_layers_as_json(capsys):
+    from engine.cli import main
+
+    assert main(["doctor"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["sandbox"]["checker"].startswith("on")
+    assert out["layers_off"] == [name for name, status in out["sandbox"].items() if status.startswith("off")]
+    assert "cgroup" in out["layers_off"]  # never used, and said so
+
+
+def test_without_namespaces_the_other_layers_still_hold(decoys):
+    """A machine without user namespaces: the worker says so, and Landlock, seccomp and nobody still refuse."""
+    script = textwrap.dedent("""
+        import sys
+        from engine.sandbox import confine
+        import engine.sandbox.worker as worker
+        confine.enter_namespaces = lambda: "off: simulated (no user namespaces)"
+        sys.argv = ["worker", "--reply-fd", sys.argv[1], "--unchecked"]
+        worker.main()
+    """)
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-S", "-c", script, str(write_fd)], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                            start_new_session=True, env={"PATH": "/usr/bin:/bin"})
+    os.close(write_fd)
+    from engine.sandbox.wire import FrameReader
+
+    frames = FrameReader(read_fd)
+    try:
+        report = frames.read(30, 1 << 20)["containment"]
+        assert report["namespaces"].startswith("off: simulated")
+        assert report["filesystem"].startswith("off") and report["pid namespace"].startswith("off")
+        if not (report["landlock"].startswith("on") and report["seccomp"].startswith("on")):
+            pytest.skip(f"needs Landlock and seccomp: {report['landlock']}; {report['seccomp']}")
+        thief = hostile("thief", f"open({str(decoys['secret'])!r}, 'rb').read(1)")
+        writer = hostile("writer", f"os.truncate({str(decoys['db'])!r}, 0)")
+        load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
+        proc.stdin.write((json.dumps(load) + "\n").encode())
+        proc.stdin.flush()
+        assert frames.read(30, 1 << 20)["n"] == len(EXAMPLES)
+        votes = {}
+        for annotator in (thief, writer, BENIGN):
+            run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
+            proc.stdin.write((json.dumps(run) + "\n").encode())
+            proc.stdin.flush()
+            votes[annotator.id] = frames.read(30, 1 << 20)["votes"]
+        assert votes["thief"] == votes["writer"] == [HELD] * 4
+        assert votes["benign"] == BENIGN_VOTES
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        os.close(read_fd)

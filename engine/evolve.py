@@ -7,12 +7,12 @@ A killed run therefore leaves at most a `running` generation, which the next run
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
-from engine.agents.base import ProposalContext, Proposer
+from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
 from engine.gate import GateConfig, run_gate
@@ -66,7 +66,33 @@ def build_context(store: Store, generation: int, config: EvolveConfig) -> Propos
         scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS).votes,
         generation=generation, seed=config.seed, excluded_ids=excluded,
         dev_label_sets=store.label_matrix(FITNESS) if task.multi_label else None,
+        feedback=expert_feedback(store),
     )
+
+
+def expert_feedback(store: Store, limit: int = 20) -> ExpertFeedback:
+    """The expert's latest verdict on each annotator they judged (with the reason typed), their edits, and the
+    group of unlabeled rows they aimed the next generation at (the workspace's `focus`)."""
+    verdicts = store.verdicts()
+    human = verdicts[verdicts["decided_by"] == "human"].groupby("annotator_id").tail(1) if len(verdicts) else verdicts
+    judged = {row.annotator_id: (row.verdict, row.note or "") for row in human.itertuples()}
+    by_id = {a.id: a for a in store.annotators(list(judged))} if judged else {}
+    edits = []
+    for child in (a for a in by_id.values() if a.author == "human" and a.parent_ids):
+        parent = store.annotator(child.parent_ids[0])
+        if parent is not None:
+            edits.append((parent, child, judged.get(child.id, ("", ""))[1]))
+    replaced = {parent.id for parent, _, _ in edits}  # an edited annotator's old version is not a rejected idea
+    rejected = tuple((by_id[i], note) for i, (v, note) in judged.items()
+                     if v == "reject" and i in by_id and i not in replaced)
+    approved = tuple((by_id[i], note) for i, (v, note) in judged.items()
+                     if v == "approve" and i in by_id and by_id[i].author != "human")
+    focus = store.get_meta("focus") or {}
+    split = "pool" if focus.get("split") == "pool" else FITNESS  # never an audit or test row
+    examples = tuple(store.examples(split, focus["example_ids"])) if focus.get("example_ids") else ()
+    examples = tuple(replace(ex, label=None) for ex in examples)  # aimed rows never carry a label to the agents
+    return ExpertFeedback(rejected=rejected[-limit:], approved=approved[-limit:], edits=tuple(edits[-limit:]),
+                          focus_terms=tuple(focus.get("terms", ())), focus_examples=examples)
 
 
 def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext, number: int,

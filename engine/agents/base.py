@@ -10,6 +10,21 @@ from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example
 
 
 @dataclass(frozen=True)
+class ExpertFeedback:
+    """The expert's judgement, handed to every agent: what they rejected and why (never propose it again), what
+    they approved, how they edited an annotator (follow the direction), and where they aimed the next generation."""
+
+    rejected: tuple[tuple[Annotator, str], ...] = ()  # (annotator, the reason the expert typed)
+    approved: tuple[tuple[Annotator, str], ...] = ()
+    edits: tuple[tuple[Annotator, Annotator, str], ...] = ()  # (before, after, note)
+    focus_terms: tuple[str, ...] = ()  # the words of the group of rows the expert aimed at
+    focus_examples: tuple[Example, ...] = ()  # unlabeled rows of that group (label None)
+
+    def __bool__(self) -> bool:
+        return bool(self.rejected or self.approved or self.edits or self.focus_terms)
+
+
+@dataclass(frozen=True)
 class ProposalContext:
     """Everything an agent may see. Never holds test (holdout) labels."""
 
@@ -23,6 +38,7 @@ class ProposalContext:
     seed: int
     excluded_ids: frozenset[str] = field(default_factory=frozenset)  # rejected by a human: never re-propose
     dev_label_sets: np.ndarray | None = None  # multi-label task: (n_dev, k) 0/1, each Example.label its first
+    feedback: ExpertFeedback = field(default_factory=ExpertFeedback)
 
     @property
     def dev_labels(self) -> np.ndarray:

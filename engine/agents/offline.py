@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.agents import offline_roles as roles
 from engine.agents.base import ProposalContext
+from engine.agents.feedback import rejected_specs, repeats_rejected
 from engine.agents.offline_mine import OfflineWorkspace, build_workspace
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, vote_counts
 from engine.agents.templates import parse_spec, render
@@ -56,6 +57,8 @@ class OfflineProposer:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
         proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
+        rejected = rejected_specs(context.feedback)  # the expert said no to these ideas, in any wording
+        proposals = [p for p in proposals if not repeats_rejected(p.spec, rejected)]
         votes = _valid_votes(context)
         base = vote_counts(votes, ws.n_classes, len(ws.y))
         taken = [votes[:, j] != ABSTAIN for j in range(votes.shape[1])]

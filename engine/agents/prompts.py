@@ -75,9 +75,10 @@ def system_message(task: Task) -> dict[str, str]:
 
 def assert_no_holdout(context: ProposalContext) -> None:
     """Holdout rows and pool labels must never reach a prompt; fail loudly if a caller slipped one in."""
-    if any(ex.split == "test" for ex in (*context.dev, *context.pool_sample)):
+    aimed = context.feedback.focus_examples
+    if any(ex.split == "test" for ex in (*context.dev, *context.pool_sample, *aimed)):
         raise ValueError("a holdout (split 'test') example reached the proposal context")
-    if any(ex.label is not None for ex in context.pool_sample):
+    if any(ex.label is not None for ex in (*context.pool_sample, *aimed)):
         raise ValueError("labeled rows reached the proposal context's unlabeled pool sample")
 
 
@@ -189,7 +190,7 @@ def generator_messages(context: ProposalContext, rng: np.random.Generator, n: in
     shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
     user = (f"Labeled examples from the dev split:\n{shown}\n\n"
             + _ask(n, "for this task, each using a different cue and together covering several labels"))
-    return [system_message(context.task), {"role": "user", "content": user}]
+    return [system_message(context.task), {"role": "user", "content": user + expert_feedback_text(context)}]
 
 
 def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int) -> list[dict]:
@@ -222,7 +223,7 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     else:
         target = f"that cover {where}, or cue the labels with the lowest F1 in new ways"
     parts.append("\n" + _ask(n, target) + " Do not repeat the existing annotators' cues.")
-    return [system_message(task), {"role": "user", "content": "\n".join(parts)}]
+    return [system_message(task), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 
 
 def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.random.Generator,
@@ -247,7 +248,29 @@ def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.ran
             parts += [render_example(context.dev[i], task) for i in picks]
     parts.append("\n" + _ask(n, "that are broader variants of it: keep its precision but fire on more "
                              "examples (synonyms, related phrasings, looser patterns)"))
-    return [system_message(task), {"role": "user", "content": "\n".join(parts)}]
+    return [system_message(task), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+
+
+def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:
+    """The expert's judgement for the prompt: rejected ideas with their reasons (never again), approvals, edits
+    (follow their direction), and the unlabeled rows the expert aimed this generation at. "" when there is none."""
+    feedback = context.feedback
+    if not feedback:
+        return ""
+    parts = ["", "The domain expert reviewed the pool. Respect their judgement:"]
+    for annotator, note in feedback.rejected[-max_items:]:
+        parts.append(f"- REJECTED {annotator.name!r}" + (f" because: {_truncate(note)}" if note else "")
+                     + ". Do not propose this idea again, in any wording.")
+    for annotator, note in feedback.approved[-max_items:]:
+        parts.append(f"- approved {annotator.name!r}" + (f" ({_truncate(note)})" if note else ""))
+    for before, after, note in feedback.edits[-max_items:]:
+        parts.append(f"- edited {before.name!r}" + (f" ({_truncate(note)})" if note else "")
+                     + "; follow the direction of the edit. After:\n```python\n" + after.source.rstrip() + "\n```")
+    if feedback.focus_terms:
+        parts.append(f"The expert asks for annotators for these unlabeled rows (words: "
+                     f"{', '.join(feedback.focus_terms)}), which the pool does not label well:")
+        parts += [render_example(ex, context.task, label=False) for ex in feedback.focus_examples[:max_items]]
+    return "\n".join(parts)
 
 
 def repair_messages(messages: list[dict], reply: str, errors: list[str]) -> list[dict]:

@@ -18,6 +18,13 @@ rule and with no audit rows, auto picked majority vote on SMS and ChemProt for e
 on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
+Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
+one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF trained on the
+teacher's labels of the unlabeled rows plus dev); the students are scored out-of-fold like every candidate
+(per fold, the teacher is refitted on the training rows only), so auto may pick one. `uses_votes_` says
+whether the chosen model reads the pool's votes anywhere (a student's teacher included); `text_only=True`
+leaves out every vote-reading candidate: the best the text can do without the pool.
+
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,
 but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers for a single model).
@@ -39,24 +46,61 @@ from engine.aggregators.base import (
 )
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
+from engine.aggregators.student import StudentAggregator
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
 
 VOTES_ONLY_CANDIDATES = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
+STUDENT_VIEWS = ("embedding", "tfidf")  # the student's text views, those of them the features hold
+STUDENT_CS = (1.0,)
+
+
+def reads_votes(name: str) -> bool:
+    """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
+    if name.startswith("avg(") or name.startswith("student<"):
+        inner = name[name.index("(") + 1:-1] if name.startswith("avg(") else name[len("student<"):-1]
+        return any(reads_votes(part) for part in _split_top(inner))
+    return not name.endswith("-only")
+
+
+def _split_top(names: str) -> list[str]:
+    """Split "a,avg(b,c),d" at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(names):
+        depth += ch in "(<["
+        depth -= ch in ")>]"
+        if ch == "," and depth == 0:
+            parts.append(names[start:i])
+            start = i + 1
+    parts.append(names[start:])
+    return parts
+
+
+class _Average:
+    """The mean of fitted aggregators' probabilities (a teacher made of several candidates)."""
+
+    def __init__(self, members: list[Aggregator]):
+        self.members = members
+
+    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
+        return np.mean([m.predict_proba(votes, X) for m in self.members], axis=0)
 
 
 class AutoAggregator(BaseAggregator):
     """Fitted on labeled dev rows. X: a dict of named feature matrices (a bare matrix is named "x")."""
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
-                 top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE):
+                 top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
+                 students: bool = True):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
         self.Cs = Cs
         self.top_k = top_k
         self.min_audit = min_audit
+        self.text_only = text_only
+        self.students = students
 
     def candidates(self, X: Features) -> list[tuple[str, Callable[[float], Aggregator], bool]]:
         """(name, factory of C, whether C matters) of every ingredient for these features, simplest first."""
@@ -75,7 +119,8 @@ class AutoAggregator(BaseAggregator):
         return out
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
-            audit: np.ndarray | None = None, votes_selected: bool = False) -> AutoAggregator:
+            audit: np.ndarray | None = None, votes_selected: bool = False,
+            unlabeled_votes: np.ndarray | None = None, unlabeled_X: Features = None) -> AutoAggregator:
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         v = check_votes(votes, self.n_classes)
@@ -86,9 +131,14 @@ class AutoAggregator(BaseAggregator):
         feats = None if feats is None else {name: mat[keep] for name, mat in feats.items()}
         judged = self._judged_rows(audit, keep)
         self.judged_on_ = "audit" if judged is not None else "dev"
-        rows = judged if judged is not None else np.arange(len(y))
+        every = np.arange(len(y))
 
-        def score_of(proba: np.ndarray) -> float:
+        def score_of(proba: np.ndarray, name: str) -> float:
+            """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere);
+            all dev rows for what reads only text (a student included): honest there, and five times as
+            many rows. Audit rows are a random share of dev, so both estimate the same quantity."""
+            rows = judged if judged is not None and reads_votes(name) and not name.startswith("student<") \
+                else every
             return macro_f1(y[rows], proba[rows].argmax(axis=1), self.n_classes)
 
         folds = make_folds(y, self.n_splits, self.seed)
@@ -101,10 +151,14 @@ class AutoAggregator(BaseAggregator):
         if votes_selected and judged is None and feats:
             self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY_CANDIDATES]
             candidates = [c for c in candidates if c[0] not in VOTES_ONLY_CANDIDATES]
+        if self.text_only:
+            candidates = [c for c in candidates if not reads_votes(c[0])]
+            if not candidates:
+                raise ValueError("text_only needs text features: pass X")
         for name, make, tuned in candidates:
             for C in (self.Cs if tuned else (1.0,)):
                 proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)
-                score = score_of(proba)
+                score = score_of(proba, name)
                 if name not in scores or score > scores[name]:  # ties keep the earlier (smaller) C
                     oof[name], scores[name] = proba, score
                     makers[name] = lambda make=make, C=C: make(C)
@@ -112,19 +166,53 @@ class AutoAggregator(BaseAggregator):
                         self.C_[name] = float(C)
         ranked = sorted(scores, key=lambda name: -scores[name])  # stable: ties keep the simpler first
         chosen, members = ranked[0], [ranked[0]]
+        groups: dict[str, list[str]] = {name: [name] for name in ranked}
         for top in range(2, min(self.top_k, len(ranked)) + 1):
             names = ranked[:top]
             name = "avg(" + ",".join(names) + ")"
             oof[name] = np.mean([oof[n] for n in names], axis=0)
-            scores[name] = score_of(oof[name])
+            scores[name] = score_of(oof[name], name)
+            groups[name] = names
             if scores[name] > scores[chosen] + 1e-12:
                 chosen, members = name, names
+        student = None
+        if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes):
+            views = tuple(view for view in STUDENT_VIEWS if view in feats) or tuple(feats)[:1]
+            teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
+            for teacher in dict.fromkeys(teachers):
+                for C in STUDENT_CS:
+                    name = f"student<{teacher}>" + (f"@C{C:g}" if len(STUDENT_CS) > 1 else "")
+                    parts = [makers[n] for n in groups[teacher]]
+                    proba = self._student_oof(parts, views, C, v, y, feats, folds, unlabeled_votes, unlabeled_X)
+                    oof[name], scores[name] = proba, score_of(proba, name)
+                    if scores[name] > scores[chosen] + 1e-12:
+                        chosen, members, student = name, groups[teacher], (views, C, teacher)
         self.oof_scores_ = scores
         self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
+        self.uses_votes_ = reads_votes(chosen)
         self.members_ = [makers[n]().fit(v, y, feats) for n in members]
+        if student is not None:
+            views, C, teacher = student
+            model = StudentAggregator(self.n_classes, lambda: None, teacher, views, C=C, seed=self.seed)
+            self.members_ = [model.fit_from_teacher(_Average(self.members_), v, y, feats, unlabeled_votes,
+                                                    unlabeled_X)]
         self.n_annotators_ = v.shape[1]
         return self
+
+    def _student_oof(self, parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float,
+                     v: np.ndarray, y: np.ndarray, feats: dict, folds: list, unlabeled_votes: np.ndarray,
+                     unlabeled_X: Features) -> np.ndarray:
+        """Out-of-fold dev probabilities of a student whose teacher (the mean of `parts`) sees only the
+        training folds: the held rows' labels reach neither the teacher nor the student."""
+        out = np.zeros((len(y), self.n_classes))
+        for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
+            sub = {name: mat[train] for name, mat in feats.items()}
+            teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
+            student = StudentAggregator(self.n_classes, lambda: None, "", views, C=C, seed=self.seed)
+            student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
+            out[held] = student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
+        return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:
         """Positions (among the labeled rows) of the audit rows, or None when there are too few to judge on."""

@@ -32,11 +32,13 @@ _REGISTRY: dict[str, tuple[str, Callable[[int, int], Aggregator]]] = {
     "embedding": ("text embeddings only (ignores the votes)", lambda k, seed: EmbeddingOnly(k, seed=seed)),
     "auto": ("the best of these (and TF-IDF views) by out-of-fold macro-F1 on the audit rows",
              lambda k, seed: AutoAggregator(k, seed=seed)),
+    "auto-text": ("the best of the text-only models (students of text-only teachers included): no pool votes",
+                  lambda k, seed: AutoAggregator(k, seed=seed, text_only=True)),
 }
 AGGREGATORS: tuple[str, ...] = tuple(_REGISTRY)
 DESCRIPTIONS: dict[str, str] = {name: desc for name, (desc, _) in _REGISTRY.items()}
-NEEDS_LABELS: frozenset[str] = frozenset({"wmv", "evoagg", "embedding", "auto"})
-USES_FEATURES: frozenset[str] = frozenset({"evoagg", "embedding", "auto"})
+NEEDS_LABELS: frozenset[str] = frozenset({"wmv", "evoagg", "embedding", "auto", "auto-text"})
+USES_FEATURES: frozenset[str] = frozenset({"evoagg", "embedding", "auto", "auto-text"})
 
 
 def make_aggregator(name: str, n_classes: int, seed: int = 0) -> Aggregator:

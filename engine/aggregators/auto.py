@@ -52,14 +52,14 @@ from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
 
 VOTES_ONLY_CANDIDATES = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
-STUDENT_VIEWS = ("embedding", "tfidf")  # the student's text views, those of them the features hold
-STUDENT_CS = (1.0,)
+STUDENT_VIEWS = (("embedding", "tfidf"), ("embedding", "relation"))  # text views a student may read
+STUDENT_C = 1.0
 
 
 def reads_votes(name: str) -> bool:
     """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
     if name.startswith("avg(") or name.startswith("student<"):
-        inner = name[name.index("(") + 1:-1] if name.startswith("avg(") else name[len("student<"):-1]
+        inner = name[4:-1] if name.startswith("avg(") else name[len("student<"):name.rindex(">")]
         return any(reads_votes(part) for part in _split_top(inner))
     return not name.endswith("-only")
 
@@ -148,6 +148,7 @@ class AutoAggregator(BaseAggregator):
         self.C_ = {}
         candidates = self.candidates(feats)
         self.left_out_ = []
+        students = self.students and bool(feats) and unlabeled_votes is not None and len(unlabeled_votes) > 0
         if votes_selected and judged is None and feats:
             self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY_CANDIDATES]
             candidates = [c for c in candidates if c[0] not in VOTES_ONLY_CANDIDATES]
@@ -176,17 +177,24 @@ class AutoAggregator(BaseAggregator):
             if scores[name] > scores[chosen] + 1e-12:
                 chosen, members = name, names
         student = None
-        if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes):
-            views = tuple(view for view in STUDENT_VIEWS if view in feats) or tuple(feats)[:1]
+        if students:
+            view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)] or [tuple(feats)[:1]]
             teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
+            if votes_selected and judged is None:
+                # no honest rows for what reads the selected votes: only the students (which read text at
+                # prediction) and the text-only candidates may be chosen; vote readers may still teach
+                self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
+                chosen = max((n for n in groups if not reads_votes(n)), key=lambda n: scores[n], default=chosen)
+                members = groups[chosen]
             for teacher in dict.fromkeys(teachers):
-                for C in STUDENT_CS:
-                    name = f"student<{teacher}>" + (f"@C{C:g}" if len(STUDENT_CS) > 1 else "")
+                for views in view_sets:
+                    name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
                     parts = [makers[n] for n in groups[teacher]]
-                    proba = self._student_oof(parts, views, C, v, y, feats, folds, unlabeled_votes, unlabeled_X)
+                    proba = self._student_oof(parts, views, STUDENT_C, v, y, feats, folds, unlabeled_votes,
+                                              unlabeled_X)
                     oof[name], scores[name] = proba, score_of(proba, name)
-                    if scores[name] > scores[chosen] + 1e-12:
-                        chosen, members, student = name, groups[teacher], (views, C, teacher)
+                    if scores[name] > scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_):
+                        chosen, members, student = name, groups[teacher], (views, STUDENT_C, teacher)
         self.oof_scores_ = scores
         self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen

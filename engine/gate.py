@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,181 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig) ->
                    f"fires {score.fires} >= {cfg.min_fires}")]
 
 
+@dataclass
+class CandidateRecord:
+    """One candidate on its way through the four checks: what it brought, and the verdict and reasons so far."""
+
+    annotator: Annotator
+    votes: np.ndarray  # (n_dev,) class ids or ABSTAIN
+    score: AnnotatorScore
+    verdict: str = ""  # "" until a human lock, the pool or the viability check decides
+    reasons: list[str] = field(default_factory=list)
+    decided_by: str = "gate"
+    forced: bool = False  # a human-approved newcomer: joins without checks and survives a revert
+    in_play: bool = False  # a newcomer that goes on to diversity and marginal contribution
+
+    @property
+    def id(self) -> str:
+        return self.annotator.id
+
+    def decide(self, verdict: str, *reasons: str, decided_by: str = "gate") -> None:
+        self.verdict, self.reasons, self.decided_by = verdict, list(reasons), decided_by
+
+    def reject(self, reason: str) -> None:
+        self.verdict = "reject"
+        self.reasons.append(reason)
+
+    def decision(self) -> GateDecision:
+        return GateDecision(self.id, self.verdict, tuple(self.reasons), self.decided_by)
+
+
+@dataclass
+class GenerationState:
+    """What every check reads: the dev labels, the old pool, this generation's records, and the prunes so far."""
+
+    y: np.ndarray
+    n_classes: int
+    pool_ids: list[str]
+    pool_votes: np.ndarray  # (n_dev, len(pool_ids))
+    pool_precision: dict[str, float]
+    records: list[CandidateRecord]  # one per distinct candidate id, in candidate order
+    locked: dict[str, str]  # annotator id -> the human's verdict
+    pruned_by: dict[str, str] = field(default_factory=dict)  # pool member -> the newcomer that replaces it
+    prune_reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        return {pid: self.pool_votes[:, j] for j, pid in enumerate(self.pool_ids)}
+
+    def members(self, newcomers: Sequence[str], allow_prunes: bool = True) -> tuple[list[str], np.ndarray]:
+        """The pool with these newcomers (ids) joined: old members (minus those they prune), then newcomers."""
+        columns = self.columns
+        members = [p for p in self.pool_ids if not (allow_prunes and self.pruned_by.get(p) in newcomers)]
+        members += [r.id for r in self.records if r.id in newcomers]
+        by_id = {r.id: r.votes for r in self.records}
+        matrix = (np.column_stack([columns.get(m, by_id.get(m)) for m in members]) if members
+                  else self.pool_votes[:, :0])
+        return members, matrix
+
+    def f1(self, newcomers: Sequence[str], allow_prunes: bool = True) -> float:
+        """The gate's estimate of a pool's quality: majority-vote dev macro-F1 of `members(...)`."""
+        return pool_macro_f1(self.members(newcomers, allow_prunes)[1], self.y, self.n_classes)
+
+
+def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], pool_ids: Sequence[str],
+            locked: Mapping[str, str], n_dev: int) -> list[CandidateRecord]:
+    """One record per distinct candidate id; human locks and ids already in the pool are decided here."""
+    records: list[CandidateRecord] = []
+    seen: set[str] = set()
+    for annotator, cand_votes, score in candidates:
+        if annotator.id in seen:
+            continue
+        seen.add(annotator.id)
+        v = np.asarray(cand_votes, dtype=np.int64).ravel()
+        if v.shape[0] != n_dev:
+            raise ValueError(f"candidate {annotator.id} has {v.shape[0]} dev votes, expected {n_dev}")
+        record = CandidateRecord(annotator, v, score)
+        lock = locked.get(annotator.id)
+        if lock == "reject":
+            record.decide("reject", "rejected by a human earlier", decided_by="human")
+        elif lock == "approve":
+            record.decide("approve", "approved by a human earlier", decided_by="human")
+            record.forced = record.in_play = annotator.id not in pool_ids
+        elif annotator.id in pool_ids:
+            record.decide("accept", "already in the pool; judged as a pool member")
+        records.append(record)
+    return records
+
+
+def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig) -> None:
+    """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows."""
+    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg)
+    record.decide("accept" if ok else "reject", *why)
+    record.in_play = ok
+
+
+def check_diversity(state: GenerationState, cfg: GateConfig) -> list[CandidateRecord]:
+    """Check 2, in candidate order: reject a near-copy (Jaccard of fired dev rows) of a pool member or of a
+    newcomer kept so far; record the pool members a kept newcomer replaces. Returns the kept newcomers."""
+    # a pool member's id among the candidates fires where the candidate's votes do
+    fired = {k: v != ABSTAIN for k, v in {**state.columns, **{r.id: r.votes for r in state.records}}.items()}
+    precision = {**state.pool_precision, **{r.id: r.score.precision for r in state.records if r.in_play}}
+    active = list(state.pool_ids)
+    kept: list[CandidateRecord] = []
+    for record in (r for r in state.records if r.in_play):
+        cid = record.id
+        prunable: dict[str, str] = {}
+        for pid in active:
+            size = int(fired[pid].sum())
+            if state.locked.get(pid) == "approve" or size == 0:
+                continue
+            cover = float(np.sum(fired[pid] & fired[cid])) / size
+            if (cover >= cfg.prune_cover - _TOL
+                    and precision[cid] - precision[pid] >= cfg.prune_precision_margin - _TOL):
+                prunable[pid] = (f"covered by {cid}: {_cmp(cover, '>=', cfg.prune_cover)} of its fired dev "
+                                 f"rows, precision {_cmp(precision[cid], '>=', precision[pid])} + "
+                                 f"{cfg.prune_precision_margin:g}")
+        if not record.forced:
+            others = [p for p in active if p not in prunable] + [k.id for k in kept]
+            sims = [(_jaccard(fired[cid], fired[o]), o) for o in others]
+            best, other = max(sims, key=lambda t: t[0]) if sims else (0.0, None)
+            if best > cfg.max_jaccard + _TOL:
+                record.reject(f"fired dev rows too similar to {other}: Jaccard "
+                              f"{_cmp(best, '>', cfg.max_jaccard)}")
+                continue
+            record.reasons.append(f"diverse: max Jaccard {_cmp(best, '<=', cfg.max_jaccard)}"
+                                  + (f" (vs {other})" if other else ""))
+        kept.append(record)
+        for pid, reason in prunable.items():
+            active.remove(pid)
+            state.pruned_by[pid], state.prune_reasons[pid] = cid, reason
+    return kept
+
+
+def check_marginal_contribution(state: GenerationState, kept: Sequence[CandidateRecord],
+                                cfg: GateConfig) -> list[CandidateRecord]:
+    """Check 3: greedily drop the newcomer whose removal raises the pool's dev macro-F1 the most, while that
+    gain exceeds the epsilon. Returns the newcomers that stay."""
+    current = list(kept)
+
+    def ids(records: Sequence[CandidateRecord], leave_out: CandidateRecord | None = None) -> list[str]:
+        return [r.id for r in records if r is not leave_out]
+
+    while True:
+        base = state.f1(ids(current))
+        gains = [(state.f1(ids(current, r)) - base, r) for r in current if not r.forced]
+        if not gains:
+            break
+        gain, worst = max(gains, key=lambda t: t[0])  # max keeps the first of equal gains
+        if gain <= cfg.marginal_epsilon + _TOL:
+            break
+        current.remove(worst)
+        worst.reject(f"removing it raises pool dev macro-F1 {base:.3f} -> {base + gain:.3f} "
+                     f"(+{gain:.3f} > {cfg.marginal_epsilon:g})")
+    f1_after = state.f1(ids(current))
+    for record in current:
+        if not record.forced:
+            without = state.f1(ids(current, record))
+            record.reasons.append(f"marginal: pool dev macro-F1 {without:.3f} without it, {f1_after:.3f} with it")
+    return current
+
+
+def check_do_no_harm(state: GenerationState, current: Sequence[CandidateRecord],
+                     cfg: GateConfig) -> tuple[list[CandidateRecord], bool]:
+    """Check 4: revert the generation (keeping only human-approved newcomers) if the pool would end more than
+    the tolerance below the old pool plus those newcomers. Returns the newcomers that stay and whether reverted."""
+    f1_after = state.f1([r.id for r in current])
+    baseline = state.f1([r.id for r in state.records if r.forced], allow_prunes=False)
+    if not f1_after < baseline - cfg.harm_tolerance - _TOL:
+        return list(current), False
+    why = (f"generation reverted: pool dev macro-F1 would fall {baseline:.3f} -> {f1_after:.3f} "
+           f"(more than {cfg.harm_tolerance:g} below before)")
+    for record in current:
+        if not record.forced:
+            record.verdict, record.reasons = "reject", [why, *record.reasons]
+    return [r for r in current if r.forced], True
+
+
 def run_gate(
     pool_ids: Sequence[str],
     pool_votes: np.ndarray,
@@ -122,130 +297,33 @@ def run_gate(
 
     y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/score.py).
     """
-    cfg, locked = config, dict(human_locked or {})
     y = np.asarray(y_dev, dtype=np.int64)
     n = y.shape[0]
     pool_ids = list(pool_ids)
     pv = np.asarray(pool_votes, dtype=np.int64).reshape(n, len(pool_ids))
-    col = {pid: pv[:, j] for j, pid in enumerate(pool_ids)}
-    prec = {pid: (pool_scores.get(pid) or score_annotator(pid, col[pid], y)).precision for pid in pool_ids}
-    f1_before = pool_macro_f1(pv, y, n_classes)
+    precision = {pid: (pool_scores.get(pid) or score_annotator(pid, pv[:, j], y)).precision
+                 for j, pid in enumerate(pool_ids)}
+    locked = dict(human_locked or {})
+    records = _intake(candidates, pool_ids, locked, n)
+    for record in records:
+        if not record.verdict:
+            check_viability(record, n, config)
+    state = GenerationState(y, n_classes, pool_ids, pv, precision, records, locked)
 
-    # one entry per distinct candidate id, in candidate order
-    ids: list[str] = []
-    votes: dict[str, np.ndarray] = {}
-    verdict: dict[str, str] = {}
-    reasons: dict[str, list[str]] = {}
-    by: dict[str, str] = {}
-    forced: set[str] = set()
-    live: list[str] = []  # passed viability, in order
-    for ann, cand_votes, score in candidates:
-        if ann.id in votes:
-            continue
-        v = np.asarray(cand_votes, dtype=np.int64).ravel()
-        if v.shape[0] != n:
-            raise ValueError(f"candidate {ann.id} has {v.shape[0]} dev votes, expected {n}")
-        ids.append(ann.id)
-        votes[ann.id], by[ann.id] = v, "gate"
-        lock = locked.get(ann.id)
-        if lock == "reject":
-            verdict[ann.id], reasons[ann.id], by[ann.id] = "reject", ["rejected by a human earlier"], "human"
-        elif lock == "approve":
-            verdict[ann.id], reasons[ann.id], by[ann.id] = "approve", ["approved by a human earlier"], "human"
-            prec.setdefault(ann.id, score.precision)
-            if ann.id not in col:
-                forced.add(ann.id)
-                live.append(ann.id)
-        elif ann.id in col:
-            verdict[ann.id], reasons[ann.id] = "accept", ["already in the pool; judged as a pool member"]
-        else:
-            ok, why = _viability(score, ann.agent, n, cfg)
-            verdict[ann.id], reasons[ann.id] = ("accept" if ok else "reject"), why
-            if ok:
-                live.append(ann.id)
-            prec[ann.id] = score.precision
+    kept = check_diversity(state, config)
+    current = check_marginal_contribution(state, kept, config)
+    current, reverted = check_do_no_harm(state, current, config)
 
-    # diversity, in candidate order: Jaccard against the current pool and the newcomers kept so far
-    fired = {k: v != ABSTAIN for k, v in {**col, **votes}.items()}
-    active = list(pool_ids)
-    pruned_by: dict[str, str] = {}
-    prune_why: dict[str, str] = {}
-    kept: list[str] = []
-    for cid in live:
-        prunable = []
-        for pid in active:
-            size = int(fired[pid].sum())
-            if locked.get(pid) == "approve" or size == 0:
-                continue
-            cover = float(np.sum(fired[pid] & fired[cid])) / size
-            if cover >= cfg.prune_cover - _TOL and prec[cid] - prec[pid] >= cfg.prune_precision_margin - _TOL:
-                prunable.append(pid)
-                prune_why[pid] = (f"covered by {cid}: {_cmp(cover, '>=', cfg.prune_cover)} of its fired dev "
-                                  f"rows, precision {_cmp(prec[cid], '>=', prec[pid])} + "
-                                  f"{cfg.prune_precision_margin:g}")
-        if cid not in forced:
-            others = [p for p in active if p not in prunable] + kept
-            sims = [(_jaccard(fired[cid], fired[o]), o) for o in others]
-            best, other = max(sims, key=lambda t: t[0]) if sims else (0.0, None)
-            if best > cfg.max_jaccard + _TOL:
-                verdict[cid] = "reject"
-                reasons[cid].append(f"fired dev rows too similar to {other}: Jaccard "
-                                    f"{_cmp(best, '>', cfg.max_jaccard)}")
-                continue
-            reasons[cid].append(f"diverse: max Jaccard {_cmp(best, '<=', cfg.max_jaccard)}"
-                                + (f" (vs {other})" if other else ""))
-        kept.append(cid)
-        for pid in prunable:
-            active.remove(pid)
-            pruned_by[pid] = cid
-
-    def pool_of(newcomers: Sequence[str], allow_prunes: bool = True) -> tuple[list[str], np.ndarray]:
-        members = [p for p in pool_ids if not (allow_prunes and pruned_by.get(p) in newcomers)]
-        members += [c for c in ids if c in newcomers]
-        matrix = np.column_stack([col.get(m, votes.get(m)) for m in members]) if members else pv[:, :0]
-        return members, matrix
-
-    def f1_of(newcomers: Sequence[str], allow_prunes: bool = True) -> float:
-        return pool_macro_f1(pool_of(newcomers, allow_prunes)[1], y, n_classes)
-
-    # marginal contribution: greedily drop the newcomer whose removal helps most
-    current = list(kept)
-    while True:
-        base = f1_of(current)
-        gains = [(f1_of([c for c in current if c != cid]) - base, cid) for cid in current if cid not in forced]
-        if not gains:
-            break
-        gain, worst = max(gains, key=lambda t: t[0])  # max keeps the first of equal gains
-        if gain <= cfg.marginal_epsilon + _TOL:
-            break
-        current.remove(worst)
-        verdict[worst] = "reject"
-        reasons[worst].append(f"removing it raises pool dev macro-F1 {base:.3f} -> {base + gain:.3f} "
-                              f"(+{gain:.3f} > {cfg.marginal_epsilon:g})")
-    f1_after = f1_of(current)
-    for cid in current:
-        if cid not in forced:
-            without = f1_of([c for c in current if c != cid])
-            reasons[cid].append(f"marginal: pool dev macro-F1 {without:.3f} without it, {f1_after:.3f} with it")
-
-    # do no harm: compare with the old pool plus the human-approved newcomers
-    baseline = f1_of(sorted(forced), allow_prunes=False)
-    reverted = f1_after < baseline - cfg.harm_tolerance - _TOL
-    if reverted:
-        why = (f"generation reverted: pool dev macro-F1 would fall {baseline:.3f} -> {f1_after:.3f} "
-               f"(more than {cfg.harm_tolerance:g} below before)")
-        for cid in current:
-            if cid not in forced:
-                verdict[cid], reasons[cid] = "reject", [why, *reasons[cid]]
-        current = [c for c in current if c in forced]
-    members, matrix = pool_of(current, allow_prunes=not reverted)
-    decisions = [GateDecision(cid, verdict[cid], tuple(reasons[cid]), by[cid]) for cid in ids]
+    members, matrix = state.members([r.id for r in current], allow_prunes=not reverted)
+    decisions = [r.decision() for r in records]
     if not reverted:
-        decisions += [GateDecision(p, "prune", (prune_why[p],)) for p in pool_ids if pruned_by.get(p) in current]
+        staying = {r.id for r in current}
+        decisions += [GateDecision(p, "prune", (state.prune_reasons[p],)) for p in pool_ids
+                      if state.pruned_by.get(p) in staying]
     return GateOutcome(
         decisions=tuple(decisions),
         pool_ids=tuple(members),
-        f1_before=f1_before,
+        f1_before=pool_macro_f1(pv, y, n_classes),
         f1_after=pool_macro_f1(matrix, y, n_classes),
         reverted=reverted,
     )

@@ -17,8 +17,8 @@ from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.registry import (
     AGGREGATORS,
-    USES_FEATURES,
     MultiLabelEvoAgg,
+    aggregator_entry,
     expected_calibration_error,
     make_aggregator,
     predict_labels,
@@ -30,10 +30,7 @@ from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import task_views, view_text
 
-VOTE_ONLY = frozenset({"mv", "wmv", "ds"})  # these give no label where nobody voted
-UNSUPERVISED = frozenset({"ds"})
 CHOOSERS = frozenset({"auto", "auto-text"})  # choose among candidates on dev; may teach a student on the pool rows
-VOTE_FREE = frozenset({"embedding", "auto-text"})  # never read the pool's votes
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
@@ -49,7 +46,7 @@ class LabelingResult:
 
 def aggregators_for(task: Task) -> tuple[str, ...]:
     """The aggregators a task can use: vote-only ones give one label per row, so none of them is multi-label."""
-    return tuple(a for a in AGGREGATORS if not (task.multi_label and a in VOTE_ONLY))
+    return tuple(a for a in AGGREGATORS if not (task.multi_label and aggregator_entry(a).votes_only))
 
 
 def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
@@ -58,7 +55,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     cue that a whole-sentence embedding dilutes."""
     if aggregator in CHOOSERS:
         return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
-    return ("embedding",) if aggregator in USES_FEATURES else ()
+    return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
@@ -91,7 +88,7 @@ def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
 
 def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     hard = probs.argmax(axis=1)
-    if name in VOTE_ONLY:
+    if aggregator_entry(name).votes_only:  # it gives no label where nobody voted
         hard = np.where(n_votes > 0, hard, ABSTAIN)
     return hard
 
@@ -106,7 +103,7 @@ def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | No
         extra = {"audit": audit, "votes_selected": votes_selected}
         if unlabeled is not None:
             extra.update(unlabeled_votes=unlabeled[0], unlabeled_X=unlabeled[1])
-    return model.fit(votes, None if name in UNSUPERVISED else y, features, **extra)
+    return model.fit(votes, None if aggregator_entry(name).fits_unlabeled else y, features, **extra)
 
 
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
@@ -126,7 +123,7 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
 def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
              on_event: EventSink, kinds: tuple[str, ...] | None = None):
     pool = store.pool_ids()
-    if not pool and aggregator in VOTE_ONLY:
+    if not pool and aggregator_entry(aggregator).votes_only:
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
     for split in splits or ("dev", "test", "pool"):
         if store.count_examples(split):
@@ -152,8 +149,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     it (scoring another split) they keep the in-sample fit and `dev_scores` is empty.
     `threshold` is read on multi-label tasks only.
     """
-    if aggregator not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
+    aggregator_entry(aggregator)  # an unknown name fails here, before any work
     task = store.load_task()
     if task.multi_label:
         return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
@@ -170,7 +166,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     votes_selected = store.last_complete_generation() > 0  # the gate chose the pool on these dev rows
     on_event("aggregating", {"aggregator": aggregator, "rows": len(ids)})
     model = make_aggregator(aggregator, n_classes, seed)
-    if aggregator in UNSUPERVISED:
+    if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
     else:
         _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
@@ -198,7 +194,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         dev_scores["chosen_on"] = model.judged_on_  # "audit" rows, or all "dev" rows when too few audit rows
         if model.left_out_:
             dev_scores["left_out"] = model.left_out_
-    dev_scores["uses_pool"] = bool(getattr(model, "uses_votes_", aggregator not in VOTE_FREE))
+    dev_scores["uses_pool"] = bool(getattr(model, "uses_votes_", aggregator_entry(aggregator).reads_votes))
     if wanted is not None and len(ids) != sum(store.count_examples(s) for s in wanted):
         keep = np.flatnonzero(frame["split"].isin(wanted).to_numpy())  # drop the rows only the student read
         probs, hard, n_votes = probs[keep], hard[keep], n_votes[keep]
@@ -210,12 +206,13 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
 def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, splits: tuple[str, ...] | None,
                            seed: int, on_event: EventSink, score_dev: bool, threshold: float) -> LabelingResult:
     """fit_and_predict for a multi-label task: MultiLabelEvoAgg fitted on dev label sets, 5-fold OOF dev."""
-    if aggregator in VOTE_ONLY:
+    if aggregator_entry(aggregator).votes_only:
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
                          "'evoagg' or 'auto' (both MultiLabelEvoAgg), or 'embedding' (the text alone)")
     k = len(store.load_task().labels)
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event, kinds=("embedding",))
-    used = votes[:, :0] if aggregator in VOTE_FREE else votes  # embedding: the same model without the votes
+    # a text-only aggregator ("embedding") is the same model without the votes
+    used = votes if aggregator_entry(aggregator).reads_votes else votes[:, :0]
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     position = {e: i for i, e in enumerate(store.example_ids("dev"))}
     Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
@@ -237,7 +234,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
             dev_scores["n_audit"] = int(audit.sum())
     if aggregator == "auto":
         dev_scores["chosen"] = "evoagg"
-    dev_scores["uses_pool"] = aggregator not in VOTE_FREE
+    dev_scores["uses_pool"] = aggregator_entry(aggregator).reads_votes
     n_votes = (votes != ABSTAIN).sum(axis=1)
     made_by = "auto:evoagg" if aggregator == "auto" else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)

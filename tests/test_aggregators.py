@@ -8,17 +8,19 @@ import pandas as pd
 import pytest
 from scipy import sparse
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
 from engine.aggregators.registry import (
     AGGREGATORS,
     AutoAggregator,
     DawidSkene,
-    EmbeddingOnly,
     EvoAgg,
     MajorityVote,
     MultiLabelEvoAgg,
+    TextOnly,
     TfidfFeatures,
     WeightedMajorityVote,
+    aggregator_entry,
     expected_calibration_error,
     make_aggregator,
     predict_labels,
@@ -106,10 +108,22 @@ class TestContract:
         assert learned and all(attr.endswith("_") for attr in learned), learned
         fresh = clone(model)
         assert not any(attr.endswith("_") for attr in vars(fresh))
-        with pytest.raises(RuntimeError, match="not fitted"):
+        with pytest.raises(NotFittedError, match="not fitted"):
             fresh.predict_proba(VOTES_B[TEST], _take(X_B, TEST))
         with pytest.raises(ValueError, match="annotators"):
             model.predict_proba(VOTES_B[TEST, :2], _take(X_B, TEST))
+
+    def test_bad_input_is_rejected_with_a_value_error(self, name):
+        y = None if name == "ds[unlabeled]" else Y_B[FIT]
+        with pytest.raises(ValueError, match="0 sample"):
+            CASES[name]().fit(VOTES_B[:0], None if y is None else y[:0], _take(X_B, np.arange(0)))
+        nan_votes = VOTES_B[FIT].astype(float)
+        nan_votes[5, 1] = np.nan
+        with pytest.raises(ValueError, match="NaN"):
+            CASES[name]().fit(nan_votes, y, _take(X_B, FIT))
+        if y is not None:
+            with pytest.raises(ValueError, match="y must lie in"):
+                CASES[name]().fit(VOTES_B[FIT], np.where(np.arange(FIT.size) == 7, K, y), _take(X_B, FIT))
 
 
 def test_majority_vote_probabilities_hand_computed():
@@ -182,7 +196,7 @@ def test_feature_convention_dict_or_bare_matrix():
     with pytest.raises(ValueError, match="pass X"):
         EvoAgg(K).fit(votes, y, X).predict_proba(votes)
     with pytest.raises(ValueError, match="no input"):
-        EmbeddingOnly(K).fit(votes, y)
+        TextOnly(K).fit(votes, y)
     # votes only: X is ignored
     votes_only = EvoAgg(K, feature=None).fit(votes, y, X)
     np.testing.assert_array_equal(votes_only.predict_proba(votes), votes_only.predict_proba(votes, X))
@@ -250,12 +264,38 @@ def test_auto_leaves_out_votes_only_ingredients_when_the_pool_was_chosen_on_dev_
 
 
 def test_registry():
-    assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto")
+    assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto", "auto-text")
     assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3
     with pytest.raises(ValueError, match="unknown aggregator 'vote'"):
         make_aggregator("vote", 2)
     with pytest.raises(ValueError, match="y is required"):
         make_aggregator("evoagg", 2).fit(np.zeros((3, 1), dtype=int), None)
+
+
+@pytest.mark.parametrize("name", AGGREGATORS)
+def test_registry_entry_says_what_the_aggregator_reads(name):
+    """needs_labels, reads_votes and reads_text are true of the aggregator they describe."""
+    entry = aggregator_entry(name)
+    votes, y, features = VOTES_B, Y_B, X_B
+    if entry.needs_labels:
+        with pytest.raises(ValueError, match="y is required|needs dev labels"):
+            entry.make(K).fit(votes, None, features)
+    else:
+        entry.make(K).fit(votes, None, features)  # fits without labels
+    model = entry.make(K).fit(votes, y, features)
+    if isinstance(model, AutoAggregator):  # it reads what its chosen ingredient reads: it weighs both kinds
+        kinds = {c.reads_text for c in model.candidates(features)}
+        assert kinds == {True, False} and entry.reads_votes and entry.reads_text
+        return
+    proba = model.predict_proba(votes, features)
+    shuffled = np.random.default_rng(0).permutation(votes, axis=0)
+    assert np.allclose(model.predict_proba(shuffled, features), proba) != entry.reads_votes
+    if entry.reads_text:
+        other = {name: np.random.default_rng(1).permutation(matrix.toarray() if sparse.issparse(matrix) else matrix,
+                                                            axis=0) for name, matrix in features.items()}
+        assert not np.allclose(model.predict_proba(votes, other), proba)
+    else:
+        assert np.allclose(model.predict_proba(votes, None), proba)
 
 
 def test_multi_label_evoagg_and_thresholds():

@@ -3,12 +3,12 @@ from engine.aggregators.auto import AutoAggregator
 from engine.aggregators.base import Aggregator, BaseAggregator, Features, make_folds, oof_proba
 from engine.aggregators.calibration import expected_calibration_error, reliability
 from engine.aggregators.dawid_skene import DawidSkene
-from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg, MultiLabelEvoAgg, predict_labels
+from engine.aggregators.evoagg import EvoAgg, MultiLabelEvoAgg, TextOnly, predict_labels
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 
 __all__ = [
-    "Aggregator", "AutoAggregator", "BaseAggregator", "DawidSkene", "EmbeddingOnly", "EvoAgg", "Features",
-    "MajorityVote", "MultiLabelEvoAgg", "TfidfFeatures", "WeightedMajorityVote", "expected_calibration_error",
+    "Aggregator", "AutoAggregator", "BaseAggregator", "DawidSkene", "EvoAgg", "Features", "MajorityVote",
+    "MultiLabelEvoAgg", "TextOnly", "TfidfFeatures", "WeightedMajorityVote", "expected_calibration_error",
     "make_folds", "oof_proba", "predict_labels", "reliability",
 ]

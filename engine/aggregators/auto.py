@@ -32,6 +32,7 @@ but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers f
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,19 +40,19 @@ from engine.aggregators.base import (
     Aggregator,
     BaseAggregator,
     Features,
+    check_labels,
     check_votes,
     feature_dict,
     make_folds,
     oof_proba,
 )
 from engine.aggregators.dawid_skene import DawidSkene
-from engine.aggregators.evoagg import EmbeddingOnly, EvoAgg
+from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.student import StudentAggregator
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
 
-VOTES_ONLY_CANDIDATES = frozenset({"mv", "wmv", "ds", "evoagg[votes]"})  # candidates that read nothing but the votes
 STUDENT_VIEWS = (("embedding", "tfidf"), ("embedding", "relation"))  # text views a student may read
 STUDENT_C = 1.0
 
@@ -87,6 +88,16 @@ class _Average:
         return np.mean([m.predict_proba(votes, X) for m in self.members], axis=0)
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One ingredient auto weighs: its name in the scores, a factory of C, and what it reads."""
+
+    name: str
+    make: Callable[[float], Aggregator]
+    tuned: bool  # whether C matters (then each C in `Cs` is scored)
+    reads_text: bool  # False: it reads nothing but the votes
+
+
 class AutoAggregator(BaseAggregator):
     """Fitted on labeled dev rows. X: a dict of named feature matrices (a bare matrix is named "x")."""
 
@@ -102,20 +113,22 @@ class AutoAggregator(BaseAggregator):
         self.text_only = text_only
         self.students = students
 
-    def candidates(self, X: Features) -> list[tuple[str, Callable[[float], Aggregator], bool]]:
-        """(name, factory of C, whether C matters) of every ingredient for these features, simplest first."""
+    def candidates(self, X: Features) -> list[Candidate]:
+        """Every ingredient for these features, simplest first."""
         k, seed = self.n_classes, self.seed
-        out: list[tuple[str, Callable[[float], Aggregator], bool]] = [
-            ("mv", lambda C: MajorityVote(k), False),
-            ("wmv", lambda C: WeightedMajorityVote(k), False),
-            ("ds", lambda C: DawidSkene(k), False),
-            ("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), True),
+        out = [
+            Candidate("mv", lambda C: MajorityVote(k), tuned=False, reads_text=False),
+            Candidate("wmv", lambda C: WeightedMajorityVote(k), tuned=False, reads_text=False),
+            Candidate("ds", lambda C: DawidSkene(k), tuned=False, reads_text=False),
+            Candidate("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), tuned=True,
+                      reads_text=False),
         ]
         for name in feature_dict(X):
-            out.append((f"{name}-only", lambda C, name=name: EmbeddingOnly(k, feature=name, Cs=(C,), seed=seed),
-                        True))
-            out.append((f"evoagg[{name}]", lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
-                        True))
+            out.append(Candidate(f"{name}-only", lambda C, name=name: TextOnly(k, feature=name, Cs=(C,), seed=seed),
+                                 tuned=True, reads_text=True))
+            out.append(Candidate(f"evoagg[{name}]",
+                                 lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
+                                 tuned=True, reads_text=True))
         return out
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
@@ -124,7 +137,7 @@ class AutoAggregator(BaseAggregator):
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         v = check_votes(votes, self.n_classes)
-        y = np.asarray(y, dtype=np.int64)
+        y = check_labels(y, self.n_classes, v.shape[0])
         feats = feature_dict(X) or None
         keep = np.flatnonzero(y >= 0)
         v, y = v[keep], y[keep]
@@ -150,13 +163,14 @@ class AutoAggregator(BaseAggregator):
         self.left_out_ = []
         students = self.students and bool(feats) and unlabeled_votes is not None and len(unlabeled_votes) > 0
         if votes_selected and judged is None and feats:
-            self.left_out_ = [name for name, _, _ in candidates if name in VOTES_ONLY_CANDIDATES]
-            candidates = [c for c in candidates if c[0] not in VOTES_ONLY_CANDIDATES]
+            self.left_out_ = [c.name for c in candidates if not c.reads_text]
+            candidates = [c for c in candidates if c.reads_text]
         if self.text_only:
-            candidates = [c for c in candidates if not reads_votes(c[0])]
+            candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
-        for name, make, tuned in candidates:
+        for candidate in candidates:
+            name, make, tuned = candidate.name, candidate.make, candidate.tuned
             for C in (self.Cs if tuned else (1.0,)):
                 proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)
                 score = score_of(proba, name)

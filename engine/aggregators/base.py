@@ -16,6 +16,7 @@ import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from engine.domain import ABSTAIN
 
@@ -34,15 +35,36 @@ class Aggregator(Protocol):
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray: ...
 
 
-def check_votes(votes: np.ndarray, n_classes: int) -> np.ndarray:
-    """(n, m) int64 votes, each in [-1, k-1]; raises with the offending range otherwise."""
-    v = np.asarray(votes)
-    if v.ndim != 2:
-        raise ValueError(f"votes must be a (n, m) matrix, got shape {v.shape}")
-    v = v.astype(np.int64)
+def check_votes(votes: np.ndarray, n_classes: int, min_rows: int = 1) -> np.ndarray:
+    """(n, m) int64 votes, each in [-1, k-1], validated by scikit-learn's `check_array`: a dense 2-D finite
+    matrix of at least `min_rows` rows (fit needs one; predicting on none is fine). m may be 0: an empty pool,
+    which text-only aggregators read. Raises ValueError (TypeError for sparse input) otherwise."""
+    v = check_array(votes, dtype=np.int64, ensure_min_samples=min_rows, ensure_min_features=0, input_name="votes")
     if v.size and (v.min() < ABSTAIN or v.max() >= n_classes):
         raise ValueError(f"votes must lie in [-1, {n_classes - 1}], found [{v.min()}, {v.max()}]")
     return v
+
+
+def check_labels(y: np.ndarray | None, n_classes: int, n_rows: int) -> np.ndarray | None:
+    """(n,) int64 class ids in [-1, k-1] (-1: unlabeled), one per vote row; None stays None."""
+    if y is None:
+        return None
+    labels = check_array(y, dtype=np.int64, ensure_2d=False, ensure_min_samples=0, input_name="y")
+    if labels.ndim != 1 or labels.shape[0] != n_rows:
+        raise ValueError(f"y must hold one class id per vote row ({n_rows}), got shape {labels.shape}")
+    if labels.size and (labels.min() < ABSTAIN or labels.max() >= n_classes):
+        raise ValueError(f"y must lie in [-1, {n_classes - 1}], found [{labels.min()}, {labels.max()}]")
+    return labels
+
+
+def check_label_sets(y: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray:
+    """(n, k) int64 0/1 label sets of a multi-label task, one row per vote row."""
+    labels = check_array(y, dtype=np.int64, ensure_min_samples=0, input_name="y")
+    if labels.shape != (n_rows, n_classes):
+        raise ValueError(f"y must be a ({n_rows}, {n_classes}) 0/1 label-set matrix, got shape {labels.shape}")
+    if labels.size and (labels.min() < 0 or labels.max() > 1):
+        raise ValueError(f"label sets must be 0/1, found [{labels.min()}, {labels.max()}]")
+    return labels
 
 
 def onehot_votes(votes: np.ndarray, n_classes: int) -> sparse.csr_matrix:
@@ -153,9 +175,9 @@ class BaseAggregator(BaseEstimator):
         return oof_proba(lambda: clone(self), votes, y, X, folds)
 
     def _votes_for_predict(self, votes: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "n_annotators_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(votes, y) first")
-        v = check_votes(votes, self.n_classes)
+        """Checked votes for predicting: NotFittedError before `fit`, the fitted annotator count after."""
+        check_is_fitted(self, "n_annotators_")
+        v = check_votes(votes, self.n_classes, min_rows=0)
         if v.shape[1] != self.n_annotators_:
             raise ValueError(f"fitted on {self.n_annotators_} annotators, got votes from {v.shape[1]}")
         return v

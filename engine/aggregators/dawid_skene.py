@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from engine.aggregators.base import BaseAggregator, Features, check_votes, class_prior, onehot_votes
+from engine.aggregators.base import BaseAggregator, Features, check_labels, check_votes, class_prior, onehot_votes
 from engine.domain import ABSTAIN
 from engine.score import vote_counts
 
@@ -32,6 +32,7 @@ class DawidSkene(BaseAggregator):
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None) -> DawidSkene:
         v = check_votes(votes, self.n_classes)
+        y = check_labels(y, self.n_classes, v.shape[0])
         n, m = v.shape
         k = self.n_classes
         onehot = _responses(v, k)
@@ -41,7 +42,6 @@ class DawidSkene(BaseAggregator):
         post = np.where(total > 0, (counts + 0.01) / (total + 0.01 * k), start_prior)
         labeled = np.zeros(n, dtype=bool)
         if y is not None:
-            y = np.asarray(y, dtype=np.int64)
             labeled = y >= 0
             post[labeled] = np.eye(k)[y[labeled]]
         self.n_iter_ = 0

@@ -2,8 +2,9 @@
 
 The classifier learns how far to trust each annotator per class and where the text itself says more
 than the votes. C is chosen by stratified cross-validation on dev (macro-F1), classes are balanced.
-`EmbeddingOnly` is the same model on the text features alone (no votes), a baseline the auto
-aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits one binary model per class.
+`TextOnly` is the same model on one text feature matrix alone (no votes), be it sentence embeddings or
+TF-IDF n-grams: a baseline the auto aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits
+one binary model per class.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from engine.aggregators.base import (
     BaseAggregator,
     Features,
     Matrix,
+    check_label_sets,
+    check_labels,
     check_votes,
     class_prior,
     make_folds,
@@ -57,7 +60,7 @@ class _Linear:
 
 
 class _LinearAggregator(BaseAggregator):
-    """Shared body of EvoAgg and EmbeddingOnly: design matrix, C by dev CV, one LR."""
+    """Shared body of EvoAgg and TextOnly: design matrix, C by dev CV, one LR."""
 
     _use_votes = True
 
@@ -89,7 +92,7 @@ class _LinearAggregator(BaseAggregator):
         if y is None:
             raise ValueError(f"{type(self).__name__} is fitted on dev labels: y is required")
         v = check_votes(votes, self.n_classes)
-        y = np.asarray(y, dtype=np.int64)
+        y = check_labels(y, self.n_classes, v.shape[0])
         Xf = select_feature(X, self.feature, v.shape[0])
         keep = np.flatnonzero(y >= 0)
         v, y = v[keep], y[keep]
@@ -131,8 +134,8 @@ class EvoAgg(_LinearAggregator):
     """LR over [X[feature] ; one-hot votes]; feature=None (or X=None) means votes only."""
 
 
-class EmbeddingOnly(_LinearAggregator):
-    """LR over X[feature] alone: what the text says, ignoring the annotators."""
+class TextOnly(_LinearAggregator):
+    """LR over X[feature] alone (embeddings, TF-IDF, ...): what the text says, ignoring the annotators."""
 
     _use_votes = False
 
@@ -154,8 +157,8 @@ class MultiLabelEvoAgg(BaseAggregator):
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None) -> MultiLabelEvoAgg:
         if y is None:
             raise ValueError("MultiLabelEvoAgg needs a (n, k) 0/1 label matrix")
-        Y = np.asarray(y, dtype=np.int64).reshape(-1, self.n_classes)
         v = check_votes(votes, self.n_classes)
+        Y = check_label_sets(y, self.n_classes, v.shape[0])
         self.encoder_ = EvoAgg(self.n_classes, feature=self.feature)
         Xf = select_feature(X, self.feature, v.shape[0])
         self.uses_features_ = Xf is not None

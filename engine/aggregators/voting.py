@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.aggregators.base import BaseAggregator, Features, check_votes, class_prior, onehot_votes, softmax
+from engine.aggregators.base import (
+    BaseAggregator,
+    Features,
+    check_labels,
+    check_votes,
+    class_prior,
+    onehot_votes,
+    softmax,
+)
 from engine.domain import ABSTAIN
 from engine.score import vote_counts
 
@@ -18,7 +26,7 @@ class MajorityVote(BaseAggregator):
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None) -> MajorityVote:
         v = check_votes(votes, self.n_classes)
         self.n_annotators_ = v.shape[1]
-        self.prior_ = class_prior(y, self.n_classes)
+        self.prior_ = class_prior(check_labels(y, self.n_classes, v.shape[0]), self.n_classes)
         return self
 
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
@@ -46,7 +54,7 @@ class WeightedMajorityVote(BaseAggregator):
         if y is None:
             raise ValueError("WeightedMajorityVote needs dev labels y to weigh annotators")
         v = check_votes(votes, self.n_classes)
-        y = np.asarray(y, dtype=np.int64)
+        y = check_labels(y, self.n_classes, v.shape[0])
         labeled = v[y >= 0]
         gold = y[y >= 0][:, None]
         fired = labeled != ABSTAIN

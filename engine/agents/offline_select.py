@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN
-from engine.score import multilabel_f1
+from engine.score import multilabel_f1, wilson_lower
 
 
 @dataclass
@@ -97,18 +97,6 @@ class SelectConfig:
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
     cross_fit: bool = True  # a pick's dev gain must show on each of two halves of dev, not just overall
     precision_z: float = 1.0  # viability reads the Wilson lower bound of precision at this z (0: raw)
-
-
-def wilson_lower(correct: float, n: float, z: float = 1.0) -> float:
-    """Lower Wilson bound of a precision: 5 of 5 is not 1.0 (it is 0.83 at z=1), 50 of 50 nearly is."""
-    if n <= 0:
-        return 0.0
-    if z <= 0:
-        return correct / n
-    p = correct / n
-    centre = p + z * z / (2 * n)
-    spread = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return float((centre - spread) / (1 + z * z / n))
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -53,7 +53,8 @@ from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
 
-STUDENT_VIEWS = (("embedding", "tfidf"), ("embedding", "relation"))  # text views a student may read
+# the student's text views: the words between the entities on relation tasks, else all the text's TF-IDF
+STUDENT_VIEWS = (("embedding", "relation"), ("embedding", "tfidf"))
 STUDENT_C = 1.0
 
 
@@ -192,7 +193,7 @@ class AutoAggregator(BaseAggregator):
                 chosen, members = name, names
         student = None
         if students:
-            view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)] or [tuple(feats)[:1]]
+            view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
             teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
             if votes_selected and judged is None:
                 # no honest rows for what reads the selected votes: only the students (which read text at

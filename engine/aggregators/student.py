@@ -52,10 +52,22 @@ def student_design(X: Features, views: Sequence[str], n_rows: int) -> Matrix:
     return np.hstack(blocks) / np.sqrt(len(blocks))
 
 
+MAX_COLUMNS = 20_000  # the student keeps the most frequent sparse columns: lbfgs time grows with columns x classes
+
+
+def frequent_columns(F: Matrix, limit: int = MAX_COLUMNS) -> np.ndarray | None:
+    """Indices of the `limit` sparse columns with the most nonzero rows (None: dense, or few enough)."""
+    if not sparse.issparse(F) or F.shape[1] <= limit:
+        return None
+    df = np.bincount(sparse.csr_matrix(F).indices, minlength=F.shape[1])
+    return np.sort(np.argsort(-df, kind="stable")[:limit])
+
+
 def fit_student(F_dev: Matrix, y_dev: np.ndarray, F_unl: Matrix, teacher_proba: np.ndarray, n_classes: int,
                 C: float, seed: int, max_iter: int = 300) -> LogisticRegression | np.ndarray:
     """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (teacher's argmax, weight = its
-    probability). Answers a constant prior when only one class is present."""
+    probability). Answers a constant prior when only one class is present. F_dev and F_unl must already be
+    restricted to the columns the student reads (see `frequent_columns`)."""
     pseudo = teacher_proba.argmax(axis=1) if teacher_proba.shape[0] else np.zeros(0, dtype=np.int64)
     weight_unl = teacher_proba.max(axis=1) if teacher_proba.shape[0] else np.zeros(0)
     y = np.concatenate([y_dev, pseudo]).astype(np.int64)
@@ -122,6 +134,8 @@ class StudentAggregator(BaseAggregator):
             P = teacher.predict_proba(uv[rows], take_rows(unlabeled_X, rows))
         else:
             F_unl, P = F_dev[:0], np.zeros((0, self.n_classes))
+        self.columns_ = frequent_columns(F_unl if F_unl.shape[0] > F_dev.shape[0] else F_dev)
+        F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C, self.seed)
         self.n_annotators_ = votes.shape[1]
@@ -133,7 +147,10 @@ class StudentAggregator(BaseAggregator):
             return np.arange(n)
         return np.sort(np.random.default_rng(self.seed).choice(n, self.max_unlabeled, replace=False))
 
+    def _used(self, F: Matrix) -> Matrix:
+        return F if self.columns_ is None else sparse.csr_matrix(F)[:, self.columns_]
+
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
         v = self._votes_for_predict(votes)
-        return student_proba(self.model_, student_design(X, self.views, v.shape[0]), self.n_classes)
+        return student_proba(self.model_, self._used(student_design(X, self.views, v.shape[0])), self.n_classes)
 

@@ -41,7 +41,7 @@ class GateConfig:
     prune_precision_margin: float = 0.05
     marginal_epsilon: float = 0.001
     harm_tolerance: float = 0.02
-    precision_z: float = 1.0  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
+    precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> GateConfig:

@@ -67,12 +67,12 @@ def test_viability_threshold_depends_on_the_role():
 
 def test_viability_judges_the_lower_bound_of_precision_not_the_raw_figure():
     lucky = votes(c1=[10, 11, 0, 1, 2])  # 2 of 5 right: raw 0.40 >= 0.30, but 0.22 at the lower bound
-    judged = gate({}, [cand("L", lucky)])
+    judged = gate({}, [cand("L", lucky)], config=GateConfig(precision_z=1.0))
     assert decision(judged, "L").verdict == "reject"
     assert "precision 0.40, lower bound 0.22 over 5 fires: 0.22 < 0.30 (generator)" in reasons(judged, "L")
     assert decision(gate({}, [cand("L", lucky)], config=RAW), "L").verdict == "accept"
     steady = votes(c1=[10, 11, 12, 0, 1])  # 3 of 5: lower bound 0.38
-    assert decision(gate({}, [cand("S", steady)]), "S").verdict == "accept"
+    assert decision(gate({}, [cand("S", steady)], config=GateConfig(precision_z=1.0)), "S").verdict == "accept"
 
 
 def test_viability_rejects_few_fires_and_mostly_faulting():

@@ -96,7 +96,7 @@ class SelectConfig:
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
     cross_fit: bool = True  # a pick's dev gain must show on each of two halves of dev, not just overall
-    precision_z: float = 1.0  # viability reads the Wilson lower bound of precision at this z (0: raw)
+    precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: raw)
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.embed.base import text_hash  # noqa: E402
+from engine.embed.registry import get_embedder  # noqa: E402
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
@@ -48,7 +49,7 @@ from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto")
-EMBEDDER = "minilm"
+EMBEDDER = get_embedder().name  # what the workspaces cache embeddings under
 
 
 def machine() -> str:

@@ -65,17 +65,21 @@ def frequent_columns(F: Matrix, limit: int = MAX_COLUMNS) -> np.ndarray | None:
 
 def fit_student(F_dev: Matrix, y_dev: np.ndarray, F_unl: Matrix, teacher_proba: np.ndarray, n_classes: int,
                 C: float, seed: int, max_iter: int = 300) -> LogisticRegression | np.ndarray:
-    """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (teacher's argmax, weight = its
-    probability). Answers a constant prior when only one class is present. F_dev and F_unl must already be
+    """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (the teacher's argmax, weighted by how
+    far its probability stands above chance: rows the teacher knows nothing about, e.g. where no annotator
+    votes, teach nothing). A constant prior when only one class is present. F_dev and F_unl must already be
     restricted to the columns the student reads (see `frequent_columns`)."""
-    pseudo = teacher_proba.argmax(axis=1) if teacher_proba.shape[0] else np.zeros(0, dtype=np.int64)
-    weight_unl = teacher_proba.max(axis=1) if teacher_proba.shape[0] else np.zeros(0)
+    chance = 1.0 / n_classes
+    pseudo = teacher_proba.argmax(axis=1).astype(np.int64)
+    weight_unl = np.clip((teacher_proba.max(axis=1, initial=0.0) - chance) / (1.0 - chance), 0.0, 1.0)
     y = np.concatenate([y_dev, pseudo]).astype(np.int64)
     w = np.concatenate([np.full(len(y_dev), DEV_WEIGHT), weight_unl])
     if np.unique(y).size < 2:
         return class_prior(y, n_classes)
     F = sparse.vstack([sparse.csr_matrix(F_dev), sparse.csr_matrix(F_unl)], format="csr") \
         if sparse.issparse(F_dev) else np.vstack([F_dev, F_unl])
+    teaching = np.flatnonzero(w > 0)
+    F, y, w = F[teaching], y[teaching], w[teaching]
     # balanced over the pseudo-labeled set: rare classes (what macro-F1 is won on) keep their voice
     counts = np.bincount(y, weights=w, minlength=n_classes)
     present = counts > 0

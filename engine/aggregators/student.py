@@ -108,7 +108,7 @@ class StudentAggregator(BaseAggregator):
     """
 
     def __init__(self, n_classes: int, teacher: Callable[[], Aggregator], teacher_name: str = "",
-                 views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0, max_unlabeled: int = 8000):
+                 views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0, max_unlabeled: int = 4000):
         self.n_classes = n_classes
         self.teacher = teacher
         self.teacher_name = teacher_name

@@ -19,11 +19,14 @@ on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
 Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
-one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF trained on the
-teacher's labels of the unlabeled rows plus dev); the students are scored out-of-fold like every candidate
-(per fold, the teacher is refitted on the training rows only), so auto may pick one. `uses_votes_` says
-whether the chosen model reads the pool's votes anywhere (a student's teacher included); `text_only=True`
-leaves out every vote-reading candidate: the best the text can do without the pool.
+one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF, or + the words
+between the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
+students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
+only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
+when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
+votes at prediction is left out (those may still teach). `uses_votes_` says whether the chosen model reads
+the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
+candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,

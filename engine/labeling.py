@@ -173,7 +173,12 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
              votes_selected, unlabeled)
     probs = model.predict_proba(votes, features)
     oof, dev_scores = None, {}
-    if score_dev:
+    if score_dev and unlabeled is not None and getattr(model, "oof_proba_", np.zeros(0)).shape[0] == len(dev):
+        # auto with the pool rows: its chosen model's own out-of-fold probabilities (the choice was made on
+        # the same folds, so slightly optimistic); five nested refits with students took minutes per dataset
+        oof = model.oof_proba_
+        probs[dev] = oof
+    elif score_dev:
         oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
                       audit=audit, votes_selected=votes_selected, unlabeled=unlabeled)
         probs[dev] = oof

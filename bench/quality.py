@@ -37,10 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.embed.base import text_hash  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E402
+from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
 from engine.sandbox.executor import SandboxExecutor  # noqa: E402
@@ -125,7 +127,7 @@ def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
 
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
                 audit_fraction: float = IngestOptions.audit_fraction,
-                reuse: bool = False) -> dict:
+                reuse: bool = False, raw_estimates: bool = False) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
         shutil.rmtree(workdir)
@@ -141,7 +143,12 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()
     with SandboxExecutor() as executor:
-        evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
+        if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
+            proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
+            config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
+        else:
+            proposer, config = OfflineProposer(), EvolveConfig(seed=seed)
+        evolve(store, proposer, executor, generations, config)
         row["evolve_s"] = round(time.monotonic() - started, 1)
         row["pool"] = len(store.pool_ids())
         row.update(pool_mv(store, executor))
@@ -241,6 +248,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp")
     parser.add_argument("--reuse", action="store_true", help="resume existing workspaces instead of starting fresh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.md")
+    parser.add_argument("--raw-estimates", action="store_true",
+                        help="ablation: raw precision and no cross-fitted gain in the offline selection and the gate")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
@@ -248,10 +257,11 @@ def main() -> None:
     rows: list[dict] = []
     for name in args.datasets:
         for seed in args.seeds:
-            workdir = args.workdir / f"{name}-g{args.generations}-s{seed}-a{args.audit_fraction}"
+            workdir = args.workdir / (f"{name}-g{args.generations}-s{seed}-a{args.audit_fraction}"
+                                      + ("-raw" if args.raw_estimates else ""))
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
-                                    args.reuse))
+                                    args.reuse, args.raw_estimates))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
 
@@ -259,7 +269,8 @@ def main() -> None:
 def write(args: argparse.Namespace, rows: list[dict], aggregators: tuple[str, ...]) -> None:
     text = (f"Measured {date.today().isoformat()} at commit {commit()} on {machine()} (`nproc` {os.cpu_count()}, "
             f"`uname -m` {platform.machine()}) with `python bench/quality.py --seeds "
-            f"{' '.join(map(str, args.seeds))}` ({args.generations} generations, offline agents, dev = 500 rows "
+            f"{' '.join(map(str, args.seeds))}{' --raw-estimates' if args.raw_estimates else ''}` "
+            f"({args.generations} generations, offline agents, dev = 500 rows "
             f"or the whole valid split when smaller, audit share {args.audit_fraction}). Test macro-F1; "
             "rows with no label count as wrong. `evolve s`: wall time of the generations on a shared machine.\n\n"
             "## Mean ± sd over seeds\n\n" + summary(rows, TARGETS) + "\n\n"

@@ -1,21 +1,30 @@
 """Quality benchmark: evolve offline on each real dataset, then score every aggregator on the test split.
 
-For every dataset in ../shared/data with a test split: import (dev = 500 rows, or the whole valid split
-when smaller), evolve 5 generations with the offline agents (seed 0), then report test macro-F1 and
-accuracy for each aggregator next to two baselines computed on the same splits:
+For every dataset in ../shared/data with a test split and every seed: import (dev = 500 rows, or the whole
+valid split when smaller), evolve 5 generations with the offline agents, then report test macro-F1 and
+accuracy for each aggregator next to baselines computed on the same splits:
   - WRENCH's expert-written LFs + majority vote (their `weak_labels`; uncovered rows count as wrong),
-  - a classifier on sentence embeddings trained on dev only, no pool (the `embedding` aggregator).
+  - a classifier on sentence embeddings trained on dev only, no pool (the `embedding` aggregator),
+  - "best without the pool": `auto-text`, the best text-only model (students of text-only teachers
+    included) chosen on dev the way `auto` chooses.
+and the pool's majority-vote macro-F1 on the fitness rows (where the gate chose it), the audit rows and test,
+whose gap says how far the pool's dev figures are from the truth. A summary table gives mean +- sd over seeds.
 Test labels are read only after fitting, to score.
 
-    python bench/quality.py [--datasets youtube sms ...] [--generations 5] [--out bench/results/quality.md]
+Sentence embeddings are cached per dataset in `<workdir>/embeddings-<dataset>.npz` (texts are the same for
+every seed), so only the first run of a dataset pays for embedding.
+
+    python bench/quality.py [--datasets youtube sms ...] [--seeds 0 1 2] [--out bench/results/quality.md]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import shutil
+import subprocess
 import sys
 import time
 from datetime import date
@@ -28,23 +37,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
-from engine.evolve import EvolveConfig, evolve  # noqa: E402
+from engine.embed.base import text_hash  # noqa: E402
+from engine.embed.registry import get_embedder  # noqa: E402
+from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E402
+from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
 from engine.sandbox.executor import SandboxExecutor  # noqa: E402
-from engine.score import accuracy, macro_f1, majority_vote  # noqa: E402
+from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
-AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto")
+AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto")
+EMBEDDER = get_embedder().name  # what the workspaces cache embeddings under
 
 
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    import os
-
     return f"{os.cpu_count()} cores, {cpu}"
 
 
@@ -79,39 +91,83 @@ def import_banking77(store: Store, folder: Path, dev_size: int, seed: int, audit
     import_frame(store, frame, opts, dataset="banking77", source=str(folder))
 
 
+def load_embedding_cache(store: Store, path: Path) -> None:
+    """Put the dataset's cached sentence embeddings into a fresh workspace (texts are seed-independent)."""
+    if not path.exists():
+        return
+    data = np.load(path)
+    store.save_embeddings(EMBEDDER, [str(h) for h in data["hashes"]], data["vectors"])
+
+
+def save_embedding_cache(store: Store, path: Path) -> None:
+    """Keep every embedding the workspace now holds for the next seed or run of this dataset."""
+    hashes = sorted({text_hash(t) for t in store.examples_frame()["text"]})
+    found = store.cached_embeddings(EMBEDDER, hashes)
+    if found:
+        keys = sorted(found)
+        np.savez(path, hashes=np.array(keys), vectors=np.stack([found[h] for h in keys]))
+
+
+def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
+    """The pool's majority-vote macro-F1 on fitness (where it was chosen), audit and test rows."""
+    from engine.evolve import ensure_votes
+
+    k = len(store.load_task().labels)
+    ids = store.pool_ids()
+    out = {"pool_mv_fitness": round(current_dev_macro_f1(store), 4)}
+    for split in (AUDIT, "test"):
+        if not store.count_examples(split):
+            out[f"pool_mv_{split}"] = None
+            continue
+        ensure_votes(store, executor, ids, "dev" if split == AUDIT else split)
+        votes = store.vote_matrix(ids, split).votes
+        out[f"pool_mv_{split}"] = round(pool_macro_f1(votes, store.gold(split), k), 4)
+    return out
+
+
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
                 audit_fraction: float = IngestOptions.audit_fraction,
-                reuse: bool = False) -> dict:
+                reuse: bool = False, raw_estimates: bool = False) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
         shutil.rmtree(workdir)
     store = Store.open(workdir)
+    cache = workdir.parent / f"embeddings-{name}.npz"
     if not store.has_data():
         if name == "banking77":
             import_banking77(store, folder, 500, seed, audit_fraction)
         else:
             import_path(store, folder, IngestOptions(dev_size=500, seed=seed, audit_fraction=audit_fraction))
-    row: dict = {"dataset": name, "dev": store.count_examples("dev"), "audit": store.count_examples(AUDIT),
-                 "test": store.count_examples("test")}
+        load_embedding_cache(store, cache)
+    row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
+                 "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()
     with SandboxExecutor() as executor:
-        evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
+        if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
+            proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
+            config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
+        else:
+            proposer, config = OfflineProposer(), EvolveConfig(seed=seed)
+        evolve(store, proposer, executor, generations, config)
         row["evolve_s"] = round(time.monotonic() - started, 1)
         row["pool"] = len(store.pool_ids())
+        row.update(pool_mv(store, executor))
         for agg in aggregators:
             t = time.monotonic()
             result = evaluate(store, executor, "test", agg, seed)
             row[agg] = result["macro_f1"]
             row[f"{agg}_acc"] = result["accuracy"]
             row[f"{agg}_s"] = round(time.monotonic() - t, 1)
-            if agg == "auto":
-                row["auto_chose"] = result.get("chosen", "")
+            if agg in ("auto", "auto-text"):
+                row[f"{agg}_chose"] = result.get("chosen", "")
+                row[f"{agg}_uses_pool"] = result.get("uses_pool")
             if agg == "mv":
                 row["mv_coverage"] = result["coverage"]
         t = time.monotonic()
         result = evaluate(store, executor, "test", "embedding", seed)
         row["emb_dev_only"] = result["macro_f1"]
         row["emb_dev_only_acc"] = result["accuracy"]
+    save_embedding_cache(store, cache)
     baseline = wrench_lf_baseline(folder) if (folder / "test.json").exists() else None
     row["wrench_lf_mv"] = round(baseline["macro_f1"], 4) if baseline else None
     row["wrench_lf_mv_acc"] = round(baseline["accuracy"], 4) if baseline else None
@@ -119,8 +175,10 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
 
 
 def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
-    head = ["dataset", "dev (audit)", "test", "pool", "evolve s", "WRENCH LFs + MV", "embeddings (dev only)"]
-    head += [f"pool + {a}" for a in aggregators] + ["auto chose"]
+    head = ["dataset", "seed", "dev (audit)", "test", "pool", "evolve s", "pool MV fitness / audit / test",
+            "WRENCH LFs + MV", "embeddings (dev only)"]
+    head += [f"pool + {a}" if a != "auto-text" else "best without the pool" for a in aggregators]
+    head += ["auto chose", "auto uses pool"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(r: dict, key: str) -> str:
@@ -128,12 +186,54 @@ def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
             return "–"
         return f"{r[key]:.3f} / {r[key + '_acc']:.3f}"
 
+    def mv(r: dict) -> str:
+        return " / ".join("–" if r.get(f"pool_mv_{s}") is None else f"{r[f'pool_mv_{s}']:.3f}"
+                          for s in ("fitness", "audit", "test"))
+
     for r in rows:
-        cells = [r["dataset"], f"{r['dev']} ({r.get('audit', 0)})", str(r["test"]), str(r["pool"]), str(r["evolve_s"]),
-                 cell(r, "wrench_lf_mv"), cell(r, "emb_dev_only")]
-        cells += [cell(r, a) for a in aggregators] + [str(r.get("auto_chose", ""))]
+        cells = [r["dataset"], str(r.get("seed", 0)), f"{r['dev']} ({r.get('audit', 0)})", str(r["test"]),
+                 str(r["pool"]), str(r["evolve_s"]), mv(r), cell(r, "wrench_lf_mv"), cell(r, "emb_dev_only")]
+        cells += [cell(r, a) for a in aggregators] + [str(r.get("auto_chose", "")), str(r.get("auto_uses_pool"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ms(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    return f"{np.mean(values):.3f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.3f}"
+
+
+def summary(rows: list[dict], targets: dict[str, float]) -> str:
+    """Mean ± sd over seeds per dataset, with the issue's targets beside the figures they concern."""
+    head = ["dataset", "seeds", "evolve s (max)", "pool MV fitness", "pool MV audit", "pool MV test",
+            "gap fitness → test", "pool + evoagg", "best without the pool", "pool + auto", "auto target",
+            "auto − best without", "auto uses pool"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == name]
+        gaps = [r["pool_mv_test"] - r["pool_mv_fitness"] for r in mine]
+        lead = [r["auto"] - r["auto-text"] for r in mine if "auto" in r and "auto-text" in r]
+        cells = [name, ",".join(str(r["seed"]) for r in mine), f"{max(r['evolve_s'] for r in mine):.1f}",
+                 _ms([r["pool_mv_fitness"] for r in mine]), _ms([r["pool_mv_audit"] for r in mine]),
+                 _ms([r["pool_mv_test"] for r in mine]), _ms(gaps), _ms([r.get("evoagg") for r in mine]),
+                 _ms([r.get("auto-text") for r in mine]), _ms([r.get("auto") for r in mine]),
+                 f"≥ {targets[name]:.2f}" if name in targets else "–", _ms(lead),
+                 f"{sum(bool(r.get('auto_uses_pool')) for r in mine)} of {len(mine)}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TARGETS = {"chemprot": 0.56, "trec": 0.87, "semeval": 0.66, "banking77": 0.83, "sms": 0.97, "youtube": 0.95}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def main() -> None:
@@ -141,29 +241,40 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="*", default=["youtube", "sms", "trec", "semeval", "chemprot",
                                                           "banking77"])
     parser.add_argument("--generations", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--audit-fraction", type=float, default=IngestOptions.audit_fraction,
                         help="share of dev held back from the agents and the gate (0: none)")
     parser.add_argument("--aggregators", nargs="*", default=list(AGGREGATORS))
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp")
     parser.add_argument("--reuse", action="store_true", help="resume existing workspaces instead of starting fresh")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.md")
+    parser.add_argument("--raw-estimates", action="store_true",
+                        help="ablation: raw precision and no cross-fitted gain in the offline selection and the gate")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
     aggregators = tuple(args.aggregators)
-    rows = []
+    rows: list[dict] = []
     for name in args.datasets:
-        workdir = args.workdir / f"{name}-g{args.generations}-s{args.seed}-a{args.audit_fraction}"
-        print(f"== {name}", file=sys.stderr, flush=True)
-        rows.append(run_dataset(name, workdir, args.generations, args.seed, aggregators, args.audit_fraction,
-                                args.reuse))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    text = (f"Test macro-F1 / accuracy. Measured {date.today().isoformat()} on {machine()} with "
-            f"`python bench/quality.py` ({args.generations} generations, offline agents, seed {args.seed}, "
-            f"dev = 500 rows or the whole valid split when smaller, audit share {args.audit_fraction}). "
-            "Rows with no label count as wrong.\n\n"
-            + table(rows, aggregators) + "\n")
+        for seed in args.seeds:
+            workdir = args.workdir / (f"{name}-g{args.generations}-s{seed}-a{args.audit_fraction}"
+                                      + ("-raw" if args.raw_estimates else ""))
+            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+            rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
+                                    args.reuse, args.raw_estimates))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
+
+
+def write(args: argparse.Namespace, rows: list[dict], aggregators: tuple[str, ...]) -> None:
+    text = (f"Measured {date.today().isoformat()} at commit {commit()} on {machine()} (`nproc` {os.cpu_count()}, "
+            f"`uname -m` {platform.machine()}) with `python bench/quality.py --seeds "
+            f"{' '.join(map(str, args.seeds))}{' --raw-estimates' if args.raw_estimates else ''}` "
+            f"({args.generations} generations, offline agents, dev = 500 rows "
+            f"or the whole valid split when smaller, audit share {args.audit_fraction}). Test macro-F1; "
+            "rows with no label count as wrong. `evolve s`: wall time of the generations on a shared machine.\n\n"
+            "## Mean ± sd over seeds\n\n" + summary(rows, TARGETS) + "\n\n"
+            "## Every run (test macro-F1 / accuracy)\n\n" + table(rows, aggregators) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     (args.out.with_suffix(".json")).write_text(json.dumps(rows, indent=2))

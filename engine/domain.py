@@ -183,6 +183,7 @@ class DevScores:
     audit_macro_f1: float | None = None  # the honest figure: rows the agents and the gate never saw
     n_audit: int | None = None
     choice: AutoChoice | None = None
+    uses_pool: bool | None = None  # whether the labels read the pool's votes (a student's teacher included)
 
     _FIGURES = ("macro_f1", "accuracy", "micro_f1", "exact_match", "ece", "n", "threshold", "audit_macro_f1",
                 "n_audit")
@@ -195,6 +196,8 @@ class DevScores:
                 out["chosen_on"] = self.choice.chosen_on
             if self.choice.left_out:
                 out["left_out"] = list(self.choice.left_out)
+        if self.uses_pool is not None:
+            out["uses_pool"] = self.uses_pool
         return out
 
     @classmethod
@@ -203,4 +206,5 @@ class DevScores:
         choice = None
         if "chosen" in values:
             choice = AutoChoice(values["chosen"], values.get("chosen_on"), tuple(values.get("left_out", ())))
-        return cls(**{key: values[key] for key in cls._FIGURES if key in values}, choice=choice)
+        return cls(**{key: values[key] for key in cls._FIGURES if key in values}, choice=choice,
+                   uses_pool=values.get("uses_pool"))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
-from engine.score import pool_macro_f1, score_annotator
+from engine.score import pool_macro_f1, score_annotator, wilson_lower
 
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 
@@ -41,6 +41,7 @@ class GateConfig:
     prune_precision_margin: float = 0.05
     marginal_epsilon: float = 0.001
     harm_tolerance: float = 0.02
+    precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> GateConfig:
@@ -100,12 +101,18 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig) ->
         fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
     if score.fires < cfg.min_fires:
         fails.append(f"fires {score.fires} < {cfg.min_fires}")
-    if score.precision < min_p - _TOL:
-        fails.append(f"precision {_cmp(score.precision, '<', min_p)} ({role})")
+    # a precision seen on few fires is partly chance (5 of 5 is not 1.0): judge its lower confidence bound
+    lower = wilson_lower(round(score.precision * score.fires), score.fires, cfg.precision_z)
+    shown = (f"precision {score.precision:.2f}, lower bound {lower:.2f} over {score.fires} fires"
+             if cfg.precision_z > 0 else "precision")
+    if lower < min_p - _TOL:
+        fails.append(f"{shown}: {_cmp(lower, '<', min_p)} ({role})" if cfg.precision_z > 0 else
+                     f"precision {_cmp(score.precision, '<', min_p)} ({role})")
     if fails:
         return False, fails
-    return True, [(f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), "
-                   f"fires {score.fires} >= {cfg.min_fires}")]
+    return True, [(f"viable: {shown}: {_cmp(lower, '>=', min_p)} ({role}), " if cfg.precision_z > 0 else
+                   f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), ")
+                  + f"fires {score.fires} >= {cfg.min_fires}"]
 
 
 @dataclass

@@ -32,6 +32,7 @@ from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import task_views, view_text
 
+CHOOSERS = frozenset({"auto", "auto-text"})  # choose among candidates on dev; may teach a student on the pool rows
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
@@ -54,7 +55,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
     on relation tasks (two entity spans), TF-IDF of the words between the mentions, the classic relation
     cue that a whole-sentence embedding dilutes."""
-    if aggregator == "auto":
+    if aggregator in CHOOSERS:
         return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
@@ -95,23 +96,28 @@ def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
 
 
 def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray,
-         votes_selected: bool):
-    """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there) and whether
-    the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)."""
-    extra = {"audit": audit, "votes_selected": votes_selected} if name == "auto" else {}
+         votes_selected: bool, unlabeled: tuple[np.ndarray, dict | None] | None = None):
+    """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there), whether
+    the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)
+    and the unlabeled pool rows' votes and features (a student learns from them; no label is read there)."""
+    extra: dict = {}
+    if name in CHOOSERS:
+        extra = {"audit": audit, "votes_selected": votes_selected}
+        if unlabeled is not None:
+            extra.update(unlabeled_votes=unlabeled[0], unlabeled_X=unlabeled[1])
     return model.fit(votes, None if aggregator_entry(name).fits_unlabeled else y, features, **extra)
 
 
 def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, features: dict | None,
             seed: int = 0, n_splits: int = 5, audit: np.ndarray | None = None,
-            votes_selected: bool = False) -> np.ndarray:
+            votes_selected: bool = False, unlabeled: tuple[np.ndarray, dict | None] | None = None) -> np.ndarray:
     """Out-of-fold dev probabilities: each fold is predicted by a model that never saw its labels."""
     audit = np.zeros(len(y), dtype=bool) if audit is None else np.asarray(audit, dtype=bool)
     probs = np.zeros((len(y), n_classes))
     for train, held in make_folds(y, n_splits=n_splits, seed=seed):
         model = make_aggregator(name, n_classes, seed)
         _fit(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train],
-             votes_selected)
+             votes_selected, unlabeled)
         probs[held] = model.predict_proba(votes[held], _rows(features, held) if features else None)
     return probs
 
@@ -150,7 +156,12 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if task.multi_label:
         return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
     n_classes = len(task.labels)
+    wanted = splits
+    if aggregator in CHOOSERS and splits is not None and "pool" not in splits and store.count_examples("pool"):
+        splits = (*splits, "pool")  # the student stage learns from the unlabeled rows; they are dropped below
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
+    unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if aggregator in CHOOSERS else np.zeros(0, int)
+    unlabeled = (votes[unl], _rows(features, unl) if features else None) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
@@ -161,14 +172,19 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         model.fit(votes, None, features)
     else:
         _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
-             votes_selected)
+             votes_selected, unlabeled)
     probs = model.predict_proba(votes, features)
-    n_votes = (votes != ABSTAIN).sum(axis=1)
     oof, dev_scores = None, DevScores()
-    if score_dev:
-        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
-                      audit=audit, votes_selected=votes_selected)
+    if score_dev and unlabeled is not None and getattr(model, "oof_proba_", np.zeros(0)).shape[0] == len(dev):
+        # auto with the pool rows: its chosen model's own out-of-fold probabilities (the choice was made on
+        # the same folds, so slightly optimistic); five nested refits with students took minutes per dataset
+        oof = model.oof_proba_
         probs[dev] = oof
+    elif score_dev:
+        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
+                      audit=audit, votes_selected=votes_selected, unlabeled=unlabeled)
+        probs[dev] = oof
+    n_votes = (votes != ABSTAIN).sum(axis=1)
     hard = _hard(aggregator, probs, n_votes)
     if score_dev:
         dev_scores = DevScores(macro_f1=round(macro_f1(y_dev, hard[dev], n_classes), 4),
@@ -181,6 +197,12 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if hasattr(model, "chosen_"):  # judged_on_: "audit" rows, or all "dev" rows when too few audit rows
         dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_,
                                                                        tuple(model.left_out_)))
+    dev_scores = dataclasses.replace(
+        dev_scores, uses_pool=bool(getattr(model, "uses_votes_", aggregator_entry(aggregator).reads_votes)))
+    if wanted is not None and len(ids) != sum(store.count_examples(s) for s in wanted):
+        keep = np.flatnonzero(frame["split"].isin(wanted).to_numpy())  # drop the rows only the student read
+        probs, hard, n_votes = probs[keep], hard[keep], n_votes[keep]
+        ids = [ids[i] for i in keep]
     made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator  # what the export names
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof)
 
@@ -217,6 +239,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
                 n_audit=int(audit.sum()))
     if aggregator == "auto":
         dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice("evoagg"))
+    dev_scores = dataclasses.replace(dev_scores, uses_pool=aggregator_entry(aggregator).reads_votes)
     n_votes = (votes != ABSTAIN).sum(axis=1)
     made_by = "auto:evoagg" if aggregator == "auto" else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
@@ -264,7 +287,7 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
         **{key: value for key, value in result.dev_scores.to_dict().items()
-           if key in ("chosen", "chosen_on", "left_out")},
+           if key in ("chosen", "chosen_on", "left_out", "uses_pool")},
     }
 
 

@@ -115,3 +115,17 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     if parent is not None and parent.id in store.pool_ids():
         reject(store, parent.id, f"replaced by edited version {annotator.id}")
     return annotator
+
+
+THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
+
+
+def thin_classes(store: Store, votes: np.ndarray, min_rows: int = THIN_CLASS_ROWS) -> list[tuple[str, int]]:
+    """(label, fitness rows) of each class this annotator votes for that has fewer than `min_rows` dev rows the
+    gate judges on: with 2-10 rows, one lucky or unlucky row moves its precision by 0.1-0.5, and each such
+    class weighs as much in macro-F1 as the biggest one. The studio says so, and what the expert can do."""
+    task = store.load_task()
+    gold = store.gold(FITNESS)
+    per_class = gold.sum(axis=0) if gold.ndim == 2 else np.bincount(gold[gold >= 0], minlength=len(task.labels))
+    voted = sorted({int(v) for v in np.asarray(votes).ravel() if v != ABSTAIN})
+    return [(task.labels[c], int(per_class[c])) for c in voted if per_class[c] < min_rows]

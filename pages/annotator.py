@@ -31,6 +31,11 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, author {annotator.author}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
+for label, rows in review.thin_classes(store, votes):
+    st.warning(f"**{queries.escape_md(label)}** has only {rows} dev row(s) the gate judges on: this annotator's "
+               "precision for it is mostly chance, and the class weighs as much in macro-F1 as the biggest one. "
+               "Label more rows of this class (import them into dev), or read its fired rows below and judge "
+               "the cues yourself.", icon=":material/warning:")
 
 code_col, side_col = st.columns([3, 2])
 with code_col:

@@ -264,7 +264,7 @@ def test_auto_leaves_out_votes_only_ingredients_when_the_pool_was_chosen_on_dev_
 
 
 def test_registry():
-    assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto")
+    assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto", "auto-text")
     assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3
     with pytest.raises(ValueError, match="unknown aggregator 'vote'"):
         make_aggregator("vote", 2)
@@ -283,7 +283,7 @@ def test_registry_entry_says_what_the_aggregator_reads(name):
     else:
         entry.make(K).fit(votes, None, features)  # fits without labels
     model = entry.make(K).fit(votes, y, features)
-    if isinstance(model, AutoAggregator):  # it reads what its chosen ingredient reads: it weighs both kinds
+    if isinstance(model, AutoAggregator) and not model.text_only:  # it reads what its chosen ingredient reads
         kinds = {c.reads_text for c in model.candidates(features)}
         assert kinds == {True, False} and entry.reads_votes and entry.reads_text
         return

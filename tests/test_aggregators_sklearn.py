@@ -49,7 +49,7 @@ NEEDS_LABEL_SETS = dict.fromkeys(FITTING_CHECKS, "MultiLabelEvoAgg is fitted on 
 
 def expected_failures(estimator) -> dict[str, str]:
     """{check name: why it cannot apply} for this aggregator."""
-    if isinstance(estimator, TextOnly):
+    if isinstance(estimator, TextOnly) or getattr(estimator, "text_only", False):  # auto-text: the text alone
         return {**OUT_OF_RANGE_VOTES, **NEEDS_TEXT}
     if isinstance(estimator, MultiLabelEvoAgg):
         return {**OUT_OF_RANGE_VOTES, **NEEDS_LABEL_SETS}

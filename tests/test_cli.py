@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.agents.choice import AGENT_CHOICES
+from engine.aggregators.auto import reads_votes
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
 from engine.cli import build_parser
 from engine.domain import AUDIT, FITNESS
@@ -39,12 +40,18 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert result["split"] == "test" and result["aggregator"] == "mv" and result["n"] == 250
     assert 0.0 <= result["coverage"] <= 1.0 and 0.0 < result["macro_f1"] <= 1.0
 
-    # auto says what it chose, on which rows, and what it left out: the demo's 120 dev rows give no audit rows,
-    # and the pool was chosen on them, so the votes-only aggregators' dev figures are not trusted
+    # auto says what it chose, on which rows, what it left out and whether it uses the pool: the demo's 120 dev
+    # rows give no audit rows, and the pool was chosen on them, so no candidate that reads the votes at
+    # prediction is trusted; a student (which reads text) may still have learned from a vote-reading teacher
     result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto")
     assert out.returncode == 0, out.stderr
-    assert result["chosen_on"] == "dev" and result["left_out"] == ["mv", "wmv", "ds", "evoagg[votes]"]
+    assert result["chosen_on"] == "dev" and result["left_out"][:4] == ["mv", "wmv", "ds", "evoagg[votes]"]
+    assert "evoagg[embedding]" in result["left_out"]
     assert result["chosen"] not in result["left_out"] and 0.5 < result["macro_f1"] <= 1.0
+    assert result["uses_pool"] is reads_votes(result["chosen"])
+    result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto-text")
+    assert out.returncode == 0, out.stderr
+    assert result["uses_pool"] is False and not reads_votes(result["chosen"])
 
     csv = tmp_path / "labels.csv"
     result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv")

@@ -46,20 +46,33 @@ P = votes(c0=range(10))  # perfect on class 0, silent on class 1
 R = votes(c1=range(10, 20))  # perfect on class 1
 
 
+RAW = GateConfig(precision_z=0)  # the raw precision, no confidence bound
+
+
 def test_viability_threshold_depends_on_the_role():
     weak = votes(c1=[10, 11], c0=range(12, 17))  # fires 7, 2 correct: precision 0.2857
-    as_generator = gate({"P": P}, [cand("G", weak, "generator")])
+    as_generator = gate({"P": P}, [cand("G", weak, "generator")], config=RAW)
     assert decision(as_generator, "G").verdict == "reject"
     assert "precision 0.29 < 0.30 (generator)" in reasons(as_generator, "G")
     assert as_generator.pool_ids == ("P",)
 
-    as_improver = gate({"P": P}, [cand("I", weak, "improver")])
+    as_improver = gate({"P": P}, [cand("I", weak, "improver")], config=RAW)
     assert decision(as_improver, "I").verdict == "accept"
     assert "precision 0.29 >= 0.25 (improver)" in reasons(as_improver, "I")
     assert as_improver.pool_ids == ("P", "I")
     # MV with I: class 0 F1 20/25 = 0.8, class 1 F1 4/12; before: class 0 F1 1, class 1 F1 0
     assert as_improver.f1_before == pytest.approx(0.5)
     assert as_improver.f1_after == pytest.approx((0.8 + 1 / 3) / 2)
+
+
+def test_viability_judges_the_lower_bound_of_precision_not_the_raw_figure():
+    lucky = votes(c1=[10, 11, 0, 1, 2])  # 2 of 5 right: raw 0.40 >= 0.30, but 0.22 at the lower bound
+    judged = gate({}, [cand("L", lucky)], config=GateConfig(precision_z=1.0))
+    assert decision(judged, "L").verdict == "reject"
+    assert "precision 0.40, lower bound 0.22 over 5 fires: 0.22 < 0.30 (generator)" in reasons(judged, "L")
+    assert decision(gate({}, [cand("L", lucky)], config=RAW), "L").verdict == "accept"
+    steady = votes(c1=[10, 11, 12, 0, 1])  # 3 of 5: lower bound 0.38
+    assert decision(gate({}, [cand("S", steady)], config=GateConfig(precision_z=1.0)), "S").verdict == "accept"
 
 
 def test_viability_rejects_few_fires_and_mostly_faulting():

@@ -237,16 +237,16 @@ def test_evolve_screen_shows_the_timeline_and_each_verdict_with_its_reasons(home
     at = run(SEEDED, "pages/evolve.py")
     assert metrics(at)["Complete generations"] == "2"
     assert len(at.get("plotly_chart")) == 1
-    gate = store.verdicts(generation=2)
+    latest = store.verdicts(generation=2)  # the cross-fitted offline agents may send nothing by generation 2
+    assert len(at.expander) == int((latest["decided_by"] == "gate").sum())
+    at.selectbox(key="verdict_generation").set_value(1).run()
+    gate = store.verdicts(generation=1)
     gate = gate[gate["decided_by"] == "gate"]
     assert len(at.expander) == len(gate) > 0
     shown = texts(at)
     for reasons in gate["reasons"]:
         assert reasons and reasons[0].split(":")[0] in shown
     assert "Gate reasons" in shown
-    at.selectbox(key="verdict_generation").set_value(1).run()
-    first = store.verdicts(generation=1)
-    assert len(at.expander) == int((first["decided_by"] == "gate").sum())
 
 
 def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):

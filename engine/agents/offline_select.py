@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN
-from engine.score import macro_f1, multilabel_f1
+from engine.score import macro_f1, multilabel_f1, wilson_lower
 
 
 @dataclass
@@ -74,6 +74,42 @@ class SelectConfig:
     coverage_weight: float = 0.3  # value of newly covering the whole pool sample at precision 1.0
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
+    cross_fit: bool = True  # a pick's dev gain must show on each of two halves of dev, not just overall
+    precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: raw)
+
+
+def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two disjoint halves of the dev rows, stratified by class (first label on a multi-label task)."""
+    y = gold if gold.ndim == 1 else gold.argmax(axis=1)
+    rng = np.random.default_rng(seed)
+    first = np.zeros(len(y), dtype=bool)
+    for c in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == c))
+        first[rows[::2] if rng.random() < 0.5 else rows[1::2]] = True
+    return np.flatnonzero(first), np.flatnonzero(~first)
+
+
+class _Scorer:
+    """Simulated pool macro-F1 on dev and, when cross-fitting, on each half: a pick that helps only on
+    the rows it was mined from is chance, and the gain it is credited is the smaller of the halves'."""
+
+    def __init__(self, gold: np.ndarray, n_classes: int, cross_fit: bool):
+        self.gold, self.n_classes = gold, n_classes
+        self.parts = halves(gold) if cross_fit and len(gold) >= 20 else ()
+
+    def score(self, counts: np.ndarray) -> tuple[float, float]:
+        """(macro-F1 on all dev, robust score): robust is the sum of the halves' scores, or the full one."""
+        full = pool_score(self.gold, counts, self.n_classes)
+        if not self.parts:
+            return full, full
+        return full, tuple(pool_score(self.gold[p], counts[p], self.n_classes) for p in self.parts)
+
+    def gain(self, after: tuple, before: tuple) -> tuple[float, float]:
+        """(gain on all dev, robust gain = the smaller half's gain, or the full gain)."""
+        full = after[0] - before[0]
+        if not self.parts:
+            return full, full
+        return full, min(a - b for a, b in zip(after[1], before[1], strict=True))
 
 
 class _Taken:
@@ -112,7 +148,8 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
     viable.sort(key=lambda p: -p.prior)
     viable = viable[: config.shortlist]
     counts = base_counts.copy()
-    current = pool_score(gold, counts, n_classes)
+    scorer = _Scorer(gold, n_classes, config.cross_fit)
+    current = scorer.score(counts)
     members = _Taken(taken, len(gold))
     picks: list[Proposal] = []
     use_pool = pool_covered is not None and pool_mask_of is not None and pool_covered.size > 0
@@ -122,8 +159,9 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
         best, best_gain, best_score = -1, 0.0, -np.inf
         for i, p in enumerate(viable):
             counts[p.fired, p.label] += 1
-            gain = pool_score(gold, counts, n_classes) - current
+            full_gain, gain = scorer.gain(scorer.score(counts), current)
             counts[p.fired, p.label] -= 1
+            gain = min(gain, full_gain)
             reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
                 if p.pool_fired is None:
@@ -136,7 +174,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
                 best, best_gain, best_score = i, gain, score
         chosen_set = [best] if best >= 0 else []
         if config.pair_lookahead and len(picks) + 2 <= config.max_picks:
-            pair, pair_gain = _best_pair(viable, gold, n_classes, counts, current, config)
+            pair, pair_gain = _best_pair(viable, scorer, counts, current, config)
             if pair and pair_gain > max(best_score, config.min_gain, 0.0) * 2:
                 chosen_set, best_gain = list(pair), pair_gain
         if not chosen_set:
@@ -151,11 +189,11 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
             c.stats["gain"] = round(best_gain / len(chosen), 4)
             members.add(c.fired)
             picks.append(c)
-        current = pool_score(gold, counts, n_classes)
+        current = scorer.score(counts)
     return picks
 
 
-def _best_pair(viable: list[Proposal], gold: np.ndarray, n_classes: int, counts: np.ndarray, current: float,
+def _best_pair(viable: list[Proposal], scorer: _Scorer, counts: np.ndarray, current: tuple,
                config: SelectConfig) -> tuple[tuple[int, int] | None, float]:
     """Two same-class candidates that help only together (one vote ties or loses, two votes win)."""
     by_class: dict[int, list[int]] = {}
@@ -171,7 +209,8 @@ def _best_pair(viable: list[Proposal], gold: np.ndarray, n_classes: int, counts:
                     continue
                 counts[pa.fired, pa.label] += 1
                 counts[pb.fired, pb.label] += 1
-                gain = pool_score(gold, counts, n_classes) - current
+                full_gain, gain = scorer.gain(scorer.score(counts), current)
+                gain = min(gain, full_gain)
                 counts[pa.fired, pa.label] -= 1
                 counts[pb.fired, pb.label] -= 1
                 if gain > best_gain + 1e-12:
@@ -185,5 +224,6 @@ def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
         return False
     right = gold[p.fired] == p.label if gold.ndim == 1 else gold[p.fired, p.label] == 1
     precision = float(np.mean(right))
-    p.stats.update(fires=fires, precision=round(precision, 3))
-    return precision >= config.min_precision
+    lower = wilson_lower(float(right.sum()), fires, config.precision_z)
+    p.stats.update(fires=fires, precision=round(precision, 3), precision_lower=round(lower, 3))
+    return lower >= config.min_precision

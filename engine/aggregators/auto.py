@@ -18,6 +18,16 @@ rule and with no audit rows, auto picked majority vote on SMS and ChemProt for e
 on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
+Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
+one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF, or + the words
+between the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
+students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
+only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
+when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
+votes at prediction is left out (those may still teach). `uses_votes_` says whether the chosen model reads
+the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
+candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
+
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,
 but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers for a single model).
@@ -41,9 +51,45 @@ from engine.aggregators.base import (
 )
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
+from engine.aggregators.student import StudentAggregator
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
+
+# the student's text views: the words between the entities on relation tasks, else all the text's TF-IDF
+STUDENT_VIEWS = (("embedding", "relation"), ("embedding", "tfidf"))
+STUDENT_C = 1.0
+
+
+def reads_votes(name: str) -> bool:
+    """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
+    if name.startswith("avg(") or name.startswith("student<"):
+        inner = name[4:-1] if name.startswith("avg(") else name[len("student<"):name.rindex(">")]
+        return any(reads_votes(part) for part in _split_top(inner))
+    return not name.endswith("-only")
+
+
+def _split_top(names: str) -> list[str]:
+    """Split "a,avg(b,c),d" at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(names):
+        depth += ch in "(<["
+        depth -= ch in ")>]"
+        if ch == "," and depth == 0:
+            parts.append(names[start:i])
+            start = i + 1
+    parts.append(names[start:])
+    return parts
+
+
+class _Average:
+    """The mean of fitted aggregators' probabilities (a teacher made of several candidates)."""
+
+    def __init__(self, members: list[Aggregator]):
+        self.members = members
+
+    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
+        return np.mean([m.predict_proba(votes, X) for m in self.members], axis=0)
 
 
 @dataclass(frozen=True)
@@ -60,13 +106,16 @@ class AutoAggregator(BaseAggregator):
     """Fitted on labeled dev rows. X: a dict of named feature matrices (a bare matrix is named "x")."""
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
-                 top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE):
+                 top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
+                 students: bool = True):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
         self.Cs = Cs
         self.top_k = top_k
         self.min_audit = min_audit
+        self.text_only = text_only
+        self.students = students
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
@@ -87,7 +136,8 @@ class AutoAggregator(BaseAggregator):
         return out
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
-            audit: np.ndarray | None = None, votes_selected: bool = False) -> AutoAggregator:
+            audit: np.ndarray | None = None, votes_selected: bool = False,
+            unlabeled_votes: np.ndarray | None = None, unlabeled_X: Features = None) -> AutoAggregator:
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         v = check_votes(votes, self.n_classes)
@@ -98,9 +148,14 @@ class AutoAggregator(BaseAggregator):
         feats = None if feats is None else {name: mat[keep] for name, mat in feats.items()}
         judged = self._judged_rows(audit, keep)
         self.judged_on_ = "audit" if judged is not None else "dev"
-        rows = judged if judged is not None else np.arange(len(y))
+        every = np.arange(len(y))
 
-        def score_of(proba: np.ndarray) -> float:
+        def score_of(proba: np.ndarray, name: str) -> float:
+            """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere);
+            all dev rows for what reads only text (a student included): honest there, and five times as
+            many rows. Audit rows are a random share of dev, so both estimate the same quantity."""
+            rows = judged if judged is not None and reads_votes(name) and not name.startswith("student<") \
+                else every
             return macro_f1(y[rows], proba[rows].argmax(axis=1), self.n_classes)
 
         folds = make_folds(y, self.n_splits, self.seed)
@@ -110,14 +165,19 @@ class AutoAggregator(BaseAggregator):
         self.C_ = {}
         candidates = self.candidates(feats)
         self.left_out_ = []
+        students = self.students and bool(feats) and unlabeled_votes is not None and len(unlabeled_votes) > 0
         if votes_selected and judged is None and feats:
             self.left_out_ = [c.name for c in candidates if not c.reads_text]
             candidates = [c for c in candidates if c.reads_text]
+        if self.text_only:
+            candidates = [c for c in candidates if not reads_votes(c.name)]
+            if not candidates:
+                raise ValueError("text_only needs text features: pass X")
         for candidate in candidates:
             name, make, tuned = candidate.name, candidate.make, candidate.tuned
             for C in (self.Cs if tuned else (1.0,)):
                 proba = oof_proba(lambda make=make, C=C: make(C), v, y, feats, folds)
-                score = score_of(proba)
+                score = score_of(proba, name)
                 if name not in scores or score > scores[name]:  # ties keep the earlier (smaller) C
                     oof[name], scores[name] = proba, score
                     makers[name] = lambda make=make, C=C: make(C)
@@ -125,19 +185,60 @@ class AutoAggregator(BaseAggregator):
                         self.C_[name] = float(C)
         ranked = sorted(scores, key=lambda name: -scores[name])  # stable: ties keep the simpler first
         chosen, members = ranked[0], [ranked[0]]
+        groups: dict[str, list[str]] = {name: [name] for name in ranked}
         for top in range(2, min(self.top_k, len(ranked)) + 1):
             names = ranked[:top]
             name = "avg(" + ",".join(names) + ")"
             oof[name] = np.mean([oof[n] for n in names], axis=0)
-            scores[name] = score_of(oof[name])
+            scores[name] = score_of(oof[name], name)
+            groups[name] = names
             if scores[name] > scores[chosen] + 1e-12:
                 chosen, members = name, names
+        student = None
+        if students:
+            view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
+            teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
+            if votes_selected and judged is None:
+                # no honest rows for what reads the selected votes: only the students (which read text at
+                # prediction) and the text-only candidates may be chosen; vote readers may still teach
+                self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
+                chosen = max((n for n in groups if not reads_votes(n)), key=lambda n: scores[n], default=chosen)
+                members = groups[chosen]
+            for teacher in dict.fromkeys(teachers):
+                for views in view_sets:
+                    name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
+                    parts = [makers[n] for n in groups[teacher]]
+                    proba = self._student_oof(parts, views, STUDENT_C, v, y, feats, folds, unlabeled_votes,
+                                              unlabeled_X)
+                    oof[name], scores[name] = proba, score_of(proba, name)
+                    if scores[name] > scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_):
+                        chosen, members, student = name, groups[teacher], (views, STUDENT_C, teacher)
         self.oof_scores_ = scores
         self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
+        self.uses_votes_ = reads_votes(chosen)
         self.members_ = [makers[n]().fit(v, y, feats) for n in members]
+        if student is not None:
+            views, C, teacher = student
+            model = StudentAggregator(self.n_classes, lambda: None, teacher, views, C=C, seed=self.seed)
+            self.members_ = [model.fit_from_teacher(_Average(self.members_), v, y, feats, unlabeled_votes,
+                                                    unlabeled_X)]
         self.n_annotators_ = v.shape[1]
         return self
+
+    def _student_oof(self, parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float,
+                     v: np.ndarray, y: np.ndarray, feats: dict, folds: list, unlabeled_votes: np.ndarray,
+                     unlabeled_X: Features) -> np.ndarray:
+        """Out-of-fold dev probabilities of a student whose teacher (the mean of `parts`) sees only the
+        training folds: the held rows' labels reach neither the teacher nor the student."""
+        out = np.zeros((len(y), self.n_classes))
+        for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
+            sub = {name: mat[train] for name, mat in feats.items()}
+            teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
+            student = StudentAggregator(self.n_classes, lambda: None, "", views, C=C, seed=self.seed)
+            student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
+            out[held] = student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
+        return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:
         """Positions (among the labeled rows) of the audit rows, or None when there are too few to judge on."""

@@ -62,6 +62,9 @@ _ENTRIES = (
                     reads_votes=False, reads_text=True, needs_labels=True),
     AggregatorEntry("auto", "the best of these (and TF-IDF views) by out-of-fold macro-F1 on the audit rows",
                     lambda k, seed: AutoAggregator(k, seed=seed), reads_text=True, needs_labels=True),
+    AggregatorEntry("auto-text", "the best of the text-only models (students of text-only teachers included): "
+                    "what the text does without the pool", lambda k, seed: AutoAggregator(k, seed=seed, text_only=True),
+                    reads_votes=False, reads_text=True, needs_labels=True),
 )
 ENTRIES: Mapping[str, AggregatorEntry] = {entry.name: entry for entry in _ENTRIES}
 AGGREGATORS: tuple[str, ...] = tuple(ENTRIES)

@@ -1,0 +1,160 @@
+"""The student stage: a text classifier trained on a teacher's labels over the unlabeled rows plus dev.
+
+The labels of the unlabeled rows are what users take away and train on, so the two-stage pipeline of
+WRENCH and Snorkel belongs in the product: any aggregator (the *teacher*: pool votes, text or both) labels
+the unlabeled pool rows; a logistic regression on text features alone (the *student*) learns from those
+thousands of rows, each weighted by the teacher's confidence, and from the dev rows with their gold labels.
+With far more rows than dev it generalises better than its teacher, in a view the teacher may not read.
+
+`fit(votes, y, X, unlabeled_votes=..., unlabeled_X=...)`: dev rows first (labeled), then the unlabeled ones.
+The student predicts from text alone, so `predict_proba` ignores the votes (they are only checked).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import sparse
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import normalize
+from threadpoolctl import threadpool_limits
+
+from engine.aggregators.base import (
+    Aggregator,
+    BaseAggregator,
+    Features,
+    Matrix,
+    check_votes,
+    class_prior,
+    select_feature,
+    take_rows,
+)
+
+DEV_WEIGHT = 3.0  # a gold dev label counts as much as this many fully confident pseudo-labels
+
+
+def student_design(X: Features, views: Sequence[str], n_rows: int) -> Matrix:
+    """[view_1 ; view_2 ; ...] with unit-norm rows per view, sparse when any view is (TF-IDF)."""
+    blocks = []
+    for view in views:
+        block = select_feature(X, view, n_rows)
+        if block is None:
+            raise ValueError(f"the student reads text view {view!r}: pass X with it")
+        block = sparse.csr_matrix(block, dtype=np.float64) if sparse.issparse(block) else \
+            np.asarray(block, dtype=np.float64)
+        blocks.append(normalize(block) if block.shape[0] else block)
+    if len(blocks) == 1:
+        return blocks[0]
+    if any(sparse.issparse(b) for b in blocks):
+        return sparse.hstack([sparse.csr_matrix(b) for b in blocks], format="csr") / np.sqrt(len(blocks))
+    return np.hstack(blocks) / np.sqrt(len(blocks))
+
+
+MAX_COLUMNS = 20_000  # the student keeps the most frequent sparse columns: lbfgs time grows with columns x classes
+
+
+def frequent_columns(F: Matrix, limit: int = MAX_COLUMNS) -> np.ndarray | None:
+    """Indices of the `limit` sparse columns with the most nonzero rows (None: dense, or few enough)."""
+    if not sparse.issparse(F) or F.shape[1] <= limit:
+        return None
+    df = np.bincount(sparse.csr_matrix(F).indices, minlength=F.shape[1])
+    return np.sort(np.argsort(-df, kind="stable")[:limit])
+
+
+def fit_student(F_dev: Matrix, y_dev: np.ndarray, F_unl: Matrix, teacher_proba: np.ndarray, n_classes: int,
+                C: float, seed: int, max_iter: int = 300) -> LogisticRegression | np.ndarray:
+    """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (the teacher's argmax, weighted by how
+    far its probability stands above chance: rows the teacher knows nothing about, e.g. where no annotator
+    votes, teach nothing). A constant prior when only one class is present. F_dev and F_unl must already be
+    restricted to the columns the student reads (see `frequent_columns`)."""
+    chance = 1.0 / n_classes
+    pseudo = teacher_proba.argmax(axis=1).astype(np.int64)
+    weight_unl = np.clip((teacher_proba.max(axis=1, initial=0.0) - chance) / (1.0 - chance), 0.0, 1.0)
+    y = np.concatenate([y_dev, pseudo]).astype(np.int64)
+    w = np.concatenate([np.full(len(y_dev), DEV_WEIGHT), weight_unl])
+    if np.unique(y).size < 2:
+        return class_prior(y, n_classes)
+    F = sparse.vstack([sparse.csr_matrix(F_dev), sparse.csr_matrix(F_unl)], format="csr") \
+        if sparse.issparse(F_dev) else np.vstack([F_dev, F_unl])
+    teaching = np.flatnonzero(w > 0)
+    F, y, w = F[teaching], y[teaching], w[teaching]
+    # balanced over the pseudo-labeled set: rare classes (what macro-F1 is won on) keep their voice
+    counts = np.bincount(y, weights=w, minlength=n_classes)
+    present = counts > 0
+    scale = np.where(present, w.sum() / (present.sum() * np.maximum(counts, 1e-12)), 0.0)
+    model = LogisticRegression(C=C, max_iter=max_iter, random_state=seed)
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(F, y, sample_weight=w * scale[y])
+    return model
+
+
+def student_proba(model: LogisticRegression | np.ndarray, F: Matrix, n_classes: int) -> np.ndarray:
+    if isinstance(model, np.ndarray):
+        return np.tile(model, (F.shape[0], 1))
+    out = np.zeros((F.shape[0], n_classes))
+    if F.shape[0]:
+        out[:, model.classes_] = model.predict_proba(F)
+    return out
+
+
+class StudentAggregator(BaseAggregator):
+    """A teacher aggregator labels the unlabeled rows; an LR over text `views` learns from them and from dev.
+
+    `teacher`: a factory of fresh teacher aggregators; `teacher_name` says what it is (and whether it reads
+    the pool's votes). Without unlabeled rows the student is just the LR on dev.
+    """
+
+    def __init__(self, n_classes: int, teacher: Callable[[], Aggregator], teacher_name: str = "",
+                 views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0, max_unlabeled: int = 4000):
+        self.n_classes = n_classes
+        self.teacher = teacher
+        self.teacher_name = teacher_name
+        self.views = tuple(views)
+        self.C = C
+        self.seed = seed
+        self.max_unlabeled = max_unlabeled
+
+    def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
+            unlabeled_votes: np.ndarray | None = None, unlabeled_X: Features = None) -> StudentAggregator:
+        if y is None:
+            raise ValueError("the student's teacher is fitted on dev labels: y is required")
+        v = check_votes(votes, self.n_classes)
+        y = np.asarray(y, dtype=np.int64)
+        teacher = self.teacher().fit(v, y, X)
+        return self.fit_from_teacher(teacher, v, y, X, unlabeled_votes, unlabeled_X)
+
+    def fit_from_teacher(self, teacher: Aggregator, votes: np.ndarray, y: np.ndarray, X: Features,
+                         unlabeled_votes: np.ndarray | None, unlabeled_X: Features) -> StudentAggregator:
+        """Fit the student from an already fitted teacher (auto reuses its fold models this way)."""
+        keep = np.flatnonzero(y >= 0)
+        F_dev = student_design(X, self.views, votes.shape[0])[keep]
+        if unlabeled_votes is not None and len(unlabeled_votes):
+            uv = check_votes(unlabeled_votes, self.n_classes)
+            rows = self.unlabeled_rows(uv.shape[0])
+            F_unl = student_design(unlabeled_X, self.views, uv.shape[0])[rows]
+            P = teacher.predict_proba(uv[rows], take_rows(unlabeled_X, rows))
+        else:
+            F_unl, P = F_dev[:0], np.zeros((0, self.n_classes))
+        self.columns_ = frequent_columns(F_unl if F_unl.shape[0] > F_dev.shape[0] else F_dev)
+        F_dev, F_unl = self._used(F_dev), self._used(F_unl)
+        self.n_pseudo_ = int(P.shape[0])
+        self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C, self.seed)
+        self.n_annotators_ = votes.shape[1]
+        return self
+
+    def unlabeled_rows(self, n: int) -> np.ndarray:
+        """A seeded sample of at most `max_unlabeled` unlabeled rows (all of them when fewer)."""
+        if n <= self.max_unlabeled:
+            return np.arange(n)
+        return np.sort(np.random.default_rng(self.seed).choice(n, self.max_unlabeled, replace=False))
+
+    def _used(self, F: Matrix) -> Matrix:
+        return F if self.columns_ is None else sparse.csr_matrix(F)[:, self.columns_]
+
+    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
+        v = self._votes_for_predict(votes)
+        return student_proba(self.model_, self._used(student_design(X, self.views, v.shape[0])), self.n_classes)
+

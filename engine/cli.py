@@ -158,11 +158,8 @@ def cmd_label(args: argparse.Namespace) -> dict:
 
     files = survey(find_files(args.input))  # a missing or corrupt file fails before any fitting
     if args.engine == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            from engine.corpus.engines import RAY_MISSING
-            raise EngineUnavailable(RAY_MISSING)
+        from engine.corpus.engines import require_ray
+        require_ray()  # before the minutes of fitting, not after
     print(f"corpus: {len(files)} file(s), about {sum(f.rows for f in files):,} rows; fitting {args.aggregator} "
           "on the workspace's dev rows", file=sys.stderr, flush=True)
     with SandboxExecutor() as executor:

@@ -27,6 +27,15 @@ class EngineUnavailable(Exception):
     """The engine asked for cannot run here (Ray is not installed)."""
 
 
+def require_ray():
+    """The `ray` module, or EngineUnavailable saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise EngineUnavailable(RAY_MISSING) from None
+    return ray
+
+
 class ShardWriter:
     """Labels batches and writes their shards: one sandbox (worker processes) per writer."""
 
@@ -115,10 +124,7 @@ def _run_local(labeler: Labeler, output: Path, batches: Iterator[CorpusBatch], c
 
 def _run_ray(labeler: Labeler, output: Path, batches: Iterator[CorpusBatch], counted: _Counter,
              address: str | None, workers: int | None) -> tuple[list[ShardRecord], dict[str, Any]]:
-    try:
-        import ray
-    except ImportError:
-        raise EngineUnavailable(RAY_MISSING) from None
+    ray = require_ray()
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, num_cpus=None if address else (workers or 2), include_dashboard=False,

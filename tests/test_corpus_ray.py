@@ -112,14 +112,12 @@ def test_ray_and_local_engines_give_the_same_labels_row_by_row(cluster, fitted, 
 
 
 def _writer_actor_pids(process_groups: set[int]) -> list[int]:
-    """Processes of this test's cluster running a ShardWriter actor (Ray names them `ray::ShardWriter...`)."""
-    listing = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True, text=True).stdout
-    out = []
-    for line in listing.splitlines():
-        pid, pgid, args = line.split(None, 2)
-        if int(pgid) in process_groups and args.startswith("ray::ShardWriter"):
-            out.append(int(pid))
-    return out
+    """ShardWriter actors (Ray names them `ray::ShardWriter...`) whose parent is a raylet of this test's cluster
+    (an actor leads its own process group, its raylet stays in its node's)."""
+    listing = subprocess.run(["ps", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 3) for line in listing.splitlines() if len(line.split(None, 3)) == 4]
+    ours = {int(pid) for pid, _, pgid, _ in rows if int(pgid) in process_groups}
+    return [int(pid) for pid, ppid, _, args in rows if int(ppid) in ours and args.startswith("ray::ShardWriter")]
 
 
 @pytest.mark.slow

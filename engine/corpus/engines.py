@@ -127,7 +127,7 @@ def _run_ray(labeler: Labeler, output: Path, batches: Iterator[CorpusBatch], cou
     ray = require_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, num_cpus=None if address else (workers or 2), include_dashboard=False,
+        ray.init(address=address or "local", num_cpus=None if address else (workers or 2), include_dashboard=False,
                  logging_level="ERROR", log_to_driver=False, configure_logging=True)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))

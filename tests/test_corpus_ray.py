@@ -69,7 +69,8 @@ def _stop(proc: subprocess.Popen) -> None:
 def cluster():
     """127.0.0.1:<port>, a head node and one worker node, 1 CPU each; workers import this checkout's engine."""
     temp = tempfile.mkdtemp(prefix="evr", dir="/tmp")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+           "RAY_AUTH_MODE": "disabled"}  # a token left in ~/.ray by someone else must not lock the nodes out
     port = _free_port()
     PROCESS_GROUPS.clear()
     head = _start(["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}"], env)

@@ -16,6 +16,9 @@ from typing import Any
 
 from engine.agents.choice import AGENT_CHOICES, DEFAULT_AGENTS, make_proposer
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
+from engine.corpus.engines import ENGINES, EngineUnavailable
+from engine.corpus.reading import CorpusError
+from engine.corpus.shards import OutputError
 from engine.embed.registry import EMBEDDERS
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
@@ -26,7 +29,8 @@ from engine.llm.client import LLMError
 from engine.store.workspace import Store, WorkspaceLocked
 
 # What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
-DOMAIN_ERRORS = (IngestError, WorkspaceLocked, LLMError, ValueError, OSError)  # ValueError: e.g. a bad gate file
+DOMAIN_ERRORS = (IngestError, WorkspaceLocked, LLMError, ValueError, OSError,  # ValueError: e.g. a bad gate file
+                 CorpusError, OutputError, EngineUnavailable)
 
 
 class UsageError(Exception):
@@ -128,6 +132,47 @@ def cmd_export(args: argparse.Namespace) -> dict:
             "aggregator": result.soft.aggregator}
 
 
+def _rows_progress():
+    """stderr lines for a corpus run: rows done, rows/s and the time left at that pace (at most one a second)."""
+    started, last = time.monotonic(), [0.0]
+
+    def on_progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] < 1.0 and done < total:
+            return
+        last[0] = now
+        rate = done / (now - started) if now > started and done else 0.0
+        eta = f"{(total - done) / rate:,.0f}s" if rate else "?"
+        print(f"[{now - started:7.1f}s] labeled {done:,} / {total:,} rows, {rate:,.0f} rows/s, ETA {eta}",
+              file=sys.stderr, flush=True)
+
+    return on_progress
+
+
+def cmd_label(args: argparse.Namespace) -> dict:
+    """Label a corpus outside the workspace: the pool and the dev-fitted aggregator, shard by shard."""
+    from engine.corpus.engines import label_corpus
+    from engine.corpus.labeler import fit_labeler
+    from engine.corpus.reading import find_files, survey
+    from engine.sandbox.executor import SandboxExecutor
+
+    files = survey(find_files(args.input))  # a missing or corrupt file fails before any fitting
+    if args.engine == "ray":
+        from engine.corpus.engines import require_ray
+        require_ray()  # before the minutes of fitting, not after
+    print(f"corpus: {len(files)} file(s), about {sum(f.rows for f in files):,} rows; fitting {args.aggregator} "
+          "on the workspace's dev rows", file=sys.stderr, flush=True)
+    with SandboxExecutor() as executor:
+        labeler = fit_labeler(args.store, executor, args.aggregator, seed=args.seed, text_column=args.text_column,
+                              threshold=args.threshold)
+    Store.close_all()  # workers never touch the workspace; let the studio open it while this runs
+    result = label_corpus(labeler, files, args.output, engine=args.engine, batch_size=args.batch_size,
+                          ray_address=args.ray_address, workers=args.workers, on_progress=_rows_progress())
+    return {key: result[key] for key in ("manifest", "rows", "shards", "engine", "workers", "seconds", "rows_per_s",
+                                         "resumed_shards")} | {"aggregator": labeler.made_by,
+                                                               "output": str(args.output)}
+
+
 def cmd_pool(args: argparse.Namespace) -> None:
     store = args.store
     scores = store.scores()
@@ -205,6 +250,21 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", choices=("csv", "jsonl", "parquet"))
     labeling(ex)
     ex.set_defaults(handler=cmd_export)
+
+    lab = sub.add_parser("label", help="label a corpus (Parquet / CSV / JSONL, path or glob) into Parquet shards")
+    common(lab)
+    lab.add_argument("--input", required=True, help="a file, a folder or a glob (quote it), e.g. 'corpus/*.parquet'")
+    lab.add_argument("--output", required=True, type=Path,
+                     help="folder for the shards and manifest.json (empty, or the same run's to resume it)")
+    lab.add_argument("--engine", choices=ENGINES, default="local",
+                     help="local: this process; ray: a Ray cluster (pip install -e '.[ray]')")
+    lab.add_argument("--ray-address", help="join this Ray cluster (e.g. 10.0.0.5:6379); default: start a local one")
+    lab.add_argument("--workers", type=int, help="local: sandbox processes (2); ray: writer actors (all CPUs)")
+    lab.add_argument("--batch-size", type=int, default=10_000, help="rows per batch and per shard")
+    lab.add_argument("--text-column", default="text", help="the corpus column holding the text")
+    lab.add_argument("--seed", type=int, default=0)
+    labeling(lab)
+    lab.set_defaults(handler=cmd_label)
 
     pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
     common(pool)

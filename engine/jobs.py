@@ -262,3 +262,36 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
         return save_labels(ctx.job.workdir, aggregator, result, comparison, key)
 
     return registry.start("labels", workdir, work, {"aggregator": aggregator, "compare": compare})
+
+
+# ---- labeling a corpus outside the workspace -------------------------------------------------------
+def cluster_command(workdir: str | Path, corpus: str, output: str, aggregator: str = DEFAULT_AGGREGATOR,
+                    batch_size: int = 10_000) -> str:
+    """The same run as a command for a Ray cluster (shown by the studio beside its local run)."""
+    return (f"evopool label --workdir {workdir} --input '{corpus}' --output {output} --aggregator {aggregator} "
+            f"--batch-size {batch_size} --engine ray --ray-address HEAD_NODE_IP:6379")
+
+
+def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, aggregator: str = DEFAULT_AGGREGATOR,
+                       *, batch_size: int = 10_000, registry: JobRegistry = REGISTRY) -> Job:
+    """Label a corpus file or glob into Parquet shards on the local engine (see `engine.corpus`), in the
+    background; progress is rows done of the corpus's rows. The result is the run's manifest summary."""
+    from engine.corpus.engines import label_corpus
+    from engine.corpus.labeler import fit_labeler
+    from engine.corpus.reading import find_files, survey
+
+    def work(ctx: JobContext) -> dict:
+        files = survey(find_files(corpus))
+        ctx.set_progress(0.0, f"fitting {aggregator} on the dev rows")
+        with _sandbox() as executor:
+            labeler = fit_labeler(ctx.store, executor, aggregator)
+        began = time.monotonic()
+
+        def on_progress(done: int, total: int) -> None:
+            rate = done / max(time.monotonic() - began, 1e-9)
+            ctx.set_progress(done / max(total, 1), f"labeled {done:,} / {total:,} rows ({rate:,.0f} rows/s)")
+
+        return label_corpus(labeler, files, output, batch_size=batch_size, on_progress=on_progress)
+
+    return registry.start("corpus", workdir, work, {"corpus": corpus, "output": str(output),
+                                                    "aggregator": aggregator, "batch_size": batch_size})

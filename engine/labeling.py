@@ -88,14 +88,15 @@ def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
     return {name: matrix[idx] for name, matrix in features.items()}
 
 
-def _hard(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
+def hard_labels(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
+    """(n,) class index per row; a vote-only aggregator gives ABSTAIN where nobody voted."""
     hard = probs.argmax(axis=1)
     if aggregator_entry(name).votes_only:  # it gives no label where nobody voted
         hard = np.where(n_votes > 0, hard, ABSTAIN)
     return hard
 
 
-def _fit(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray,
+def fit_on_dev(model, name: str, votes: np.ndarray, y: np.ndarray, features: dict | None, audit: np.ndarray,
          votes_selected: bool, unlabeled: tuple[np.ndarray, dict | None] | None = None):
     """Fit on labeled dev rows. Only `auto` reads the audit mask (it chooses its ingredient there), whether
     the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)
@@ -116,7 +117,7 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
     probs = np.zeros((len(y), n_classes))
     for train, held in make_folds(y, n_splits=n_splits, seed=seed):
         model = make_aggregator(name, n_classes, seed)
-        _fit(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train],
+        fit_on_dev(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train],
              votes_selected, unlabeled)
         probs[held] = model.predict_proba(votes[held], _rows(features, held) if features else None)
     return probs
@@ -171,7 +172,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
     else:
-        _fit(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
+        fit_on_dev(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
              votes_selected, unlabeled)
     probs = model.predict_proba(votes, features)
     oof, dev_scores = None, DevScores()
@@ -185,7 +186,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
                       audit=audit, votes_selected=votes_selected, unlabeled=unlabeled)
         probs[dev] = oof
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    hard = _hard(aggregator, probs, n_votes)
+    hard = hard_labels(aggregator, probs, n_votes)
     if score_dev:
         dev_scores = DevScores(macro_f1=round(macro_f1(y_dev, hard[dev], n_classes), 4),
                                accuracy=round(accuracy(y_dev, hard[dev]), 4),

@@ -6,7 +6,7 @@ from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import pool_key
-from studio import figures, labels_ui, state, widgets
+from studio import corpus_ui, figures, labels_ui, state, widgets
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
 store = widgets.require_data()
@@ -47,6 +47,7 @@ def labels_progress() -> None:
 
 
 labels_progress()
+corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
     st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
             "you can keep working on other screens).")

@@ -151,14 +151,14 @@ def _job_status(name: str) -> None:
 
 
 def _job_lines(name: str) -> None:
-    for kind in ("evolve", "labels"):
+    for kind in ("evolve", "labels", "corpus"):
         job = REGISTRY.latest(workspace.workdir(name), kind)
         if job is not None:
             _job_line(job)
 
 
 def _job_line(job: Job) -> None:
-    label = {"evolve": "Evolving", "labels": "Soft labels"}.get(job.kind, job.kind)
+    label = {"evolve": "Evolving", "labels": "Soft labels", "corpus": "Corpus labels"}.get(job.kind, job.kind)
     if job.running:
         st.progress(min(1.0, max(0.0, job.progress)), text=f"{label}: {job.message}")
     elif job.status == "failed":

@@ -20,12 +20,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.ingest", "engine.sandbox", "engine.llm", "engine.embed", "engine.score"),
     ("engine.agents", "engine.gate", "engine.aggregators", "engine.weak_spots"),
     ("engine.evolve", "engine.labeling", "engine.review", "engine.export"),
+    ("engine.corpus",),
     ("engine.jobs",),
     ("engine.cli",),
     ("studio",),
     ("pages", "streamlit_app"),
 )
-ONLY_IMPORTED_BY = {"duckdb": ("engine.store",), "openai": ("engine.llm",),
+ONLY_IMPORTED_BY = {"duckdb": ("engine.store",), "openai": ("engine.llm",), "ray": ("engine.corpus.engines",),
                     "streamlit": ("studio", "pages", "streamlit_app")}
 
 

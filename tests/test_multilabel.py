@@ -335,3 +335,24 @@ def test_offline_mining_counts_a_cue_right_when_its_class_is_in_the_set():
     assert not sports_cues(None)  # by first labels alone, no row is sports
     ws = build_workspace(task, inputs, first, [], ("sentence",), sets)
     assert ws.hit(1).sum() == 6 and ws.hit(0).sum() == 6  # a row counts for each of its labels
+
+
+def test_a_corpus_is_labeled_with_label_sets_as_the_export_labels_the_workspace(evolved, executor, tmp_path):
+    """The corpus engine on a multi-label task: a `labels` column joined by the separator, the export's values."""
+    from engine.corpus.engines import label_corpus
+    from engine.corpus.labeler import fit_labeler
+    from engine.corpus.reading import survey
+    from engine.corpus.shards import read_output
+    from engine.export import labeled_frame
+
+    labeler = fit_labeler(evolved, executor, "auto")
+    result = soft_labels(evolved, executor, "auto")
+    pool = labeled_frame(evolved, result.soft, result.hard, result.n_votes).query("split == 'pool'")
+    corpus = tmp_path / "pool.jsonl"
+    pool[["id", "text"]].to_json(corpus, orient="records", lines=True)
+    label_corpus(labeler, survey([corpus]), tmp_path / "out", batch_size=16)
+    labeled = read_output(tmp_path / "out")
+    assert "labels" in labeled.columns and "label" not in labeled.columns
+    assert labeled["aggregator"].iloc[0] == "auto:evoagg" and any("|" in cell for cell in labeled["labels"])
+    assert list(labeled["id"]) == list(pool["id"])
+    assert list(labeled["labels"]) == list(pool["labels"])

@@ -556,3 +556,24 @@ def test_llm_agents_run_from_the_studio_against_an_openai_compatible_endpoint(ho
     written = [a for a in store.annotators() if "subscribe" in a.source]
     assert len(written) == 1 and written[0].agent == "generator"
     assert store.last_complete_generation() == 1
+
+
+def test_labels_screen_labels_a_corpus_in_the_background_and_shows_the_cluster_command(home, tmp_path):
+    corpus = tmp_path / "comments.csv"
+    pd.read_csv(DEMO, dtype=str)[["text"]].head(120).to_csv(corpus, index=False)
+    out = tmp_path / "shards"
+    at = run(SEEDED, "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("mv").run()
+    at.text_input(key="corpus_input").input(str(corpus)).run()
+    at.text_input(key="corpus_output").input(str(out)).run()
+    at.number_input(key="corpus_batch").set_value(100).run()
+    command = next(c.value for c in at.code if "evopool label" in c.value)
+    assert f"--input '{corpus}'" in command and "--engine ray --ray-address" in command and "--aggregator mv" in command
+    at.button(key="corpus_start").click().run()
+    job = REGISTRY.latest(home / SEEDED, "corpus")
+    assert job is not None and job.wait(180) and job.status == "done", job.error
+    at.run()
+    assert not at.exception
+    assert "Labeled 120 rows into 2 shards" in texts(at)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine"] == "local" and [s["rows"] for s in manifest["shards"]] == [100, 20]

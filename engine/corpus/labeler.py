@@ -1,0 +1,202 @@
+"""The fitted labeler: the pool's annotators, the aggregator fitted once on the workspace's dev rows, the
+fitted TF-IDF vocabularies and the embedder's name, in one picklable value a worker can label batches with.
+
+Fitting reads the workspace (and may add the pool's dev votes to it, as `evopool export` does); labeling a
+batch reads nothing but the batch: votes from the worker's own sandbox, embeddings from the worker's own
+copy of the embedder. So the same labeler gives the same labels wherever a batch is labeled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.aggregators.features import TfidfFeatures
+from engine.aggregators.registry import MultiLabelEvoAgg, aggregator_entry, make_aggregator, predict_labels
+from engine.corpus.reading import CorpusBatch, CorpusError
+from engine.domain import ABSTAIN, Annotator
+from engine.embed.registry import DEFAULT_EMBEDDER
+from engine.evolve import ensure_votes
+from engine.export import confidence, label_separator, probability_column
+from engine.labeling import CHOOSERS, THRESHOLD, feature_kinds, fit_on_dev, hard_labels
+from engine.sandbox.executor import Executor
+from engine.store.workspace import Store
+from engine.text_views import view_text
+
+_EMBEDDERS: dict[str, Any] = {}  # one loaded embedder per worker process
+
+
+@dataclass(frozen=True)
+class LabeledBatch:
+    """A batch's rows as the export writes them, and the sandbox's fault counts on it."""
+
+    frame: pd.DataFrame
+    faults: dict[str, int]  # annotator id -> examples where it crashed, timed out or returned a bad value
+    first_errors: dict[str, str]
+
+
+@dataclass
+class Labeler:
+    labels: tuple[str, ...]
+    annotators: tuple[Annotator, ...]
+    aggregator: str  # asked for (registry name)
+    made_by: str  # what the rows name: `auto:<what it chose>` for auto
+    model: Any  # the fitted aggregator
+    embedder: str | None  # None: the aggregator reads no embeddings
+    vocabularies: dict[str, TfidfFeatures]  # "tfidf" / "relation" -> fitted on the workspace's texts
+    text_column: str = "text"
+    id_column: str = "id"
+    multi_label: bool = False
+    threshold: float = THRESHOLD
+    separator: str = "|"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    # ---- labeling one batch (on a worker) ------------------------------------------------------
+    def examples(self, batch: CorpusBatch) -> tuple[list[str], list[str], list[dict]]:
+        """(ids, texts, annotator inputs) of a batch; ids are the id column or `<file>:<row>`."""
+        frame = batch.frame
+        if self.text_column not in frame.columns:
+            raise CorpusError(f"input file {batch.source} has no text column {self.text_column!r}; its columns: "
+                              f"{', '.join(map(str, frame.columns))} (name one with --text-column)")
+        texts = ["" if _missing(t) else str(t) for t in frame[self.text_column]]
+        name = self.provenance.get("file_names", {}).get(batch.source, Path(batch.source).name)
+        if self.id_column in frame.columns:
+            ids = [str(v) for v in frame[self.id_column]]
+        else:
+            ids = [f"{name}:{batch.first_row + i}" for i in range(len(frame))]
+        columns = [c for c in frame.columns if c not in (self.text_column, self.id_column)]
+        cells = {c: frame[c].tolist() for c in columns}
+        inputs = [{**{c: _plain(cells[c][i]) for c in columns}, "text": texts[i]} for i in range(len(frame))]
+        return ids, texts, inputs
+
+    def features(self, texts: list[str], inputs: list[dict]) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
+        if self.embedder:
+            out["embedding"] = _embedder(self.embedder).encode(texts)
+        if "tfidf" in self.vocabularies:
+            out["tfidf"] = self.vocabularies["tfidf"].transform(texts)
+        if "relation" in self.vocabularies:
+            out["relation"] = self.vocabularies["relation"].transform([view_text(x, "between") for x in inputs])
+        return out or None
+
+    def label(self, batch: CorpusBatch, executor: Executor) -> LabeledBatch:
+        """The batch's rows with hard label, confidence, per-class probabilities, votes and provenance."""
+        ids, texts, inputs = self.examples(batch)
+        results = executor.run(self.annotators, inputs, list(self.labels))
+        votes = (np.column_stack([r.votes for r in results]) if results
+                 else np.full((len(ids), 0), ABSTAIN, dtype=np.int64))
+        features = self.features(texts, inputs)
+        n_votes = (votes != ABSTAIN).sum(axis=1)
+        if self.multi_label:
+            used = votes if aggregator_entry(self.aggregator).reads_votes else votes[:, :0]
+            probs = self.model.predict_proba(used, features)
+            hard = predict_labels(probs, self.threshold)
+        else:
+            probs = self.model.predict_proba(votes, features)
+            hard = hard_labels(self.aggregator, probs, n_votes)
+        out = pd.DataFrame({"id": ids, "text": texts})
+        if hard.ndim == 2:
+            out["labels"] = [self.separator.join(self.labels[c] for c in np.flatnonzero(row)) for row in hard]
+        else:
+            out["label"] = [self.labels[h] if h != ABSTAIN else "" for h in hard]
+        out["confidence"] = confidence(probs, hard).round(6)
+        for k, label in enumerate(self.labels):
+            out[probability_column(label)] = probs[:, k].round(6)
+        out["n_votes"] = n_votes
+        out["aggregator"] = self.made_by
+        out["source_file"] = batch.source
+        out["source_row"] = np.arange(batch.first_row, batch.first_row + len(ids), dtype=np.int64)
+        faults = {r.annotator_id: int(r.faults) for r in results if r.faults}
+        errors = {r.annotator_id: str(r.first_error) for r in results if r.first_error}
+        return LabeledBatch(out, faults, errors)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def _plain(value: Any) -> Any:
+    """A cell as plain Python, as the importer keeps fields (numpy values become lists / numbers, NaN None)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and np.isnan(value) else value
+
+
+def _embedder(name: str):
+    if name not in _EMBEDDERS:
+        from engine.embed.registry import get_embedder
+        _EMBEDDERS[name] = get_embedder(name)
+    return _EMBEDDERS[name]
+
+
+# ---- fitting (on the driver) ---------------------------------------------------------------------
+def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed: int = 0,
+                text_column: str = "text", threshold: float = THRESHOLD) -> Labeler:
+    """Fit `aggregator` on the workspace's dev rows (Dawid–Skene: on every row's votes, it reads no labels).
+
+    TF-IDF vocabularies are fitted on every workspace text (no labels are read), as `export` does."""
+    entry = aggregator_entry(aggregator)
+    task = store.load_task()
+    pool = store.pool_ids()
+    if not pool and entry.votes_only:
+        raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
+    if task.multi_label and entry.votes_only:
+        raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
+                         "'evoagg' or 'auto', or 'embedding'")
+    chooser = aggregator in CHOOSERS and not task.multi_label  # may teach a student on the unlabeled rows
+    fit_splits = ("dev", "test", "pool") if entry.fits_unlabeled else ("dev", "pool") if chooser else ("dev",)
+    for split in fit_splits:
+        if store.count_examples(split):
+            ensure_votes(store, executor, pool, split)
+    everything = store.examples_frame()
+    frame = everything if entry.fits_unlabeled else \
+        everything[everything["split"].isin(fit_splits)].reset_index(drop=True)
+    votes = store.vote_matrix(pool, example_ids=list(frame["id"])).votes
+    kinds = ("embedding",) if task.multi_label else feature_kinds(task, aggregator)
+    embedder = store.get_meta("embedder", DEFAULT_EMBEDDER) if "embedding" in kinds else None
+    vocabularies: dict[str, TfidfFeatures] = {}
+    features: dict[str, Any] = {}
+    if embedder:
+        from engine.embed.cache import embed_texts
+        features["embedding"] = embed_texts(store, list(frame["text"]), _embedder(embedder))
+    if "tfidf" in kinds:
+        vocabularies["tfidf"] = TfidfFeatures()
+        vocabularies["tfidf"].fit_transform(list(everything["text"]))
+        features["tfidf"] = vocabularies["tfidf"].transform(list(frame["text"]))
+    if "relation" in kinds:
+        def between(rows: pd.DataFrame) -> list[str]:
+            return [view_text({**f, "text": t}, "between") for f, t in zip(rows["fields"], rows["text"], strict=True)]
+        if any(between(everything)):
+            vocabularies["relation"] = TfidfFeatures()
+            vocabularies["relation"].fit_transform(between(everything))
+            features["relation"] = vocabularies["relation"].transform(between(frame))
+    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
+    audit = frame["audit"].to_numpy(dtype=bool)[dev]
+    dev_features = {k: v[dev] for k, v in features.items()} or None
+    if task.multi_label:
+        position = {e: i for i, e in enumerate(store.example_ids("dev"))}
+        Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
+        used = votes if entry.reads_votes else votes[:, :0]
+        model = MultiLabelEvoAgg(len(task.labels), seed=seed).fit(used[dev], Y_dev, dev_features)
+        made_by = "auto:evoagg" if aggregator == "auto" else aggregator
+    else:
+        model = make_aggregator(aggregator, len(task.labels), seed)
+        if entry.fits_unlabeled:
+            model.fit(votes, None, features or None)
+        else:
+            y_dev = frame["label"].to_numpy()[dev].astype(int)
+            unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooser else np.zeros(0, int)
+            unlabeled = (votes[unl], {k: v[unl] for k, v in features.items()} or None) if len(unl) else None
+            fit_on_dev(model, aggregator, votes[dev], y_dev, dev_features, audit,
+                       store.last_complete_generation() > 0, unlabeled)  # as export does: same choice, same labels
+        made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator
+    provenance = {"workspace": str(store.path), "task": task.name, "generation": store.last_complete_generation(),
+                  "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)), "embedder": embedder}
+    return Labeler(task.labels, tuple(store.annotators(pool)), aggregator, made_by, model, embedder, vocabularies,
+                   text_column=text_column, multi_label=task.multi_label, threshold=threshold,
+                   separator=label_separator(store), provenance=provenance)

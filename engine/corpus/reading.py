@@ -1,0 +1,176 @@
+"""The corpus side: which files a path or glob names, how many rows each holds, and their rows in batches.
+
+Rows keep the file's own order; a corpus without an id column gets stable ids `<file name>:<row>` (0-based
+data row), so a rerun, the other engine or a resumed run names every row the same way. Every failure is a
+`CorpusError` that names the file (and the row or line where it can).
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".ndjson")
+
+
+class CorpusError(Exception):
+    """The corpus cannot be read: a missing, empty, corrupt or unsupported input file (named in the message)."""
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    path: Path
+    rows: int  # data rows (CSV: lines after the header, an estimate when cells hold line breaks)
+
+
+@dataclass(frozen=True)
+class CorpusBatch:
+    """Up to `batch_size` consecutive rows of one file; `index` numbers batches over the whole corpus."""
+
+    index: int
+    source: str  # the file's path as given
+    first_row: int  # 0-based data row of the batch's first row in its file
+    frame: pd.DataFrame  # the file's columns, as read (CSV: strings)
+
+
+def find_files(pattern: str | Path) -> list[Path]:
+    """The input files of a path, a folder (its files with a known suffix) or a glob, sorted; missing is an error."""
+    text = str(pattern)
+    path = Path(text)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES)
+        if not files:
+            raise CorpusError(f"folder {text} holds no {', '.join(SUFFIXES)} file")
+        return files
+    if glob.has_magic(text):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not files:
+            raise CorpusError(f"no input file matches {text}")
+        return files
+    if not path.exists():
+        raise CorpusError(f"input file {text} does not exist")
+    return [path]
+
+
+def _kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    raise CorpusError(f"{path}: unsupported file type {suffix!r} (use {', '.join(SUFFIXES)})")
+
+
+def survey(paths: list[Path]) -> list[CorpusFile]:
+    """Open every file once before any work: row counts for progress, and corrupt files refused up front."""
+    out = []
+    for path in paths:
+        kind = _kind(path)
+        try:
+            if path.stat().st_size == 0:
+                raise CorpusError(f"input file {path} is empty")
+            if kind == "parquet":
+                import pyarrow.parquet as pq
+                rows = pq.ParquetFile(path).metadata.num_rows
+            else:
+                with path.open("rb") as handle:
+                    rows = sum(chunk.count(b"\n") for chunk in iter(lambda h=handle: h.read(1 << 20), b""))
+                rows -= 1 if kind == "csv" else 0
+        except CorpusError:
+            raise
+        except Exception as err:  # pyarrow raises several types for a corrupt file
+            raise CorpusError(f"input file {path} is not a readable {kind} file: {err}") from None
+        out.append(CorpusFile(path, max(rows, 0)))
+    return out
+
+
+def iter_batches(files: list[CorpusFile], batch_size: int) -> Iterator[CorpusBatch]:
+    """Every row of every file, in order, as batches of at most `batch_size` rows (a batch never spans files)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    index = 0
+    for corpus_file in files:
+        first = 0
+        for frame in _read(corpus_file.path, batch_size):
+            yield CorpusBatch(index, str(corpus_file.path), first, frame.reset_index(drop=True))
+            index += 1
+            first += len(frame)
+
+
+def _read(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
+    kind = _kind(path)
+    if kind == "parquet":
+        yield from _read_parquet(path, batch_size)
+    elif kind == "csv":
+        yield from _read_csv(path, batch_size, "\t" if path.suffix.lower() == ".tsv" else ",")
+    else:
+        yield from _read_jsonl(path, batch_size)
+
+
+def _read_parquet(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
+    import pyarrow.parquet as pq
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+            yield batch.to_pandas()
+    except Exception as err:
+        raise CorpusError(f"input file {path} is not a readable parquet file: {err}") from None
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with path.open("rb") as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        line_no = 0
+        try:
+            for line_no, line in enumerate(text, start=1):  # noqa: B007 - line_no is read in the handler
+                yield line
+        except UnicodeDecodeError as err:
+            raise CorpusError(f"input file {path} is not UTF-8 text (after line {line_no}): {err.reason}") from None
+
+
+def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
+    """Cells as strings, as the importer reads them; a ragged row is an error naming the file and row."""
+    reader = csv.reader(_lines(path), delimiter=sep)
+    try:
+        header = [h.strip() or f"Unnamed: {i}" for i, h in enumerate(next(reader))]
+        rows: list[list[str]] = []
+        for row_no, cells in enumerate(reader):
+            if len(cells) != len(header):
+                raise CorpusError(f"input file {path}, data row {row_no} (line {reader.line_num}): {len(cells)} "
+                                  f"cells where the header has {len(header)}")
+            rows.append(cells)
+            if len(rows) == batch_size:
+                yield pd.DataFrame(rows, columns=header, dtype=str)
+                rows = []
+    except StopIteration:
+        raise CorpusError(f"input file {path} has no header line") from None
+    except csv.Error as err:
+        raise CorpusError(f"input file {path} is not a well-formed CSV: {err} (line {reader.line_num})") from None
+    if rows:
+        yield pd.DataFrame(rows, columns=header, dtype=str)
+
+
+def _read_jsonl(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
+    records: list[dict] = []
+    for line_no, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise CorpusError(f"input file {path}, line {line_no}: not valid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise CorpusError(f"input file {path}, line {line_no}: a JSONL row must be a JSON object")
+        records.append(record)
+        if len(records) == batch_size:
+            yield pd.DataFrame.from_records(records)
+            records = []
+    if records:
+        yield pd.DataFrame.from_records(records)

@@ -1,0 +1,135 @@
+"""The output folder of a corpus run: Parquet shards written under a temporary name and renamed when complete,
+a run record written first (so a rerun resumes the same run or refuses a different one, never mixes two),
+and the manifest written last, listing exactly the complete shards.
+
+A shard's own facts (rows, source, fault counts) ride in its Parquet metadata, so a resumed run can list the
+shards a killed run finished without trusting anything but the files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RUN_RECORD = "_run.json"
+MANIFEST = "manifest.json"
+_META_KEY = b"evopool_shard"
+
+
+class OutputError(Exception):
+    """The output folder holds another run, or something that is not ours."""
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    index: int
+    file: str  # name inside the output folder
+    rows: int
+    source: str
+    first_row: int
+    faults: dict[str, int] = field(default_factory=dict)
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:06d}.parquet"
+
+
+def fingerprint(run: dict[str, Any]) -> str:
+    """What makes two runs the same run: inputs, pool, aggregator, embedder, batch size (see `prepare`)."""
+    return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def prepare(output: Path, run: dict[str, Any]) -> dict[int, ShardRecord]:
+    """Make `output` ready for `run` and return the shards it already holds (by batch index) when resuming.
+
+    An empty or new folder starts the run; a folder of the same run resumes it (leftover temporary files of
+    a killed writer are removed, complete shards kept); anything else is refused with what to do.
+    """
+    output.mkdir(parents=True, exist_ok=True)
+    record_path = output / RUN_RECORD
+    key = fingerprint(run)
+    if record_path.exists():
+        try:
+            previous = json.loads(record_path.read_text())
+        except ValueError:
+            raise OutputError(f"{record_path} is not a run record; choose an empty output folder") from None
+        if previous.get("fingerprint") != key:
+            raise OutputError(f"output folder {output} holds another run ({previous.get('fingerprint')}: other "
+                              "inputs, pool, aggregator or batch size); choose an empty folder or delete that one")
+    else:
+        strangers = [p.name for p in output.iterdir() if not p.name.startswith(".")]
+        if strangers:
+            raise OutputError(f"output folder {output} is not empty and holds no run record ({', '.join(strangers[:3])}"
+                              f"{', ...' if len(strangers) > 3 else ''}); choose an empty folder")
+        _atomic_write(record_path, json.dumps({"fingerprint": key, "run": run}, indent=2, default=str))
+    for leftover in output.glob(".part-*.tmp"):
+        leftover.unlink()
+    (output / MANIFEST).unlink(missing_ok=True)  # rewritten when the run completes
+    done = {}
+    for path in sorted(output.glob("part-*.parquet")):
+        shard = read_record(path)
+        done[shard.index] = shard
+    return done
+
+
+def write_shard(output: Path, frame: pd.DataFrame, record: ShardRecord) -> ShardRecord:
+    """Write the shard under a temporary name and rename it: a shard's final name means it is complete."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[_META_KEY] = json.dumps(asdict(record)).encode()
+    table = table.replace_schema_metadata(meta)
+    final = output / record.file
+    temporary = output / f".{record.file}.{os.getpid()}.tmp"
+    pq.write_table(table, temporary)
+    os.replace(temporary, final)
+    return record
+
+
+def read_record(path: Path) -> ShardRecord:
+    import pyarrow.parquet as pq
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return ShardRecord(**json.loads(meta[_META_KEY]))
+    except Exception as err:
+        raise OutputError(f"{path} is not a complete shard of this run ({err}); delete it and rerun") from None
+
+
+def write_manifest(output: Path, shards: list[ShardRecord], extra: dict[str, Any]) -> Path:
+    """The manifest, written last: every complete shard in batch order, their totals, and the run's provenance."""
+    shards = sorted(shards, key=lambda s: s.index)
+    faults: dict[str, int] = {}
+    for shard in shards:
+        for annotator, count in shard.faults.items():
+            faults[annotator] = faults.get(annotator, 0) + count
+    body = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "rows": sum(s.rows for s in shards), "shards": [asdict(s) for s in shards],
+            "faults": faults, **extra}
+    path = output / MANIFEST
+    _atomic_write(path, json.dumps(body, indent=2, default=str))
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def read_output(output: str | Path) -> pd.DataFrame:
+    """Every labeled row of a finished run, in corpus order (the manifest's shards, nothing else)."""
+    output = Path(output)
+    manifest = output / MANIFEST
+    if not manifest.exists():
+        raise OutputError(f"{output} has no manifest: the run did not finish")
+    shards = json.loads(manifest.read_text())["shards"]
+    frames = [pd.read_parquet(output / s["file"]) for s in shards]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,57 @@
+"""The labels screen's corpus panel: label a file or glob that never enters the workspace (local engine, a
+background job with progress), and the command that runs the same labeling on a Ray cluster."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from engine.jobs import REGISTRY, cluster_command, start_corpus_label
+
+
+def corpus_panel(workdir: Path, aggregator: str) -> None:
+    """Inputs, a start button, live progress and the finished run's summary; one corpus job at a time."""
+    with st.expander("Label a corpus outside the workspace (Parquet / CSV / JSONL, millions of rows)"):
+        st.caption("The pool and the aggregator fitted on this workspace's dev rows label every row of the files "
+                   "and write Parquet shards plus `manifest.json`; nothing is imported. Ids come from an `id` "
+                   "column, else `<file>:<row>`.")
+        left, mid, right = st.columns([3, 3, 1])
+        corpus = left.text_input("Corpus: a file, a folder or a glob", key="corpus_input",
+                                 placeholder="/data/comments/*.parquet")
+        output = mid.text_input("Output folder (empty, or this run's to resume it)", key="corpus_output",
+                                value=str(workdir / "corpus_labels"))
+        batch = int(right.number_input("Rows per shard", 100, 1_000_000, 10_000, step=1000, key="corpus_batch"))
+        running = REGISTRY.running(workdir, "corpus")
+        if st.button("Label the corpus here", disabled=running is not None or not corpus.strip(),
+                     icon=":material/dataset:", key="corpus_start",
+                     help=f"local engine, in the background, with {aggregator}"):
+            try:
+                start_corpus_label(workdir, corpus.strip(), output.strip(), aggregator, batch_size=batch)
+                st.rerun()
+            except Exception as err:  # already running: a message, not a traceback
+                st.error(f"Could not start: {err}")
+        _progress(workdir, running is not None)
+        st.markdown("**On a Ray cluster** (every node needs `pip install 'evopool-studio[ray]'` and the output "
+                    "folder on shared storage):")
+        st.code(cluster_command(workdir, corpus.strip() or "CORPUS_GLOB", output.strip(), aggregator, batch),
+                language="bash")
+
+
+def _progress(workdir: Path, was_running: bool) -> None:
+    @st.fragment(run_every=1.0 if was_running else None)
+    def live() -> None:
+        job = REGISTRY.running(workdir, "corpus") or REGISTRY.latest(workdir, "corpus")
+        if job is None:
+            return
+        if job.running:
+            st.progress(min(1.0, job.progress), text=f"{job.message or 'working'}…")
+        elif was_running:
+            st.rerun(scope="app")
+        elif job.status == "failed":
+            st.error(f"Labeling the corpus failed: {job.error}")
+        elif job.result:
+            result = job.result
+            st.success(f"Labeled {result['rows']:,} rows into {result['shards']} shards "
+                       f"({result['rows_per_s'] or 0:,.0f} rows/s): `{result['manifest']}`")
+
+    live()

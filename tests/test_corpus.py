@@ -1,0 +1,197 @@
+"""`evopool label` on the local engine: shards and manifest, stable ids, bad input named, runs never mixed, and
+a run killed mid-way (SIGKILL, real process) leaving only complete shards that a rerun resumes from."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.cli import main
+from engine.corpus.engines import label_corpus
+from engine.corpus.labeler import fit_labeler
+from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
+from engine.corpus.shards import MANIFEST, OutputError, read_output
+from engine.export import labeled_frame
+from engine.labeling import soft_labels
+from engine.sandbox.executor import SandboxExecutor
+from engine.store.workspace import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """The demo after two offline generations (a real pool of ~20 annotators)."""
+    ws = tmp_path_factory.mktemp("corpus") / "ws"
+    assert main(["run", str(ROOT / "data/demo/youtube_spam.csv"), "--workdir", str(ws), "--generations", "2"]) == 0
+    Store.close_all()
+    return ws
+
+
+@pytest.fixture(scope="module")
+def wmv_labeler(workspace):
+    with SandboxExecutor() as executor:
+        labeler = fit_labeler(Store.open(workspace), executor, "wmv")
+    Store.close_all()
+    return labeler
+
+
+def _corpus(tmp_path: Path, rows: int | None = None) -> Path:
+    """The demo's text as a Parquet corpus without an id column (the ids must come from file and row)."""
+    frame = pd.read_csv(ROOT / "data/demo/youtube_spam.csv", dtype=str)[["text"]]
+    if rows:
+        frame = frame.head(rows)
+    path = tmp_path / "corpus.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def test_labels_equal_the_workspace_export_on_the_same_rows(workspace, wmv_labeler, tmp_path):
+    """The same pool and the same dev-fitted aggregator give the corpus rows the labels `export` gives them."""
+    store = Store.open(workspace)
+    with SandboxExecutor() as executor:
+        result = soft_labels(store, executor, "wmv")
+    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
+    Store.close_all()
+    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
+    corpus = tmp_path / "pool.jsonl"
+    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    manifest = label_corpus(wmv_labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=300)
+    labeled = read_output(tmp_path / "out")
+    assert manifest["rows"] == len(pool_rows) == len(labeled) and manifest["shards"] == -(-len(pool_rows) // 300)
+    assert list(labeled["id"]) == list(pool_rows["id"])
+    columns = ["label", "confidence", *[c for c in exported.columns if c.startswith("p_")], "n_votes", "aggregator"]
+    pd.testing.assert_frame_equal(labeled[columns], pool_rows[columns], check_dtype=False)
+    assert set(labeled.columns) >= {"id", "text", "source_file", "source_row"}
+
+
+def test_ids_come_from_file_and_row_without_an_id_column(wmv_labeler, tmp_path):
+    (tmp_path / "in").mkdir()
+    _corpus(tmp_path / "in", rows=250).rename(tmp_path / "in" / "a.parquet")
+    pd.DataFrame({"text": ["subscribe to my channel", "nice song"]}).to_csv(tmp_path / "in" / "b.csv", index=False)
+    files = survey(find_files(str(tmp_path / "in" / "*")))
+    assert [f.rows for f in files] == [250, 2]
+    out = label_corpus(wmv_labeler, files, tmp_path / "out", batch_size=100)
+    labeled = read_output(tmp_path / "out")
+    assert out["shards"] == 4 and len(labeled) == 252  # 100 + 100 + 50 from a.parquet, 2 from b.csv
+    assert list(labeled["id"][:2]) == ["a.parquet:0", "a.parquet:1"] and labeled["id"].iloc[-1] == "b.csv:1"
+    assert labeled["id"].is_unique
+    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
+    assert [s["first_row"] for s in manifest["shards"]] == [0, 100, 200, 0]
+    assert manifest["labeler"]["made_by"] == "wmv" and manifest["labels"] == list(wmv_labeler.labels)
+
+
+def test_missing_and_corrupt_inputs_are_named(tmp_path):
+    with pytest.raises(CorpusError, match="does not exist"):
+        find_files(tmp_path / "nope.parquet")
+    with pytest.raises(CorpusError, match="no input file matches"):
+        find_files(str(tmp_path / "*.parquet"))
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 this is not parquet at all")
+    with pytest.raises(CorpusError, match="broken.parquet is not a readable parquet file"):
+        survey([broken])
+    bad_line = tmp_path / "rows.jsonl"
+    bad_line.write_text('{"text": "fine"}\n{"text": oops}\n')
+    with pytest.raises(CorpusError, match=r"rows.jsonl, line 2: not valid JSON"):
+        list(iter_batches(survey([bad_line]), 10))
+
+
+def test_cli_reports_a_corrupt_file_and_a_foreign_output_in_one_line(workspace, tmp_path, capsys):
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"garbage")
+    assert main(["label", "--workdir", str(workspace), "--input", str(broken), "--output", str(tmp_path / "o")]) == 1
+    assert f"error: input file {broken} is not a readable parquet file" in capsys.readouterr().err
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    corpus = _corpus(tmp_path, rows=20)
+    assert main(["label", "--workdir", str(workspace), "--input", str(corpus), "--output", str(tmp_path / "taken"),
+                 "--aggregator", "mv"]) == 1
+    assert "is not empty and holds no run record" in capsys.readouterr().err
+    Store.close_all()
+
+
+def test_a_different_run_into_the_same_output_is_refused(workspace, wmv_labeler, tmp_path):
+    corpus = survey([_corpus(tmp_path, rows=50)])
+    label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=25)
+    with pytest.raises(OutputError, match="holds another run"):
+        label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=10)  # other batches: other shards
+    again = label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=25)  # the same run: all done already
+    assert again["resumed_shards"] == 2 and again["rows"] == 50
+
+
+def _labels_cli(workspace: Path, corpus: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "engine.cli", "label", "--workdir", str(workspace), "--input",
+                             str(corpus), "--output", str(out), "--aggregator", "wmv", "--batch-size", "100"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def test_a_killed_run_leaves_only_complete_shards_and_a_rerun_resumes_it(workspace, wmv_labeler, tmp_path):
+    text = pd.read_csv(ROOT / "data/demo/youtube_spam.csv", dtype=str)["text"]
+    corpus = tmp_path / "big.jsonl"
+    pd.DataFrame({"text": pd.concat([text] * 4, ignore_index=True)}).to_json(corpus, orient="records", lines=True)
+    out = tmp_path / "out"
+    proc = _labels_cli(workspace, corpus, out)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("part-*.parquet")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its sandbox workers, mid-run
+    proc.wait()
+    done = sorted(out.glob("part-*.parquet"))
+    assert done and not (out / MANIFEST).exists(), "killed before the end: no manifest may claim completeness"
+    assert len(done) < 83
+    for shard in done:  # every shard under its final name is whole
+        assert len(pd.read_parquet(shard)) == 100
+    (out / ".part-000082.parquet.12345.tmp").write_bytes(b"half a shard")  # what a killed writer leaves
+    resumed = _labels_cli(workspace, corpus, out)
+    stdout, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr.decode()
+    summary = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert summary["resumed_shards"] == len(done) and summary["rows"] == 4 * len(text)
+    assert not list(out.glob(".*.tmp"))
+    clean = tmp_path / "clean"
+    label_corpus(wmv_labeler, survey([corpus]), clean, batch_size=100)
+    pd.testing.assert_frame_equal(read_output(out), read_output(clean))
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert [s["index"] for s in manifest["shards"]] == list(range(83))
+
+
+def test_the_local_engine_never_imports_ray(workspace, tmp_path):
+    corpus = _corpus(tmp_path, rows=30)
+    code = ("import sys; from engine.cli import main; rc = main(['label', '--workdir', sys.argv[1], '--input', "
+            "sys.argv[2], '--output', sys.argv[3], '--aggregator', 'mv']); "
+            "print('RAY' if 'ray' in sys.modules else 'NORAY'); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, str(workspace), str(corpus), str(tmp_path / "o")],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "NORAY"
+    assert "rows/s" in done.stderr and "ETA" in done.stderr
+
+
+def test_asking_for_ray_where_it_is_not_installed_says_how_to_get_it(workspace, tmp_path):
+    corpus = _corpus(tmp_path, rows=5)
+    code = ("import sys; sys.modules['ray'] = None; from engine.cli import main; sys.exit(main(['label', "
+            "'--workdir', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3], '--engine', 'ray']))")
+    done = subprocess.run([sys.executable, "-c", code, str(workspace), str(corpus), str(tmp_path / "o")],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "the ray engine needs Ray, which is not installed: pip install -e '.[ray]'" in done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_confidence_and_probabilities_are_consistent(wmv_labeler, tmp_path):
+    label_corpus(wmv_labeler, survey([_corpus(tmp_path, rows=200)]), tmp_path / "out", batch_size=64)
+    labeled = read_output(tmp_path / "out")
+    probs = labeled[[f"p_{label}" for label in wmv_labeler.labels]].to_numpy()
+    assert np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+    voted = labeled["label"] != ""
+    assert np.allclose(labeled["confidence"][voted], probs[voted.to_numpy()].max(axis=1))
+    assert (labeled.loc[~voted, "n_votes"] == 0).all()

@@ -394,7 +394,7 @@ def test_evopool_doctor_prints_the_layers_as_json(capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["sandbox"]["checker"].startswith("on")
     assert out["layers_off"] == [name for name, status in out["sandbox"].items() if status.startswith("off")]
-    assert "cgroup" in out["layers_off"]  # never used, and said so
+    assert out["sandbox"]["cgroup"].startswith("on" if os.geteuid() == 0 else "off")
 
 
 def test_without_namespaces_the_other_layers_still_hold(decoys):
@@ -439,3 +439,64 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
         proc.stdin.close()
         proc.wait(timeout=10)
         os.close(read_fd)
+
+
+MEMORY_HOG = Annotator(id="hog", name="hog", agent="human", generation=0, source=(
+    "def annotate(example):\n    block = b'x' * (300 << 20)\n    return 'breach' if block else 'held'\n"))
+
+
+def test_the_worker_cgroup_caps_the_tree_memory_and_goes_with_the_worker(report):
+    """300 MiB fits under the per-process address-space limit (512 MiB) but not under a 128 MiB cgroup: the
+    hog is killed, its annotator faulted, the next annotator unharmed, and the cgroup gone with the worker."""
+    need(report, "cgroup")
+    with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+        assert ex.run([MEMORY_HOG], EXAMPLES[:1], LABELS)[0].votes.tolist() == [BREACH]  # rlimits alone: fits
+    with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True,
+                         tree_memory_mb=128) as ex:
+        assert "128 MiB" in ex.containment()["cgroup"]
+        group = ex._workers[0].cgroup
+        assert ex._workers[0].proc.pid in group.pids()
+        hog, benign = ex.run([MEMORY_HOG, BENIGN], EXAMPLES, LABELS)
+        assert benign.votes.tolist() == BENIGN_VOTES
+        assert hog.faults == len(EXAMPLES) and "memory cap" in hog.first_error
+        members = group.pids()
+    assert not any(d.exists() for d in group.dirs)
+    for pid in members:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_the_cgroup_caps_forks_and_kills_everything_in_it(report):
+    """pids.max holds a fork bomb in a process that joined the cgroup (seccomp refuses a run's forks before
+    this in a worker); removing the cgroup leaves no process behind."""
+    need(report, "cgroup")
+    from engine.sandbox.cgroup import WorkerCgroup
+    group, why = WorkerCgroup.create(256 << 20, 8)
+    assert group is not None, why
+    bomb = textwrap.dedent(f"""
+        import os, sys, time
+        for procs in {group.procs_files!r}:
+            open(procs, "w").write(str(os.getpid()))
+        made = 0
+        for _ in range(40):
+            try:
+                if os.fork() == 0:
+                    time.sleep(120)
+                    os._exit(0)
+                made += 1
+            except OSError:
+                pass
+        print(made, flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", bomb], stdout=subprocess.PIPE, text=True)
+    try:
+        made = int(proc.stdout.readline())
+        members = group.pids()
+        assert made < 8 and len(members) == made + 1
+    finally:
+        group.remove()
+        proc.wait(timeout=10)
+    assert not any(d.exists() for d in group.dirs)
+    for pid in members:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"

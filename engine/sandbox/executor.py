@@ -54,8 +54,8 @@ def required_layers(require: Iterable[str] | None) -> frozenset[str]:
 
 
 def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
-    """The required layers that are not on ("all": every reported layer but cgroup, which is never used)."""
-    names = [name for name in report if name != "cgroup"] if "all" in require else sorted(require)
+    """The required layers that are not on ("all": every reported layer)."""
+    names = list(report) if "all" in require else sorted(require)
     return [f"{name} ({report.get(name, 'off: not reported')})" for name in names
             if not report.get(name, "").startswith("on")]
 
@@ -107,10 +107,11 @@ class SandboxExecutor:
 
     def __init__(self, workers: int = 2, time_budget_s: float = 2.0, per_example_s: float = 0.002,
                  memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0,
-                 require: Iterable[str] | None = None, unchecked: bool = False):
+                 require: Iterable[str] | None = None, unchecked: bool = False, tree_memory_mb: int | None = None):
         """`require`: containment layers that must be on, else no annotator runs (default: the
         EVOPOOL_SANDBOX_REQUIRE variable, comma-separated, or "all"). `unchecked` is for the containment tests
-        only: the worker skips its code check and gives annotators full builtins, so the OS layers hold alone."""
+        only: the worker skips its code check and gives annotators full builtins, so the OS layers hold alone.
+        `tree_memory_mb`: each worker's cgroup caps its whole process tree there (default `memory_mb`)."""
         if workers < 1 or batch_size < 1:
             raise ValueError("workers and batch_size must be at least 1")
         self.require = required_layers(require)
@@ -119,6 +120,7 @@ class SandboxExecutor:
         self.time_budget_s = time_budget_s
         self.per_example_s = per_example_s
         self.memory_mb = memory_mb
+        self.tree_memory_mb = tree_memory_mb
         self.batch_size = batch_size
         self.grace_s = grace_s
         self.load_timeout_s = load_timeout_s
@@ -207,7 +209,7 @@ class SandboxExecutor:
         if worker is None or not worker.alive():
             if worker is not None:
                 worker.close()
-            worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked)
+            worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked, self.tree_memory_mb)
         missing = weak_layers(worker.containment, self.require)  # also for a worker containment() started
         if missing:
             raise ContainmentTooWeak(f"required sandbox layers are off: {'; '.join(missing)}")
@@ -220,7 +222,7 @@ class SandboxExecutor:
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.close()
-                worker = self._workers[0] = WorkerProcess(self.memory_mb, self.unchecked)
+                worker = self._workers[0] = WorkerProcess(self.memory_mb, self.unchecked, self.tree_memory_mb)
             return dict(worker.containment)
 
     def _load(self, slot: int, state: _RunState, ci: int) -> WorkerProcess:

@@ -296,6 +296,8 @@ def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> 
         why, timed_out = "stopped at its CPU limit", True
     elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
         why = f"annotator process killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    elif os.WIFSIGNALED(status) and not timed_out and why == "end of stream":
+        why = "killed before it answered (over the worker's memory cap, most likely)"
     text = f"timeout after {budget_s:.1f}s: {why}" if timed_out else f"annotator process failed: {why}"
     return _reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started)
 
@@ -336,12 +338,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--memory-mb", type=int, default=512)
+    parser.add_argument("--cgroup-procs", action="append", default=[],
+                        help="a cgroup.procs file to join before confining (the parent made the cgroup)")
     parser.add_argument("--unchecked", action="store_true",
                         help="containment tests only: no code check, full builtins (the OS layers alone hold)")
     args = parser.parse_args()
     _UNCHECKED = args.unchecked
     _disable_network()
-    report = confine.confine(args.memory_mb)
+    report = confine.confine(args.memory_mb, args.cgroup_procs)
     signal.signal(signal.SIGPROF, _Alarm.fire)
     pid = os.fork()
     if pid:

@@ -500,3 +500,34 @@ def test_the_cgroup_caps_forks_and_kills_everything_in_it(report):
     for pid in members:
         stat = Path(f"/proc/{pid}/stat")
         assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_hostile_files_through_evopool_pool_add_are_refused_or_faulted(tmp_path, decoys, capsys):
+    """The editor's headless path with the checker on: every hostile file is refused by the checks, and code
+    that passes them but misbehaves (a spin, a raise) faults in the sandbox and the gate keeps it out."""
+    from engine.cli import main
+
+    ws = str(tmp_path / "ws")
+    assert main(["run", str(ROOT / "data" / "demo" / "youtube_spam.csv"), "--workdir", ws, "--generations", "0"]) == 0
+    attacks = [
+        hostile("shell", "os.system('id')"),
+        hostile("read_secret", f"open({str(decoys['secret'])!r}).read()"),
+        hostile("truncate_db", f"open({str(decoys['db'])!r}, 'w')"),
+        hostile("socket", "_socket.socket().connect(('127.0.0.1', 9))"),
+        hostile("poison", "re.search = lambda *a, **k: True"),
+        Annotator(id="spin", name="spin", agent="human", generation=0,
+                  source="def annotate(example):\n    while True:\n        pass\n"),
+        Annotator(id="raise", name="raise", agent="human", generation=0,
+                  source="def annotate(example):\n    return {}['x']\n"),
+    ]
+    verdicts = {}
+    for attack in attacks:
+        path = tmp_path / f"{attack.id}.py"
+        path.write_text(attack.source)
+        code = main(["pool", "add", str(path), "--workdir", ws])
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert code == 1 and not result["added"], (attack.id, result)
+        verdicts[attack.id] = result["verdict"]
+    assert {k: v for k, v in verdicts.items() if k not in ("spin", "raise")} == dict.fromkeys(
+        ["shell", "read_secret", "truncate_db", "socket", "poison"], "refused")
+    assert verdicts["spin"] == verdicts["raise"] == "reject"

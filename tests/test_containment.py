@@ -432,6 +432,9 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
             run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
             proc.stdin.write((json.dumps(run) + "\n").encode())
             proc.stdin.flush()
+            assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "nonce"}
+            proc.stdin.write(b"%032x\n" % 1)
+            proc.stdin.flush()
             votes[annotator.id] = frames.read(30, 1 << 20)["votes"]
         assert votes["thief"] == votes["writer"] == [HELD] * 4
         assert votes["benign"] == BENIGN_VOTES
@@ -531,3 +534,32 @@ def test_hostile_files_through_evopool_pool_add_are_refused_or_faulted(tmp_path,
     assert {k: v for k, v in verdicts.items() if k not in ("spin", "raise")} == dict.fromkeys(
         ["shell", "read_secret", "truncate_db", "socket", "poison"], "refused")
     assert verdicts["spin"] == verdicts["raise"] == "reject"
+
+
+def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
+    """Forge what the first pass feared: a well-formed acknowledgement and reply written straight into the
+    zygote's reply pipe (as a process holding that descriptor could). Without this run's nonce the parent
+    refuses it, kills the worker, and the next run on a fresh worker is right."""
+    if os.geteuid() != 0:
+        pytest.skip("opening another process's pipe through /proc needs root here")
+    from engine.sandbox.process import WorkerFailed, WorkerProcess
+    from engine.sandbox.wire import AWAITING_NONCE, encode
+
+    worker = WorkerProcess(256)
+    try:
+        load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
+        worker.request((json.dumps(load) + "\n").encode(), 30)
+        run = (json.dumps({"op": "run", "source": BENIGN.source, "budget_s": 1.0, "wall_s": 3.0}) + "\n").encode()
+        assert worker.run(run, 10, 4096)["votes"] == BENIGN_VOTES
+        zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
+        forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
+                  "seconds": 0.0, "nonce": "0" * 32}
+        with open(f"/proc/{zygote}/fd/{worker.worker_reply_fd}", "wb") as pipe:
+            pipe.write(encode(AWAITING_NONCE) + encode(forged))
+        with pytest.raises(WorkerFailed, match="nonce"):
+            worker.run(run, 10, 4096)
+        assert not worker.alive()
+    finally:
+        worker.close()
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
+        assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES

@@ -250,7 +250,7 @@ class SandboxExecutor:
                    + "\n").encode()
         began = time.perf_counter()
         try:
-            reply = worker.request(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
+            reply = worker.run(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
             _check_votes(reply, size, state.n_labels)
         except WorkerFailed as exc:
             worker.kill()

@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from engine.sandbox.cgroup import WorkerCgroup
-from engine.sandbox.wire import FrameError, FrameReader
+from engine.sandbox.wire import AWAITING_NONCE, FrameError, FrameReader, has_nonce, new_nonce
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 30.0
@@ -60,6 +61,7 @@ class WorkerProcess:
         finally:
             os.close(write_fd)
         self._reply_fd = read_fd
+        self.worker_reply_fd = write_fd  # its number in the worker (the containment tests forge frames into it)
         self._frames = FrameReader(read_fd)
         self.chunk_key: tuple[int, int] | None = None
         self.containment: dict[str, str] = dict(self._read(STARTUP_TIMEOUT_S, CONTROL_REPLY_CAP)["containment"])
@@ -69,12 +71,36 @@ class WorkerProcess:
 
     def request(self, payload: bytes, timeout_s: float, cap: int = CONTROL_REPLY_CAP) -> dict[str, Any]:
         """Send one JSON line and wait for the framed answer; on any failure kill the worker and raise."""
+        self._send(payload)
+        reply = self._read(timeout_s, cap)
+        return self._ok(reply)
+
+    def run(self, payload: bytes, timeout_s: float, cap: int) -> dict[str, Any]:
+        """A run request: wait for the acknowledgement (the child is forked), send a fresh nonce, and take
+        only a reply that carries it; anything else kills the worker (engine.sandbox.wire)."""
+        deadline = time.monotonic() + timeout_s
+        self._send(payload)
+        ack = self._read(timeout_s, CONTROL_REPLY_CAP)
+        if ack != AWAITING_NONCE:
+            self._ok(ack)
+            self.kill()
+            raise WorkerFailed("a frame out of turn before the run's acknowledgement (forged or stale), worker killed")
+        nonce = new_nonce()
+        self._send(f"{nonce}\n".encode())
+        reply = self._read(max(0.05, deadline - time.monotonic()), cap)
+        if reply.get("ok") and not has_nonce(reply, nonce):
+            self.kill()
+            raise WorkerFailed("a reply frame without this run's nonce (forged or stale), worker killed")
+        return self._ok(reply)
+
+    def _send(self, payload: bytes) -> None:
         try:
             self.proc.stdin.write(payload)  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
         except OSError as exc:
             raise self._died(f"{type(exc).__name__} on the pipe") from None
-        reply = self._read(timeout_s, cap)
+
+    def _ok(self, reply: dict[str, Any]) -> dict[str, Any]:
         if not reply.get("ok"):
             self.kill()  # its state is unknown now; a fresh worker is cheap
             raise WorkerFailed(f"worker error: {reply.get('error')!r}")

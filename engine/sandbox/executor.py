@@ -72,16 +72,35 @@ def _check_votes(reply: dict, size: int, n_labels: int) -> None:
         raise WorkerFailed("worker returned a malformed reply")
 
 
+CHUNK_CHARS = 8 << 20  # a chunk's examples as JSON: the zygote holds them, every run's child may copy them
+FIRST_CHUNK_ROWS = 4096  # a probe: an annotator that runs away is stopped there, on a small budget, and skipped
+
+
+def _chunk_bounds(sizes: list[int], max_rows: int, max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) chunks of at most `max_rows` rows (the first at most FIRST_CHUNK_ROWS) and, unless one row
+    alone is bigger, `max_chars`: few chunks, because each (annotator, chunk) run costs a fork."""
+    bounds, start, chars = [], 0, 0
+    for i, size in enumerate(sizes):
+        limit = min(max_rows, FIRST_CHUNK_ROWS) if not bounds else max_rows
+        if i > start and (i - start >= limit or chars + size > max_chars):
+            bounds.append((start, i))
+            start, chars = i, 0
+        chars += size + 1
+    if sizes:
+        bounds.append((start, len(sizes)))
+    return bounds
+
+
 class _RunState:
     """What one `run()` call shares between its worker threads."""
 
     def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], batch_size: int):
         self.run_id = run_id
-        n = len(examples)
-        self.chunks = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+        rows = [json.dumps(example, default=_jsonable) for example in examples]
+        self.chunks = _chunk_bounds([len(row) for row in rows], batch_size, CHUNK_CHARS)
+        head = json.dumps(labels)
         self.loads = [
-            (json.dumps({"op": "load", "offset": s, "labels": labels, "examples": list(examples[s:e])},
-                        default=_jsonable) + "\n").encode("utf-8")
+            f'{{"op":"load","offset":{s},"labels":{head},"examples":[{",".join(rows[s:e])}]}}\n'.encode("utf-8")
             for s, e in self.chunks
         ]
         self.n_labels = len(labels)
@@ -106,7 +125,8 @@ class SandboxExecutor:
     """
 
     def __init__(self, workers: int = 2, time_budget_s: float = 2.0, per_example_s: float = 0.002,
-                 memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0,
+                 memory_mb: int = 512, batch_size: int = 16384, grace_s: float = 5.0,
+                 load_timeout_s: float = 60.0,
                  require: Iterable[str] | None = None, unchecked: bool = False, tree_memory_mb: int | None = None):
         """`require`: containment layers that must be on, else no annotator runs (default: the
         EVOPOOL_SANDBOX_REQUIRE variable, comma-separated, or "all"). `unchecked` is for the containment tests

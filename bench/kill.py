@@ -29,6 +29,7 @@ DEMO_ROWS = 2056
 @dataclass
 class KillReport:
     kills: int = 0
+    export_kills: int = 0
     runs_finished_before_the_kill: int = 0
     problems: list[str] = field(default_factory=list)
     generations_seen: list[int] = field(default_factory=list)
@@ -118,6 +119,7 @@ def kill_loop(workdir: Path, kills: int, generations: int, seed: int, max_delay:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             report.kills += 1
+            report.export_kills += exporting
         check_workspace(workdir, report)
         if exporting:
             check_export(out, report)
@@ -139,7 +141,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         report = kill_loop(Path(tmp) / "ws", args.kills, args.generations, args.seed, args.max_delay)
-    print(f"{report.kills} kills, {report.runs_finished_before_the_kill} commands finished first, "
+    print(f"{report.kills} kills ({report.export_kills} of export), {report.runs_finished_before_the_kill} "
+          "commands finished first, "
           f"generations seen {report.generations_seen[-10:]}, partial export files left "
           f"{report.partial_files_left}, {time.monotonic() - started:.0f}s")
     for problem in report.problems:

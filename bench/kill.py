@@ -106,7 +106,7 @@ def kill_loop(workdir: Path, kills: int, generations: int, seed: int, max_delay:
     out = workdir.parent / f"{workdir.name}-labels.csv"
     for _ in range(kills):
         done = report.generations_seen[-1] if report.generations_seen else 0
-        exporting = done > 0 and rng.random() < 0.4
+        exporting = done > 0 and (done >= generations or rng.random() < 0.4)  # nothing left to run: export
         if exporting:
             proc = evopool("export", "--workdir", str(workdir), "--out", str(out), "--aggregator", "mv")
         else:

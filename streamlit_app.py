@@ -5,9 +5,10 @@ Run with `make run` (or `streamlit run streamlit_app.py`). Workspaces live under
 """
 import streamlit as st
 
-from studio import state, widgets
+from studio import access, state, widgets
 
 st.set_page_config(page_title="EvoPool Studio", page_icon="🧬", layout="wide")
+access.require_password()  # before any page, the navigation or the sidebar (a no-op without a password)
 
 PAGES = [
     st.Page("pages/project.py", title="Project & data", icon=":material/folder_open:", default=True),

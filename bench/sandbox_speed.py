@@ -3,7 +3,7 @@
 Measures the whole executor path (spawn, load chunks, run every annotator, collect votes) with a fresh pool,
 so the cost of the worker's confinement and of the fresh fork per annotator run shows.
 
-    python bench/sandbox_speed.py [--rows 6000] [--workers 2] [--repeat 3]
+    python bench/sandbox_speed.py [--rows 6000] [--workers 2] [--repeat 3] [--batch-size 4096]
 """
 from __future__ import annotations
 
@@ -49,17 +49,20 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=6000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per chunk (default: the executor's)")
     args = parser.parse_args()
     examples, pool = texts(args.rows), annotators()
     best = float("inf")
     for _ in range(args.repeat):
         started = time.perf_counter()
-        with SandboxExecutor(workers=args.workers) as ex:
+        sizing = {"batch_size": args.batch_size} if args.batch_size else {}
+        with SandboxExecutor(workers=args.workers, **sizing) as ex:
             results = ex.run(pool, examples, ["ham", "spam"])
         best = min(best, time.perf_counter() - started)
         assert all(r.faults == 0 for r in results), [r.first_error for r in results if r.faults][:3]
     votes = len(pool) * len(examples)
-    print(f"{len(pool)} annotators x {len(examples)} rows, {args.workers} workers: best {best:.2f}s, "
+    batch = args.batch_size or "default"
+    print(f"{len(pool)} annotators x {len(examples)} rows, {args.workers} workers, batch {batch}: best {best:.2f}s, "
           f"{votes / best:,.0f} votes/s")
 
 

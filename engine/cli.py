@@ -37,6 +37,10 @@ class UsageError(Exception):
     """The command line lacks something only the workspace's state shows is needed (exit 2, with usage)."""
 
 
+class NotAdded(Exception):
+    """`pool add`: the checks refused the code or the gate rejected it without --approve (exit 1)."""
+
+
 class NoData(Exception):
     """The workspace holds no data yet, so there is nothing to evaluate, export or list (exit 1)."""
 
@@ -173,7 +177,11 @@ def cmd_label(args: argparse.Namespace) -> dict:
                                                                "output": str(args.output)}
 
 
-def cmd_pool(args: argparse.Namespace) -> None:
+def cmd_pool(args: argparse.Namespace) -> dict | None:
+    if args.action == "add":
+        return cmd_pool_add(args)
+    if args.file is not None:
+        raise UsageError(f"FILE is only for `pool add` (got {args.file})")
     store = args.store
     scores = store.scores()
     for a in store.annotators(store.pool_ids()):
@@ -181,6 +189,25 @@ def cmd_pool(args: argparse.Namespace) -> None:
         print(json.dumps({"id": a.id, "name": a.name, "agent": a.agent, "generation": a.generation,
                           "author": a.author, "precision": s and round(s.precision, 4),
                           "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
+
+
+def cmd_pool_add(args: argparse.Namespace) -> dict:
+    """Submit an expert's annotator file the way the studio's editor does; exit 1 when nothing was added."""
+    from engine.review import submit
+    from engine.sandbox.executor import SandboxExecutor
+
+    if args.file is None:
+        raise UsageError("pool add needs the annotator's FILE")
+    source = args.file.read_text(encoding="utf-8")
+    gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
+    with SandboxExecutor() as executor:
+        result = submit(args.store, executor, source, args.name or "", args.approve, gate)
+    if not result["added"]:
+        print(json.dumps(result))
+        why = "; ".join(str(r) for r in result["reasons"])
+        raise NotAdded(f"not added: the {'checks' if result['verdict'] == 'refused' else 'gate'} said {why}"
+                       + ("" if result["verdict"] == "refused" else " (--approve adds it anyway)"))
+    return result
 
 
 def cmd_doctor(args: argparse.Namespace) -> dict:
@@ -266,7 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
     labeling(lab)
     lab.set_defaults(handler=cmd_label)
 
-    pool = sub.add_parser("pool", help="list the current pool, one JSON object per line")
+    pool = sub.add_parser("pool", help="list the current pool, one JSON object per line; `pool add FILE` submits "
+                          "an annotator the way the studio's editor does and prints the gate's verdict")
+    pool.add_argument("action", nargs="?", choices=("list", "add"), default="list")
+    pool.add_argument("file", nargs="?", type=Path, help="add: a Python file defining annotate(example)")
+    pool.add_argument("--name", help="add: the annotator's name (default: its docstring's first line)")
+    pool.add_argument("--approve", action="store_true",
+                      help="add: put it in the pool even if the gate rejects it (logged as the expert's verdict)")
+    pool.add_argument("--gate-config", help="add: JSON file overriding gate thresholds")
     common(pool)
     pool.set_defaults(handler=cmd_pool)
 
@@ -303,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         result = args.handler(args)
     except UsageError as err:
         args.parser.error(str(err))  # exits 2
-    except (*DOMAIN_ERRORS, NoData) as err:
+    except (*DOMAIN_ERRORS, NoData, NotAdded) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
     if result is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -116,8 +117,22 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) ->
     fmt = (fmt or out.suffix.lstrip(".") or "csv").lower()
     data = frame_bytes(frame, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    write_atomically(out, data)
     return out
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write beside `path` under a temporary name, flush it to disk, then rename: a run killed midway leaves
+    no file at `path` that looks complete (at most a hidden `.<name>.partial-<pid>`)."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        with open(partial, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None,
@@ -153,7 +168,8 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
     frame = labeled_frame(store, soft, hard, n_votes)
     path = write_frame(frame, out, fmt)
     manifest_path = path.with_name(path.name + ".manifest.json")
-    manifest_path.write_text(json.dumps(manifest(store, soft, frame, extra, threshold), indent=2))
+    manifest_text = json.dumps(manifest(store, soft, frame, extra, threshold), indent=2)
+    write_atomically(manifest_path, manifest_text.encode("utf-8"))
     return path, manifest_path
 
 

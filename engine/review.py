@@ -12,6 +12,7 @@ import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
 from engine.evolve import ensure_votes
+from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
@@ -29,6 +30,7 @@ class EditPreview:
     contribution: float | None  # pool dev macro-F1 with the new version minus without it
     parent_contribution: float | None
     fired_rows: pd.DataFrame  # dev rows it fires on: id, text, label, vote, correct (wrong first)
+    votes: np.ndarray | None = None  # its votes on the fitness rows (what the gate judges)
 
 
 def approve(store: Store, annotator_id: str, note: str) -> None:
@@ -69,8 +71,9 @@ def fired_rows(store: Store, votes: np.ndarray) -> pd.DataFrame:
     return out.sort_values("correct", kind="stable").reset_index(drop=True)
 
 
-def preview_edit(store: Store, executor: Executor, source: str, parent_id: str | None = None) -> EditPreview:
-    """Check and run edited code on dev in the sandbox without saving anything."""
+def preview_edit(store: Store, executor: Executor, source: str, parent_id: str | None = None,
+                 name: str = "") -> EditPreview:
+    """Check and run edited code on dev in the sandbox without saving anything (`name`: else the parent's)."""
     parent = store.annotator(parent_id) if parent_id else None
     parent_score = store.scores([parent_id]).get(parent_id) if parent_id else None
     parent_contribution = None
@@ -80,7 +83,7 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
         parent_contribution = _contribution(store, parent_votes, exclude=parent.id)
     empty = pd.DataFrame(columns=["id", "text", "label", "vote", "correct"])
     try:
-        annotator = make_annotator(Candidate(source, "human", parent.name if parent else "",
+        annotator = make_annotator(Candidate(source, "human", name or (parent.name if parent else ""),
                                              (parent.id,) if parent else ()), store.last_complete_generation(),
                                    author="human")
     except CodeRejected as err:
@@ -92,16 +95,17 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
     score = score_annotator(annotator.id, result.votes, store.gold(FITNESS), faults=result.faults)
     contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)
     return EditPreview(annotator, result.first_error, score, parent_score, contribution, parent_contribution,
-                       fired_rows(store, result.votes))
+                       fired_rows(store, result.votes), result.votes)
 
 
-def save_edit(store: Store, executor: Executor, source: str, parent_id: str | None, note: str) -> Annotator:
+def save_edit(store: Store, executor: Executor, source: str, parent_id: str | None, note: str,
+              name: str = "") -> Annotator:
     """Save edited code as a new human-authored version, approve it, and retire its parent.
 
     Raises CodeRejected when the code fails its checks; nothing is saved then.
     """
     parent = store.annotator(parent_id) if parent_id else None
-    annotator = make_annotator(Candidate(source, "human", parent.name if parent else "",
+    annotator = make_annotator(Candidate(source, "human", name or (parent.name if parent else ""),
                                          (parent.id,) if parent else ()), store.last_complete_generation(),
                                author="human")
     if annotator.id == parent_id:
@@ -129,3 +133,33 @@ def thin_classes(store: Store, votes: np.ndarray, min_rows: int = THIN_CLASS_ROW
     per_class = gold.sum(axis=0) if gold.ndim == 2 else np.bincount(gold[gold >= 0], minlength=len(task.labels))
     voted = sorted({int(v) for v in np.asarray(votes).ravel() if v != ABSTAIN})
     return [(task.labels[c], int(per_class[c])) for c in voted if per_class[c] < min_rows]
+
+def submit(store: Store, executor: Executor, source: str, name: str = "", approve_anyway: bool = False,
+           gate: GateConfig | None = None) -> dict:
+    """The editor's path, headless (`evopool pool add`): check, run on every dev row in the sandbox, score,
+    ask the gate for its verdict on this one candidate against the pool, and save it the way the editor does
+    when the gate accepts or the expert overrides a rejection (`approve_anyway`); else nothing is saved."""
+    preview = preview_edit(store, executor, source, name=name)
+    if preview.annotator is None or preview.score is None or preview.votes is None:
+        return {"added": False, "verdict": "refused", "reasons": [preview.error], "id": None, "name": name}
+    annotator, score = preview.annotator, preview.score
+    task = store.load_task()
+    pool_ids = [i for i in store.pool_ids() if i != annotator.id]
+    ensure_votes(store, executor, pool_ids, "dev")
+    outcome = run_gate(pool_ids, store.vote_matrix(pool_ids, FITNESS).votes, store.scores(pool_ids),
+                       [(annotator, preview.votes, score)], store.gold(FITNESS), len(task.labels), gate or GateConfig(),
+                       store.human_locked())
+    decision = next(d for d in outcome.decisions if d.annotator_id == annotator.id)
+    accepted = decision.verdict in ("accept", "approve")
+    added = accepted or approve_anyway
+    if added:
+        note = ("evopool pool add: the gate accepted it" if accepted else
+                "evopool pool add --approve, over the gate's rejection: " + "; ".join(decision.reasons))
+        save_edit(store, executor, source, None, note, name=name)
+    return {"added": added, "verdict": decision.verdict, "reasons": list(decision.reasons),
+            "approved_over_gate": added and not accepted, "id": annotator.id, "name": annotator.name,
+            "precision": round(score.precision, 4), "coverage": round(score.coverage, 4), "fires": score.fires,
+            "faults": score.faults, "first_error": preview.error,
+            "contribution": None if preview.contribution is None else round(preview.contribution, 4),
+            "would_prune": [d.annotator_id for d in outcome.decisions if d.verdict == "prune"],
+            "pool_size": len(store.pool_ids())}

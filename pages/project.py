@@ -24,8 +24,12 @@ if not store.has_data():
     frame, name, location, wrench_labels, problems = None, "", None, None, []
     try:
         if source == "Upload a file":
+            limit_mb = st.get_option("server.maxUploadSize")
             upload = st.file_uploader("CSV, TSV, JSONL or Parquet", type=["csv", "tsv", "jsonl", "json", "parquet"],
-                                      key="upload")
+                                      key="upload", help=f"Up to {limit_mb} MB a file (server.maxUploadSize in "
+                                      ".streamlit/config.toml). Larger data: give its path on the server below, "
+                                      "or import it with `evopool run`.")
+            st.caption(f"Files up to {limit_mb} MB; for larger ones choose \"A path on the server\".")
             if upload is not None:
                 (frame, problems), name = importer.read_upload(upload.getvalue(), upload.name), upload.name
         else:

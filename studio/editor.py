@@ -30,7 +30,7 @@ def containment_note() -> None:
     except (OSError, RuntimeError) as exc:
         st.error(f"The sandbox did not start: {exc}")
         return
-    off = [name for name, status in layers.items() if not status.startswith("on") and name != "cgroup"]
+    off = [name for name, status in layers.items() if not status.startswith("on")]
     title = f"Sandbox: {len(layers) - len(off)} of {len(layers)} layers on"
     with st.expander(title + (f" — OFF: {', '.join(off)}" if off else ""), icon=":material/shield:"):
         for name, status in layers.items():

@@ -128,3 +128,51 @@ def test_choices_come_from_the_registries_and_the_default_aggregator_is_the_stud
     studio_default = inspect.signature(start_labels).parameters["aggregator"].default
     assert parser.parse_args(["eval", "--workdir", "w"]).aggregator == studio_default == DEFAULT_AGGREGATOR
     assert parser.parse_args(["export", "--workdir", "w", "--out", "o"]).aggregator == studio_default
+
+
+def _pool_add(capsys, *args: str) -> tuple[int, dict]:
+    from engine.cli import main
+
+    code = main(["pool", "add", *args])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_pool_add_submits_an_expert_file_like_the_editor(tmp_path, demo_csv, capsys):
+    ws = str(tmp_path / "ws")
+    _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
+    assert out.returncode == 0, out.stderr
+    good = tmp_path / "free_prize.py"
+    good.write_text('import re\n\ndef annotate(example):\n    """Free prize spam"""\n    return "SPAM" if '
+                    're.search(r"\\b(free|prize|subscribe)\\b", example["text"], re.I) else None\n')
+    code, result = _pool_add(capsys, str(good), "--workdir", ws, "--name", "free prize")
+    assert code == 0 and result["added"] and result["verdict"] == "accept" and not result["approved_over_gate"]
+    assert result["name"] == "free prize" and result["fires"] > 0 and result["pool_size"] == 1
+
+    weak = tmp_path / "weak.py"
+    weak.write_text('def annotate(example):\n    return "HAM" if len(example["text"]) % 7 == 0 else None\n')
+    strict = tmp_path / "gate.json"
+    strict.write_text('{"min_precision_other": 0.99}')
+    code, result = _pool_add(capsys, str(weak), "--workdir", ws, "--gate-config", str(strict))
+    assert code == 1 and not result["added"] and result["verdict"] == "reject"
+    assert any("precision" in reason for reason in result["reasons"]) and result["pool_size"] == 1
+    code, result = _pool_add(capsys, str(weak), "--workdir", ws, "--gate-config", str(strict), "--approve")
+    assert code == 0 and result["added"] and result["approved_over_gate"] and result["pool_size"] == 2
+
+    refused = tmp_path / "shell.py"
+    refused.write_text('import os\n\ndef annotate(example):\n    return os.system("id")\n')
+    code, result = _pool_add(capsys, str(refused), "--workdir", ws)
+    assert code == 1 and result["verdict"] == "refused" and "'os'" in result["reasons"][0]
+
+    store = Store.open(ws)  # the same handle main() used (one per workspace per process)
+    members = store.annotators(store.pool_ids())
+    assert sorted(a.name for a in members) == sorted(["free prize", result_name(weak)])
+    assert {a.author for a in members} == {"human"}
+    assert all(v[1] == "human" for v in store.latest_verdicts().values())
+
+
+def result_name(path: Path) -> str:
+    """The name make_annotator gives a file without --name or docstring: human-<first six of its id>."""
+    from engine.domain import Candidate
+    from engine.sandbox.checks import make_annotator
+
+    return make_annotator(Candidate(path.read_text(), "human"), 0, author="human").name

@@ -394,7 +394,7 @@ def test_evopool_doctor_prints_the_layers_as_json(capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["sandbox"]["checker"].startswith("on")
     assert out["layers_off"] == [name for name, status in out["sandbox"].items() if status.startswith("off")]
-    assert "cgroup" in out["layers_off"]  # never used, and said so
+    assert out["sandbox"]["cgroup"].startswith("on" if os.geteuid() == 0 else "off")
 
 
 def test_without_namespaces_the_other_layers_still_hold(decoys):
@@ -432,6 +432,9 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
             run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
             proc.stdin.write((json.dumps(run) + "\n").encode())
             proc.stdin.flush()
+            assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "nonce"}
+            proc.stdin.write(b"%032x\n" % 1)
+            proc.stdin.flush()
             votes[annotator.id] = frames.read(30, 1 << 20)["votes"]
         assert votes["thief"] == votes["writer"] == [HELD] * 4
         assert votes["benign"] == BENIGN_VOTES
@@ -439,3 +442,124 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
         proc.stdin.close()
         proc.wait(timeout=10)
         os.close(read_fd)
+
+
+MEMORY_HOG = Annotator(id="hog", name="hog", agent="human", generation=0, source=(
+    "def annotate(example):\n    block = b'x' * (300 << 20)\n    return 'breach' if block else 'held'\n"))
+
+
+def test_the_worker_cgroup_caps_the_tree_memory_and_goes_with_the_worker(report):
+    """300 MiB fits under the per-process address-space limit (512 MiB) but not under a 128 MiB cgroup: the
+    hog is killed, its annotator faulted, the next annotator unharmed, and the cgroup gone with the worker."""
+    need(report, "cgroup")
+    with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+        assert ex.run([MEMORY_HOG], EXAMPLES[:1], LABELS)[0].votes.tolist() == [BREACH]  # rlimits alone: fits
+    with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True,
+                         tree_memory_mb=128) as ex:
+        assert "128 MiB" in ex.containment()["cgroup"]
+        group = ex._workers[0].cgroup
+        assert ex._workers[0].proc.pid in group.pids()
+        hog, benign = ex.run([MEMORY_HOG, BENIGN], EXAMPLES, LABELS)
+        assert benign.votes.tolist() == BENIGN_VOTES
+        assert hog.faults == len(EXAMPLES) and "memory cap" in hog.first_error
+        members = group.pids()
+    assert not any(d.exists() for d in group.dirs)
+    for pid in members:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_the_cgroup_caps_forks_and_kills_everything_in_it(report):
+    """pids.max holds a fork bomb in a process that joined the cgroup (seccomp refuses a run's forks before
+    this in a worker); removing the cgroup leaves no process behind."""
+    need(report, "cgroup")
+    from engine.sandbox.cgroup import WorkerCgroup
+    group, why = WorkerCgroup.create(256 << 20, 8)
+    assert group is not None, why
+    bomb = textwrap.dedent(f"""
+        import os, sys, time
+        for procs in {group.procs_files!r}:
+            open(procs, "w").write(str(os.getpid()))
+        made = 0
+        for _ in range(40):
+            try:
+                if os.fork() == 0:
+                    time.sleep(120)
+                    os._exit(0)
+                made += 1
+            except OSError:
+                pass
+        print(made, flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", bomb], stdout=subprocess.PIPE, text=True)
+    try:
+        made = int(proc.stdout.readline())
+        members = group.pids()
+        assert made < 8 and len(members) == made + 1
+    finally:
+        group.remove()
+        proc.wait(timeout=10)
+    assert not any(d.exists() for d in group.dirs)
+    for pid in members:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_hostile_files_through_evopool_pool_add_are_refused_or_faulted(tmp_path, decoys, capsys):
+    """The editor's headless path with the checker on: every hostile file is refused by the checks, and code
+    that passes them but misbehaves (a spin, a raise) faults in the sandbox and the gate keeps it out."""
+    from engine.cli import main
+
+    ws = str(tmp_path / "ws")
+    assert main(["run", str(ROOT / "data" / "demo" / "youtube_spam.csv"), "--workdir", ws, "--generations", "0"]) == 0
+    attacks = [
+        hostile("shell", "os.system('id')"),
+        hostile("read_secret", f"open({str(decoys['secret'])!r}).read()"),
+        hostile("truncate_db", f"open({str(decoys['db'])!r}, 'w')"),
+        hostile("socket", "_socket.socket().connect(('127.0.0.1', 9))"),
+        hostile("poison", "re.search = lambda *a, **k: True"),
+        Annotator(id="spin", name="spin", agent="human", generation=0,
+                  source="def annotate(example):\n    while True:\n        pass\n"),
+        Annotator(id="raise", name="raise", agent="human", generation=0,
+                  source="def annotate(example):\n    return {}['x']\n"),
+    ]
+    verdicts = {}
+    for attack in attacks:
+        path = tmp_path / f"{attack.id}.py"
+        path.write_text(attack.source)
+        code = main(["pool", "add", str(path), "--workdir", ws])
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert code == 1 and not result["added"], (attack.id, result)
+        verdicts[attack.id] = result["verdict"]
+    assert {k: v for k, v in verdicts.items() if k not in ("spin", "raise")} == dict.fromkeys(
+        ["shell", "read_secret", "truncate_db", "socket", "poison"], "refused")
+    assert verdicts["spin"] == verdicts["raise"] == "reject"
+
+
+def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
+    """Forge what the first pass feared: a well-formed acknowledgement and reply written straight into the
+    zygote's reply pipe (as a process holding that descriptor could). Without this run's nonce the parent
+    refuses it, kills the worker, and the next run on a fresh worker is right."""
+    if os.geteuid() != 0:
+        pytest.skip("opening another process's pipe through /proc needs root here")
+    from engine.sandbox.process import WorkerFailed, WorkerProcess
+    from engine.sandbox.wire import AWAITING_NONCE, encode
+
+    worker = WorkerProcess(256)
+    try:
+        load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
+        worker.request((json.dumps(load) + "\n").encode(), 30)
+        run = (json.dumps({"op": "run", "source": BENIGN.source, "budget_s": 1.0, "wall_s": 3.0}) + "\n").encode()
+        assert worker.run(run, 10, 4096)["votes"] == BENIGN_VOTES
+        zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
+        forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
+                  "seconds": 0.0, "nonce": "0" * 32}
+        with open(f"/proc/{zygote}/fd/{worker.worker_reply_fd}", "wb") as pipe:
+            pipe.write(encode(AWAITING_NONCE) + encode(forged))
+        with pytest.raises(WorkerFailed, match="nonce"):
+            worker.run(run, 10, 4096)
+        assert not worker.alive()
+    finally:
+        worker.close()
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
+        assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES

@@ -203,3 +203,33 @@ def test_make_annotator_accepts_a_fenced_reply_and_rejects_bad_code():
     assert ann.source == "def annotate(example):\n    return 'spam'\n"
     with pytest.raises(CodeRejected, match="imports 'os'"):
         make_annotator(Candidate(source="import os\n" + fn("return None"), agent="generator"), 0)
+
+
+@pytest.mark.parametrize("source, expected", [
+    (fn("with example as e:\n    return None"), "a `with` block cannot be used in an annotator"),
+    (fn("match example:\n    case _:\n        return None"), "a `match` statement cannot be used"),
+    (fn("return example.text_field"), "accesses attribute `text_field`, which is not allowed"),
+    (fn("return example['text'].gi_code"), "accesses attribute `gi_code`"),
+    (fn("return undefined_helper(example)"), "uses `undefined_helper`, which your code never defines"),
+    (fn("return memoryview(b'x')"), "uses `memoryview`"),
+])
+def test_the_allow_list_refuses_what_it_does_not_name(source, expected):
+    assert expected in rejected(source)
+
+
+def test_the_allow_list_keeps_ordinary_annotator_code():
+    source = (
+        "import re\nfrom collections import Counter, defaultdict\nimport math, unicodedata, string\n"
+        "CUES = {'free': 2, 'win': 1}\nPATTERN = re.compile(r'\\\\w+')\n"
+        "def words(text: str) -> list:\n    return [w.lower() for w in PATTERN.findall(text)]\n"
+        "def annotate(example):\n    counts = Counter(words(example.get('text', '')))\n"
+        "    top = counts.most_common(1)\n    groups = defaultdict(list)\n"
+        "    for word, n in counts.items():\n        groups[n].append(word.strip(string.punctuation))\n"
+        "    if (m := re.search(r'(\\\\d+)', example['text'])) and m.group(1).isdigit():\n"
+        "        return 'SPAM' if math.log(int(m.group(1)) + 1) > 1 else None\n"
+        "    try:\n        score = sum(CUES.get(w, 0) for w in counts)\n    except KeyError as err:\n"
+        "        raise ValueError(str(err)) from None\n"
+        "    cat = unicodedata.category(example['text'][:1] or ' ')\n"
+        "    return 'SPAM' if score >= 2 and top and cat else None\n"
+    )
+    assert "def annotate" in check_source(source)

@@ -7,7 +7,14 @@ This module must stay free of numpy: the sandbox worker imports it and runs unde
 from __future__ import annotations
 
 import ast
+import builtins
+import collections
+import functools
+import itertools
+import math
 import re
+import string
+import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +39,46 @@ _STATIC_CALLS = frozenset({
     "frozenset", "set", "tuple", "list", "dict", "sorted", "str", "len", "range", "zip", "enumerate",
     "reversed", "min", "max", "sum", "int", "float", "bool", "any", "all",
 })
+# The allow-list: syntax, built-in names and attributes an annotator may use. Anything else (including syntax
+# added to Python later) is refused by default, with a message that names the construct.
+_ALLOWED_NODES: tuple[type, ...] = (
+    ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.AugAssign, ast.AnnAssign,
+    ast.For, ast.While, ast.If, ast.Break, ast.Continue, ast.Pass, ast.Expr, ast.Try, ast.ExceptHandler,
+    ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.alias, ast.Global, ast.Nonlocal,
+    ast.Lambda, ast.IfExp, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.keyword, ast.Name,
+    ast.Attribute, ast.Subscript, ast.Slice, ast.Starred, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp,
+    ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.comprehension, ast.JoinedStr, ast.FormattedValue,
+    ast.Constant, ast.NamedExpr, ast.Yield, ast.YieldFrom,
+    ast.expr_context, ast.operator, ast.cmpop, ast.unaryop, ast.boolop,
+)
+ALLOWED_SYNTAX_SUMMARY = ("functions, if/for/while, try/except, return, assignments, expressions, lambdas, "
+                          "comprehensions and f-strings")
+_SYNTAX_NAMES = {
+    "ClassDef": "a class definition", "AsyncFunctionDef": "an async function", "Await": "`await`",
+    "AsyncFor": "`async for`", "AsyncWith": "`async with`", "With": "a `with` block", "Match": "a `match` statement",
+    "TryStar": "`except*`", "TypeAlias": "a `type` alias",
+}
+ALLOWED_BUILTINS: frozenset[str] = frozenset({
+    "abs", "all", "any", "ascii", "bin", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate",
+    "filter", "float", "format", "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len",
+    "list", "map", "max", "min", "next", "oct", "ord", "pow", "range", "repr", "reversed", "round", "set",
+    "slice", "sorted", "str", "sum", "tuple", "type", "zip", "print", "object", "True", "False", "None",
+    "NotImplemented", "Ellipsis",
+} | {name for name in dir(builtins) if isinstance(getattr(builtins, name), type)
+     and issubclass(getattr(builtins, name), BaseException)})
+
+
+def _public_names(*things: object) -> set[str]:
+    return {name for thing in things for name in dir(thing) if not name.startswith("_")}
+
+
+# Methods of the values an annotator handles and the functions of the modules it may import.
+ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(_public_names(
+    str, bytes, int, float, complex, bool, list, dict, set, frozenset, tuple, range, slice,
+    re.Pattern, re.Match, re.RegexFlag, collections.Counter, collections.defaultdict, collections.deque,
+    collections.OrderedDict, functools.partial,
+    re, math, string, collections, itertools, functools, unicodedata,
+) - {"mro", "Formatter", "format_map"})
 MAX_SOURCE_CHARS = 100_000
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _DEFINES_ANNOTATE = re.compile(r"^\s*def\s+annotate\s*\(", re.MULTILINE)
@@ -88,9 +135,32 @@ def _checked_tree(source: str) -> ast.Module:
         raise CodeRejected(f"cannot parse source: {type(exc).__name__}") from None
     _check_top_level(tree)
     _check_annotate(tree)
-    for node in ast.walk(tree):
-        _check_node(node)
+    bound = _bound_names(tree)
+    nodes = list(ast.walk(tree))
+    for node in nodes:  # syntax first, then names and imports, then attributes: the most telling reason wins
+        _check_syntax(node)
+    for node in sorted(nodes, key=lambda n: isinstance(n, ast.Attribute)):
+        _check_node(node, bound)
     return tree
+
+
+def _bound_names(tree: ast.Module) -> frozenset[str]:
+    """Every name the code binds anywhere: assigned, a function or its arguments, imported, caught, looped."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    return frozenset(names)
 
 
 def _check_top_level(tree: ast.Module) -> None:
@@ -176,31 +246,50 @@ def _check_annotate(tree: ast.Module) -> None:
         raise CodeRejected("`annotate` must not be decorated")
 
 
-def _check_node(node: ast.AST) -> None:
+def _check_syntax(node: ast.AST) -> None:
+    """Only the node types of the allow-list; new syntax is refused until someone adds it on purpose."""
+    if isinstance(node, _ALLOWED_NODES):
+        return
+    line = f"line {getattr(node, 'lineno', '?')}"
+    if isinstance(node, ast.ClassDef):
+        raise CodeRejected(f"{line}: class definitions are not allowed (use functions and dicts)")
+    if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+        raise CodeRejected(f"{line}: async code is not allowed")
+    raise CodeRejected(f"{line}: {_syntax_name(node)} cannot be used in an annotator "
+                       f"(it may use: {ALLOWED_SYNTAX_SUMMARY})")
+
+
+def _check_node(node: ast.AST, bound: frozenset[str]) -> None:
     line = f"line {getattr(node, 'lineno', '?')}"
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         _check_import(node, line)
     elif isinstance(node, ast.Name):
         _check_name(node.id, line)
+        if isinstance(node.ctx, ast.Load) and node.id not in bound and node.id not in ALLOWED_BUILTINS:
+            raise CodeRejected(f"{line}: uses `{node.id}`, which your code never defines and which is not one of "
+                               "the built-in functions annotators may use (e.g. len, sum, min, max, sorted, str, "
+                               "int, float, list, dict, set, any, all, range, enumerate, zip, isinstance)")
     elif isinstance(node, ast.Attribute):
         if node.attr.startswith("_"):
             raise CodeRejected(f"{line}: accesses attribute `{node.attr}`; underscore attributes are not allowed")
-        if node.attr in FORBIDDEN_ATTRIBUTES:
-            raise CodeRejected(f"{line}: accesses attribute `{node.attr}`, which is not allowed")
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if node.attr in FORBIDDEN_ATTRIBUTES or node.attr not in ALLOWED_ATTRIBUTES:
+            raise CodeRejected(f"{line}: accesses attribute `{node.attr}`, which is not allowed (annotators may use "
+                               "the methods of text, numbers, lists, dicts, sets and tuples, of regex patterns "
+                               "and matches, of Counter/defaultdict/deque, and the functions of the allowed "
+                               "modules)")
+    elif isinstance(node, ast.FunctionDef):
         if _is_dunder(node.name):
             raise CodeRejected(f"{line}: function name `{node.name}` is not allowed")
-        if isinstance(node, ast.AsyncFunctionDef):
-            raise CodeRejected(f"{line}: async functions are not allowed")
-    elif isinstance(node, ast.ClassDef):
-        raise CodeRejected(f"{line}: class definitions are not allowed")
     elif isinstance(node, (ast.Global, ast.Nonlocal)):
         for name in node.names:
             _check_name(name, line)
     elif isinstance(node, ast.arg):
         _check_name(node.arg, line)
-    elif isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
-        raise CodeRejected(f"{line}: async code is not allowed")
+
+
+def _syntax_name(node: ast.AST) -> str:
+    kind = type(node).__name__
+    return _SYNTAX_NAMES.get(kind, f"`{kind}` syntax")
 
 
 def _check_name(name: str, line: str) -> None:

@@ -9,7 +9,7 @@ Layers, each applied best-effort and reported as "on: ..." or "off: why" (never 
   rlimits      address space, no file writes, no core files, few descriptors
   landlock     no file access, no TCP, no signals out of the domain (kernel ABI permitting)
   seccomp      BASE filter (engine.sandbox.seccomp); each annotator's child adds the RUN filter
-  cgroup       not used: say so; forks are refused by seccomp and the pid namespace dies with the worker
+  cgroup       joined first (made by the parent, engine.sandbox.cgroup): memory and task caps for the whole tree
 Everything the worker runs was imported before this, so it needs no file afterwards.
 """
 from __future__ import annotations
@@ -134,21 +134,27 @@ def apply_rlimits(memory_mb: int) -> str:
         (f" (refused: {', '.join(refused)})" if refused else "")
 
 
-def cgroup_status() -> str:
-    """No cgroup is created (v2 delegation is rare and v1 belongs to the host's manager): say what stands in."""
-    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    where = "cgroup v2 is mounted but not used" if v2 else "no cgroup v2 hierarchy here"
-    return (f"off: {where}; memory and CPU are capped per process by rlimits, a run's child may not fork "
-            "(seccomp), and every process of a worker dies with its pid namespace")
+def join_cgroup(procs_files: list[str]) -> str:
+    """Move this process into the cgroup the parent made for it, while it is still root, before any fork."""
+    if not procs_files:
+        return "off: the parent made no cgroup for this worker"
+    try:
+        for procs in procs_files:
+            with open(procs, "w") as fh:
+                fh.write(str(os.getpid()))
+    except OSError as exc:
+        return f"off: cannot join {procs} ({exc.strerror or exc})"
+    return f"on: joined {len(procs_files)} cgroup director{'y' if len(procs_files) == 1 else 'ies'}"
 
 
 def die_with_parent() -> None:
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def confine(memory_mb: int) -> Report:
+def confine(memory_mb: int, cgroup_procs: list[str] | None = None) -> Report:
     """Every layer, in the order that lets each be set up; the worker forks its zygote right after."""
-    report: Report = {"uid": drop_to_nobody(), "namespaces": enter_namespaces()}
+    report: Report = {"cgroup": join_cgroup(cgroup_procs or [])}
+    report |= {"uid": drop_to_nobody(), "namespaces": enter_namespaces()}
     report["filesystem"] = empty_root() if report["namespaces"].startswith("on") else \
         "off: no mount namespace, so the app's files stay visible (Landlock must hold alone)"
     report["rlimits"] = apply_rlimits(memory_mb)
@@ -156,5 +162,4 @@ def confine(memory_mb: int) -> Report:
     report["landlock"] = landlock.restrict_everything()
     report["seccomp"] = seccomp.install(seccomp.BASE)
     _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no other process of this uid may ptrace or read us
-    report["cgroup"] = cgroup_status()
     return report

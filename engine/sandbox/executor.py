@@ -54,8 +54,8 @@ def required_layers(require: Iterable[str] | None) -> frozenset[str]:
 
 
 def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
-    """The required layers that are not on ("all": every reported layer but cgroup, which is never used)."""
-    names = [name for name in report if name != "cgroup"] if "all" in require else sorted(require)
+    """The required layers that are not on ("all": every reported layer)."""
+    names = list(report) if "all" in require else sorted(require)
     return [f"{name} ({report.get(name, 'off: not reported')})" for name in names
             if not report.get(name, "").startswith("on")]
 
@@ -72,16 +72,35 @@ def _check_votes(reply: dict, size: int, n_labels: int) -> None:
         raise WorkerFailed("worker returned a malformed reply")
 
 
+CHUNK_CHARS = 8 << 20  # a chunk's examples as JSON: the zygote holds them, every run's child may copy them
+FIRST_CHUNK_ROWS = 4096  # a probe: an annotator that runs away is stopped there, on a small budget, and skipped
+
+
+def _chunk_bounds(sizes: list[int], max_rows: int, max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) chunks of at most `max_rows` rows (the first at most FIRST_CHUNK_ROWS) and, unless one row
+    alone is bigger, `max_chars`: few chunks, because each (annotator, chunk) run costs a fork."""
+    bounds, start, chars = [], 0, 0
+    for i, size in enumerate(sizes):
+        limit = min(max_rows, FIRST_CHUNK_ROWS) if not bounds else max_rows
+        if i > start and (i - start >= limit or chars + size > max_chars):
+            bounds.append((start, i))
+            start, chars = i, 0
+        chars += size + 1
+    if sizes:
+        bounds.append((start, len(sizes)))
+    return bounds
+
+
 class _RunState:
     """What one `run()` call shares between its worker threads."""
 
     def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], batch_size: int):
         self.run_id = run_id
-        n = len(examples)
-        self.chunks = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+        rows = [json.dumps(example, default=_jsonable) for example in examples]
+        self.chunks = _chunk_bounds([len(row) for row in rows], batch_size, CHUNK_CHARS)
+        head = json.dumps(labels)
         self.loads = [
-            (json.dumps({"op": "load", "offset": s, "labels": labels, "examples": list(examples[s:e])},
-                        default=_jsonable) + "\n").encode("utf-8")
+            f'{{"op":"load","offset":{s},"labels":{head},"examples":[{",".join(rows[s:e])}]}}\n'.encode("utf-8")
             for s, e in self.chunks
         ]
         self.n_labels = len(labels)
@@ -106,11 +125,13 @@ class SandboxExecutor:
     """
 
     def __init__(self, workers: int = 2, time_budget_s: float = 2.0, per_example_s: float = 0.002,
-                 memory_mb: int = 512, batch_size: int = 4096, grace_s: float = 5.0, load_timeout_s: float = 60.0,
-                 require: Iterable[str] | None = None, unchecked: bool = False):
+                 memory_mb: int = 512, batch_size: int = 16384, grace_s: float = 5.0,
+                 load_timeout_s: float = 60.0,
+                 require: Iterable[str] | None = None, unchecked: bool = False, tree_memory_mb: int | None = None):
         """`require`: containment layers that must be on, else no annotator runs (default: the
         EVOPOOL_SANDBOX_REQUIRE variable, comma-separated, or "all"). `unchecked` is for the containment tests
-        only: the worker skips its code check and gives annotators full builtins, so the OS layers hold alone."""
+        only: the worker skips its code check and gives annotators full builtins, so the OS layers hold alone.
+        `tree_memory_mb`: each worker's cgroup caps its whole process tree there (default `memory_mb`)."""
         if workers < 1 or batch_size < 1:
             raise ValueError("workers and batch_size must be at least 1")
         self.require = required_layers(require)
@@ -119,6 +140,7 @@ class SandboxExecutor:
         self.time_budget_s = time_budget_s
         self.per_example_s = per_example_s
         self.memory_mb = memory_mb
+        self.tree_memory_mb = tree_memory_mb
         self.batch_size = batch_size
         self.grace_s = grace_s
         self.load_timeout_s = load_timeout_s
@@ -207,7 +229,7 @@ class SandboxExecutor:
         if worker is None or not worker.alive():
             if worker is not None:
                 worker.close()
-            worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked)
+            worker = self._workers[slot] = WorkerProcess(self.memory_mb, self.unchecked, self.tree_memory_mb)
         missing = weak_layers(worker.containment, self.require)  # also for a worker containment() started
         if missing:
             raise ContainmentTooWeak(f"required sandbox layers are off: {'; '.join(missing)}")
@@ -220,7 +242,7 @@ class SandboxExecutor:
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.close()
-                worker = self._workers[0] = WorkerProcess(self.memory_mb, self.unchecked)
+                worker = self._workers[0] = WorkerProcess(self.memory_mb, self.unchecked, self.tree_memory_mb)
             return dict(worker.containment)
 
     def _load(self, slot: int, state: _RunState, ci: int) -> WorkerProcess:
@@ -248,7 +270,7 @@ class SandboxExecutor:
                    + "\n").encode()
         began = time.perf_counter()
         try:
-            reply = worker.request(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
+            reply = worker.run(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
             _check_votes(reply, size, state.n_labels)
         except WorkerFailed as exc:
             worker.kill()

@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from engine.sandbox.wire import FrameError, FrameReader
+from engine.sandbox.cgroup import WorkerCgroup
+from engine.sandbox.wire import AWAITING_NONCE, FrameError, FrameReader, has_nonce, new_nonce
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 30.0
+TREE_PIDS_MAX = 32  # worker, zygote, one run child and their threads; seccomp refuses a run's forks first
 CONTROL_REPLY_CAP = 1 << 20  # the hello and load replies are a few hundred bytes
 
 
@@ -33,7 +36,10 @@ class WorkerFailed(RuntimeError):
 class WorkerProcess:
     """One worker process (and its zygote), the chunk it currently holds, and the containment it reported."""
 
-    def __init__(self, memory_mb: int, unchecked: bool = False):
+    def __init__(self, memory_mb: int, unchecked: bool = False, tree_memory_mb: int | None = None):
+        """`tree_memory_mb`: the cgroup's cap on the memory of the whole tree (default `memory_mb`, which also
+        caps each process's address space)."""
+        self.cgroup, cgroup_off = WorkerCgroup.create((tree_memory_mb or memory_mb) << 20, TREE_PIDS_MAX)
         env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONIOENCODING": "utf-8", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1"}
         # stderr goes to a temp file so a worker that dies while starting can say why; once the worker's
@@ -42,26 +48,59 @@ class WorkerProcess:
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-S", "-m", "engine.sandbox.worker", "--reply-fd", str(write_fd),
                 "--memory-mb", str(memory_mb)] + (["--unchecked"] if unchecked else [])
+        for procs in self.cgroup.procs_files if self.cgroup else []:
+            argv += ["--cgroup-procs", procs]
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=_PROJECT_ROOT,
                 env=env, close_fds=True, pass_fds=(write_fd,), start_new_session=True,
             )
+        except BaseException:
+            self._drop_cgroup()
+            raise
         finally:
             os.close(write_fd)
         self._reply_fd = read_fd
+        self.worker_reply_fd = write_fd  # its number in the worker (the containment tests forge frames into it)
         self._frames = FrameReader(read_fd)
         self.chunk_key: tuple[int, int] | None = None
         self.containment: dict[str, str] = dict(self._read(STARTUP_TIMEOUT_S, CONTROL_REPLY_CAP)["containment"])
+        joined = self.containment.get("cgroup", "")
+        self.containment["cgroup"] = (self.cgroup.describe() if self.cgroup and joined.startswith("on")
+                                      else cgroup_off or joined)
 
     def request(self, payload: bytes, timeout_s: float, cap: int = CONTROL_REPLY_CAP) -> dict[str, Any]:
         """Send one JSON line and wait for the framed answer; on any failure kill the worker and raise."""
+        self._send(payload)
+        reply = self._read(timeout_s, cap)
+        return self._ok(reply)
+
+    def run(self, payload: bytes, timeout_s: float, cap: int) -> dict[str, Any]:
+        """A run request: wait for the acknowledgement (the child is forked), send a fresh nonce, and take
+        only a reply that carries it; anything else kills the worker (engine.sandbox.wire)."""
+        deadline = time.monotonic() + timeout_s
+        self._send(payload)
+        ack = self._read(timeout_s, CONTROL_REPLY_CAP)
+        if ack != AWAITING_NONCE:
+            self._ok(ack)
+            self.kill()
+            raise WorkerFailed("a frame out of turn before the run's acknowledgement (forged or stale), worker killed")
+        nonce = new_nonce()
+        self._send(f"{nonce}\n".encode())
+        reply = self._read(max(0.05, deadline - time.monotonic()), cap)
+        if reply.get("ok") and not has_nonce(reply, nonce):
+            self.kill()
+            raise WorkerFailed("a reply frame without this run's nonce (forged or stale), worker killed")
+        return self._ok(reply)
+
+    def _send(self, payload: bytes) -> None:
         try:
             self.proc.stdin.write(payload)  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
         except OSError as exc:
             raise self._died(f"{type(exc).__name__} on the pipe") from None
-        reply = self._read(timeout_s, cap)
+
+    def _ok(self, reply: dict[str, Any]) -> dict[str, Any]:
         if not reply.get("ok"):
             self.kill()  # its state is unknown now; a fresh worker is cheap
             raise WorkerFailed(f"worker error: {reply.get('error')!r}")
@@ -97,15 +136,24 @@ class WorkerProcess:
 
     def kill(self) -> None:
         stop_process(self.proc, grace_s=0.0)
+        if self.cgroup:
+            self.cgroup.kill_all()
         self.chunk_key = None
 
     def close(self) -> None:
         stop_process(self.proc)
+        self._drop_cgroup()
         self._stderr.close()
         try:
             os.close(self._reply_fd)
         except OSError:
             pass
+
+    def _drop_cgroup(self) -> None:
+        """Kill whatever is left in the worker's cgroup and remove it."""
+        if self.cgroup:
+            self.cgroup.remove()
+            self.cgroup = None
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 1.0) -> None:

@@ -1,18 +1,34 @@
 """The worker's reply channel: length-prefixed JSON frames on a dedicated pipe (not stdout), read with a deadline
 and a size cap, so annotator output can neither forge nor flood a reply.
 
-Each frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (one object).
+Each frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (one object). A run's reply must carry
+the nonce the parent sent for that run, and the parent sends it only after the worker has acknowledged the run
+(`AWAITING_NONCE`), that is after the run's child was forked: a frame the annotator's process manages to put on
+the pipe (a stale one, or a forgery through a descriptor it should not hold) cannot carry it and is refused.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import secrets
 import select
 import struct
 import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+AWAITING_NONCE = {"ok": True, "awaiting": "nonce"}
+NONCE_HEX_CHARS = 32
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_HEX_CHARS // 2)
+
+
+def has_nonce(reply: dict[str, Any], nonce: str) -> bool:
+    sent = reply.get("nonce")
+    return isinstance(sent, str) and hmac.compare_digest(sent.encode(), nonce.encode())
 
 
 class FrameError(RuntimeError):

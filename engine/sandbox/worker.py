@@ -10,7 +10,9 @@ checks it and forwards it. Requests arrive as JSON lines on stdin; replies leave
 on the reply fd, never on stdout (which is /dev/null):
   first frame                                                             {"ok": true, "containment": {...}}
   {"op": "load", "offset": int, "labels": [str], "examples": [dict]}   -> {"ok": true, "n": int}
-  {"op": "run", "source": str, "budget_s": float, "wall_s": float}     -> {"ok": true, "votes": [int], ...}
+  {"op": "run", "source": str, "budget_s": float, "wall_s": float}     -> {"ok": true, "awaiting": "nonce"}
+  then, once the run's child is forked, one line: a fresh hex nonce      -> {"ok": true, "votes": [int], ...,
+                                                                             "nonce": the same}
 """
 from __future__ import annotations
 
@@ -33,11 +35,12 @@ import string
 import sys
 import time
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from engine.sandbox import confine, seccomp
 from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
-from engine.sandbox.wire import FrameError, FrameReader, encode, write_all
+from engine.sandbox.wire import AWAITING_NONCE, NONCE_HEX_CHARS, FrameError, FrameReader, encode, write_all
 
 ABSTAIN = -1
 _SAFE_BUILTINS = [
@@ -260,7 +263,27 @@ def _checked(reply: dict, batch: _Batch) -> dict:
                   float(reply["seconds"]) if type(reply.get("seconds")) is float else 0.0)
 
 
-def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> dict[str, Any]:
+def _await_nonce(reply_fd: int) -> str:
+    """Acknowledge the run and read its nonce, which the parent sends only now: the child was forked without
+    it, so a frame the child might smuggle onto the reply pipe cannot carry it (engine.sandbox.wire)."""
+    write_all(reply_fd, encode(AWAITING_NONCE))
+    nonce = sys.stdin.buffer.readline().decode("ascii", "replace").strip()
+    if not (len(nonce) == NONCE_HEX_CHARS and all(c in "0123456789abcdef" for c in nonce)):
+        raise ValueError("the run's nonce line is malformed")
+    return nonce
+
+
+def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float, reply_fd: int) -> dict[str, Any]:
+    """`run_in_fresh_fork`, acknowledged, with the run's nonce in the reply the parent will accept."""
+    nonce: list[str] = []
+    reply = run_in_fresh_fork(source, batch, budget_s, wall_s, lambda: nonce.append(_await_nonce(reply_fd)))
+    if not nonce:  # refused or not compiled: no child was forked
+        nonce.append(_await_nonce(reply_fd))
+    return {**reply, "nonce": nonce[0]}
+
+
+def run_in_fresh_fork(source: str, batch: _Batch, budget_s: float, wall_s: float,
+                      after_fork: Callable[[], None]) -> dict[str, Any]:
     """One annotator over the chunk in a fresh fork; its death, hang or nonsense is a fault, not a worker crash."""
     n = len(batch.examples)
     started = time.perf_counter()
@@ -276,6 +299,7 @@ def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> 
         os.close(read_fd)
         _run_in_child(source, batch, budget_s, write_fd)
     os.close(write_fd)
+    after_fork()
     why, timed_out = None, False
     try:
         reply = _checked(FrameReader(read_fd).read(wall_s, 4096 + 16 * n), batch)
@@ -296,6 +320,8 @@ def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float) -> 
         why, timed_out = "stopped at its CPU limit", True
     elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
         why = f"annotator process killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    elif os.WIFSIGNALED(status) and not timed_out and why == "end of stream":
+        why = "killed before it answered (over the worker's memory cap, most likely)"
     text = f"timeout after {budget_s:.1f}s: {why}" if timed_out else f"annotator process failed: {why}"
     return _reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started)
 
@@ -313,7 +339,8 @@ def serve(reply_fd: int) -> None:
                 gc.freeze()  # the chunk leaves the collector's view: a child's collections do not copy its pages
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
-                reply = run_isolated(str(msg["source"]), batch, float(msg["budget_s"]), float(msg["wall_s"]))
+                reply = run_isolated(str(msg["source"]), batch, float(msg["budget_s"]), float(msg["wall_s"]),
+                                     reply_fd)
             else:
                 reply = {"ok": False, "error": f"unknown op {msg['op']!r}"}
         except BaseException as exc:  # noqa: BLE001 - a worker bug must answer, not kill the loop
@@ -336,12 +363,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--memory-mb", type=int, default=512)
+    parser.add_argument("--cgroup-procs", action="append", default=[],
+                        help="a cgroup.procs file to join before confining (the parent made the cgroup)")
     parser.add_argument("--unchecked", action="store_true",
                         help="containment tests only: no code check, full builtins (the OS layers alone hold)")
     args = parser.parse_args()
     _UNCHECKED = args.unchecked
     _disable_network()
-    report = confine.confine(args.memory_mb)
+    report = confine.confine(args.memory_mb, args.cgroup_procs)
     signal.signal(signal.SIGPROF, _Alarm.fire)
     pid = os.fork()
     if pid:
@@ -350,7 +379,8 @@ def main() -> None:
     report["pid namespace"] = ("on: the zygote is pid 1; every process of the worker dies with it"
                                if os.getpid() == 1 else "off: no pid namespace")
     report["integrity"] = "on: every annotator run is a fresh fork of the zygote, which runs no annotator code"
-    report["wire"] = f"on: length-prefixed frames on fd {args.reply_fd} (stdout is /dev/null), votes range-checked"
+    report["wire"] = (f"on: length-prefixed, capped frames on fd {args.reply_fd} (stdout is /dev/null), a per-run "
+                      "nonce the run's child never sees, votes range-checked")
     report["checker"] = "off: --unchecked (containment tests)" if _UNCHECKED else "on: re-checked in the worker"
     write_all(args.reply_fd, encode({"ok": True, "containment": report}))
     serve(args.reply_fd)

@@ -52,16 +52,7 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
     for name in task.fields:
         out[name] = [json.dumps(f.get(name)) if isinstance(f.get(name), (list, dict)) else f.get(name)
                      for f in frame["fields"]]
-    if hard.ndim == 2:
-        sep = label_separator(store)
-        out["labels"] = [sep.join(task.labels[c] for c in np.flatnonzero(row)) for row in hard]
-    else:
-        out["label"] = [task.labels[h] if h != ABSTAIN else "" for h in hard]
-    out["confidence"] = confidence(probs, hard).round(6)
-    for k, label in enumerate(task.labels):
-        out[probability_column(label)] = probs[:, k].round(6)
-    out["n_votes"] = n_votes
-    out["aggregator"] = soft.aggregator
+    add_label_columns(out, task.labels, probs, hard, n_votes, soft.aggregator, label_separator(store))
     out["gold_label"] = dev_gold(store, frame, task.labels, task.multi_label)
     return out
 
@@ -96,6 +87,21 @@ def verdict_record(store: Store) -> dict:
                   "note": row.note or "", "recorded_at": str(row.recorded_at)[:19]}
                  for row in human.itertuples()]
     return {"pool_verdicts": members, "expert_overrides": overrides}
+
+
+def add_label_columns(out: pd.DataFrame, labels: tuple[str, ...], probs: np.ndarray, hard: np.ndarray,
+                      n_votes: np.ndarray, made_by: str, separator: str) -> None:
+    """The columns every labeled file shares (workspace export and corpus shards alike): the hard label (or the
+    multi-label set joined by `separator`), its confidence, a probability per class, the votes, the aggregator."""
+    if hard.ndim == 2:
+        out["labels"] = [separator.join(labels[c] for c in np.flatnonzero(row)) for row in hard]
+    else:
+        out["label"] = [labels[h] if h != ABSTAIN else "" for h in hard]
+    out["confidence"] = confidence(probs, hard).round(6)
+    for k, label in enumerate(labels):
+        out[probability_column(label)] = probs[:, k].round(6)
+    out["n_votes"] = n_votes
+    out["aggregator"] = made_by
 
 
 def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:

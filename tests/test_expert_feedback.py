@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from test_offline_agents import HAM, SPAM  # the same toy SMS rows
 
 from engine import review
 from engine.agents.base import ExpertFeedback, ProposalContext
@@ -17,14 +18,6 @@ from engine.evolve import EvolveConfig, build_context, evolve, expert_feedback
 from engine.ingest.importer import IngestOptions, import_path
 from engine.sandbox.checks import make_annotator
 from engine.sandbox.executor import SandboxExecutor
-
-SPAM = ["win a free prize now", "free entry call now to win", "claim your prize at www.win.com",
-        "urgent call 0800123456 to claim", "free ringtones text WIN to 80086", "you have won a free holiday",
-        "congratulations you won cash prize", "call now for free minutes", "win cash now text 88888",
-        "free prize draw click http://x.co"]
-HAM = ["see you at lunch tomorrow", "i love you mum", "are we still meeting for lunch", "ok see you soon",
-       "sorry i am late home soon", "can you pick up milk", "lunch at noon then", "love the pictures thanks",
-       "i will be home for dinner", "what time is the movie tonight"]
 
 
 def _context() -> ProposalContext:

@@ -20,7 +20,7 @@ from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
-from engine.export import confidence, label_separator, probability_column
+from engine.export import add_label_columns, label_separator
 from engine.labeling import CHOOSERS, THRESHOLD, feature_kinds, fit_on_dev, hard_labels
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
@@ -98,15 +98,7 @@ class Labeler:
             probs = self.model.predict_proba(votes, features)
             hard = hard_labels(self.aggregator, probs, n_votes)
         out = pd.DataFrame({"id": ids, "text": texts})
-        if hard.ndim == 2:
-            out["labels"] = [self.separator.join(self.labels[c] for c in np.flatnonzero(row)) for row in hard]
-        else:
-            out["label"] = [self.labels[h] if h != ABSTAIN else "" for h in hard]
-        out["confidence"] = confidence(probs, hard).round(6)
-        for k, label in enumerate(self.labels):
-            out[probability_column(label)] = probs[:, k].round(6)
-        out["n_votes"] = n_votes
-        out["aggregator"] = self.made_by
+        add_label_columns(out, self.labels, probs, hard, n_votes, self.made_by, self.separator)
         out["source_file"] = batch.source
         out["source_row"] = np.arange(batch.first_row, batch.first_row + len(ids), dtype=np.int64)
         faults = {r.annotator_id: int(r.faults) for r in results if r.faults}

@@ -32,7 +32,6 @@ from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import task_views, view_text
 
-CHOOSERS = frozenset({"auto", "auto-text"})  # choose among candidates on dev; may teach a student on the pool rows
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
 
@@ -55,7 +54,7 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
     on relation tasks (two entity spans), TF-IDF of the words between the mentions, the classic relation
     cue that a whole-sentence embedding dilutes."""
-    if aggregator in CHOOSERS:
+    if aggregator_entry(aggregator).chooses:
         return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
@@ -102,7 +101,7 @@ def fit_on_dev(model, name: str, votes: np.ndarray, y: np.ndarray, features: dic
     the pool was selected on these rows (then, without audit rows, it leaves the votes-only ingredients out)
     and the unlabeled pool rows' votes and features (a student learns from them; no label is read there)."""
     extra: dict = {}
-    if name in CHOOSERS:
+    if aggregator_entry(name).chooses:
         extra = {"audit": audit, "votes_selected": votes_selected}
         if unlabeled is not None:
             extra.update(unlabeled_votes=unlabeled[0], unlabeled_X=unlabeled[1])
@@ -158,10 +157,11 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         return _fit_and_predict_multi(store, executor, aggregator, splits, seed, on_event, score_dev, threshold)
     n_classes = len(task.labels)
     wanted = splits
-    if aggregator in CHOOSERS and splits is not None and "pool" not in splits and store.count_examples("pool"):
+    chooses = aggregator_entry(aggregator).chooses  # may teach a student on the unlabeled rows
+    if chooses and splits is not None and "pool" not in splits and store.count_examples("pool"):
         splits = (*splits, "pool")  # the student stage learns from the unlabeled rows; they are dropped below
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
-    unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if aggregator in CHOOSERS else np.zeros(0, int)
+    unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
     unlabeled = (votes[unl], _rows(features, unl) if features else None) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)

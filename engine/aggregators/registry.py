@@ -40,6 +40,8 @@ class AggregatorEntry:
     reads_text: bool = False  # reads text features (X)
     needs_labels: bool = False  # fitted on dev labels (without them it cannot fit)
     fits_unlabeled: bool = False  # fitted on every row's votes, without labels (Dawid-Skene)
+    chooses: bool = False  # chooses among candidates on dev (audit rows where there are enough) and may teach a
+    # student on the unlabeled rows: it is given the audit mask and the pool rows' votes and text
 
     @property
     def votes_only(self) -> bool:
@@ -61,10 +63,10 @@ _ENTRIES = (
     AggregatorEntry("embedding", "text embeddings only (ignores the votes)", lambda k, seed: TextOnly(k, seed=seed),
                     reads_votes=False, reads_text=True, needs_labels=True),
     AggregatorEntry("auto", "the best of these (and TF-IDF views) by out-of-fold macro-F1 on the audit rows",
-                    lambda k, seed: AutoAggregator(k, seed=seed), reads_text=True, needs_labels=True),
+                    lambda k, seed: AutoAggregator(k, seed=seed), reads_text=True, needs_labels=True, chooses=True),
     AggregatorEntry("auto-text", "the best of the text-only models (students of text-only teachers included): "
                     "what the text does without the pool", lambda k, seed: AutoAggregator(k, seed=seed, text_only=True),
-                    reads_votes=False, reads_text=True, needs_labels=True),
+                    reads_votes=False, reads_text=True, needs_labels=True, chooses=True),
 )
 ENTRIES: Mapping[str, AggregatorEntry] = {entry.name: entry for entry in _ENTRIES}
 AGGREGATORS: tuple[str, ...] = tuple(ENTRIES)

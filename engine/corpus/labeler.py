@@ -21,7 +21,7 @@ from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
 from engine.export import add_label_columns, label_separator
-from engine.labeling import CHOOSERS, THRESHOLD, feature_kinds, fit_on_dev, hard_labels
+from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 from engine.text_views import view_text
@@ -140,7 +140,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
     if task.multi_label and entry.votes_only:
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
                          "'evoagg' or 'auto', or 'embedding'")
-    chooser = aggregator in CHOOSERS and not task.multi_label  # may teach a student on the unlabeled rows
+    chooser = entry.chooses and not task.multi_label  # may teach a student on the unlabeled rows
     fit_splits = ("dev", "test", "pool") if entry.fits_unlabeled else ("dev", "pool") if chooser else ("dev",)
     for split in fit_splits:
         if store.count_examples(split):

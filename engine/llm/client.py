@@ -33,7 +33,7 @@ LOCAL_KEY = "not-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any k
 ENV_VARS = {"OPENAI_API_KEY": "api_key", "OPENAI_BASE_URL": "base_url", "EVOPOOL_MODEL": "model",
             "EVOPOOL_TEMPERATURE": "temperature", "EVOPOOL_MAX_TOKENS": "max_tokens",
             "EVOPOOL_LLM_TIMEOUT": "timeout_s", "EVOPOOL_LLM_PARALLEL": "max_parallel",
-            "EVOPOOL_LLM_MODE": "mode", "EVOPOOL_LLM_PRESET": "preset"}
+            "EVOPOOL_LLM_MODE": "mode", "EVOPOOL_LLM_PRESET": "preset", "EVOPOOL_LLM_RETRIES": "max_retries"}
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{4,})")
 
 
@@ -226,6 +226,10 @@ class _Slots:
             self.limit = max(1, limit)
 
 
+class _RetryRefused(openai.OpenAIError):
+    """Raised inside `send` when the budget leaves no room for a retry; openai passes OpenAIErrors through."""
+
+
 class _AttemptLoggingClient(openai.DefaultHttpxClient):
     """openai's default HTTP client, plus: at most `slots` requests in flight, and every attempt logged.
 
@@ -242,6 +246,9 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
         call: _Call | None = getattr(self._adapter._current, "call", None)
         if call is not None:
             call.sent += 1
+            if call.sent > 1 and not self._adapter.budget.try_attempt():
+                raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
+        timeout_used = (getattr(request, "extensions", {}).get("timeout") or {}).get("read") or 0.0
         with self.slots as in_flight:
             started = time.monotonic()
             try:
@@ -250,7 +257,7 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
                     response.read()  # the error message, for the log (openai reads it too)
             except _HTTP.TimeoutException as err:
                 self._adapter._attempt_failed(call, started, "timed out", str(err) or "no answer in time")
-                self._adapter._timed_out(in_flight)
+                self._adapter._timed_out(max(in_flight, self.slots.in_use), timeout_used)
                 raise
             except _HTTP.TransportError as err:
                 self._adapter._attempt_failed(call, started, "connection failed", str(err) or type(err).__name__)
@@ -306,7 +313,6 @@ class OpenAICompatibleClient:
             if cached is not None:
                 self.usage.add_call(cached=True)
                 return LLMReply(cached, 0, 0, 0.0, 0.0, cached=True)
-        self.usage.add_call()
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
         call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
@@ -315,19 +321,24 @@ class OpenAICompatibleClient:
         self._current.call = call
         try:
             while True:
-                granted = self.budget.reserve_call(1 + cfg.max_retries)  # every attempt counts
+                self.budget.reserve_call()  # the first attempt; each retry is counted by the HTTP client
+                if not call.sent:
+                    self.usage.add_call()
                 call.sent = 0
                 try:
-                    client = self._openai.with_options(max_retries=granted - 1, timeout=self.timeout_s)
+                    client = self._openai.with_options(timeout=self.timeout_s)
                     response = client.chat.completions.create(**request)
                 except openai.BadRequestError as err:
                     if self._adapt(request, self._scrub(_error_message(err))):
                         call.outcomes.clear()  # reshaped for this model: a fresh request, not a failure
                         continue
                     raise
-                finally:
-                    self.budget.release(granted - max(1, call.sent))
                 return self._success(response, call)
+        except _RetryRefused:
+            self.usage.add_failed_call()
+            last = call.outcomes[-1] if call.outcomes else "no answer"
+            raise BudgetExhausted(f"LLM budget exhausted: {self.budget.reason()}; the {role} call was not "
+                                  f"retried after {len(call.outcomes)} failed attempt(s) ({last})") from None
         except openai.APIStatusError as err:
             self.usage.add_failed_call()
             raise self._failure(err, role, call) from None
@@ -342,12 +353,14 @@ class OpenAICompatibleClient:
         finally:
             self._current.call = None
 
-    def _timed_out(self, in_flight: int) -> None:
+    def _timed_out(self, in_flight: int, timeout_used: float) -> None:
         """An attempt got no answer in time. With others in flight the server most likely answers one
         request at a time (llama.cpp, Ollama by default): send one at a time and wait longer; alone, wait
         longer. Said once per change, through `on_note`."""
         with self._adapt_lock:
             slots, old = self._http.slots, self.timeout_s
+            if timeout_used < old:
+                return  # sent before the last adaptation: already answered
             if in_flight > 1 and slots.limit > 1:
                 slots.shrink_to(1)
                 self.timeout_s = min(MAX_TIMEOUT_S, max(old * 3, 180.0))

@@ -111,21 +111,21 @@ class Budget:
         with self._lock:
             return self._spent_reason()
 
-    def reserve_call(self, attempts: int = 1) -> int:
-        """Reserve up to `attempts` HTTP attempts for one call (the first plus its retries); returns how many
-        were granted (at least 1), or refuses when a limit is reached. Give back unused ones with `release`."""
+    def reserve_call(self) -> None:
+        """Count the first attempt of a call about to be sent, or refuse it when a limit is reached."""
         with self._lock:
             reason = self._spent_reason()
             if reason:
                 raise BudgetExhausted(f"LLM budget exhausted: {reason}")
-            granted = attempts if self.max_calls is None else max(1, min(attempts, self.max_calls - self.calls))
-            self.calls += granted
-            return granted
+            self.calls += 1
 
-    def release(self, attempts: int) -> None:
-        """Return reserved attempts that were never sent."""
+    def try_attempt(self) -> bool:
+        """Count a retry about to be sent; False (and nothing counted) when a limit is reached."""
         with self._lock:
-            self.calls -= max(0, attempts)
+            if self._spent_reason():
+                return False
+            self.calls += 1
+            return True
 
     def charge(self, tokens: int, usd: float) -> None:
         with self._lock:

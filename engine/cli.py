@@ -80,8 +80,16 @@ def _proposer(args: argparse.Namespace, on_event):
                                   max_usd=args.max_usd)
     prices = PriceTable.from_file(args.prices) if args.prices else None
     overrides = {"base_url": args.base_url, "model": args.model, "mode": args.llm_mode, "preset": args.llm_preset}
-    return make_proposer(args.agents, args.store, llm_overrides=overrides, budget=budget, prices=prices,
-                         on_event=on_event)
+    proposer = make_proposer(args.agents, args.store, llm_overrides=overrides, budget=budget, prices=prices,
+                             on_event=on_event)
+    for member in getattr(proposer, "proposers", (proposer,)):
+        config = getattr(getattr(member, "client", None), "config", None)
+        if config is not None:
+            preset = f", preset {config.preset}" if config.preset else ""
+            print(f"LLM {config.model} at {config.base_url or 'the OpenAI API'}: {config.max_parallel} request(s) "
+                  f"at a time, {config.timeout_s:.0f} s timeout, {config.max_retries} retries, mode {config.mode}"
+                  f"{preset}; workspace budget: {budget.describe()}", file=sys.stderr, flush=True)
+    return proposer
 
 
 def _llm_summary(proposer: Any) -> dict | None:

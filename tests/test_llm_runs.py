@@ -231,5 +231,10 @@ def test_presets_fill_what_flags_and_environment_leave_unset():
     mine = LLMConfig.from_env({"preset": "llamacpp", "base_url": "http://box:9000/v1"},
                               env={"EVOPOOL_LLM_PARALLEL": "2"})
     assert (mine.base_url, mine.max_parallel) == ("http://box:9000/v1", 2)
+    on_this_machine = LLMConfig.from_env({"base_url": "http://127.0.0.1:8080/v1"}, env={})
+    assert (on_this_machine.preset, on_this_machine.max_parallel, on_this_machine.timeout_s) == ("local", 1, 300.0)
+    assert LLMConfig.from_env({"base_url": "http://127.0.0.1:8080/v1"}, env={"EVOPOOL_LLM_PARALLEL": "4"}
+                              ).max_parallel == 4
+    assert LLMConfig.from_env({"base_url": "https://api.example.com/v1"}, env={}).max_parallel == 4
     with pytest.raises(ValueError, match="unknown LLM preset"):
         LLMConfig.from_env({"preset": "gpt-box"}, env={})

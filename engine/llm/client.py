@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import openai
 
@@ -102,12 +103,21 @@ class LLMConfig:
                 values.update(_pick(table, {f.name: f.name for f in fields(cls)}))
         values.update(_pick(env, ENV_VARS))
         values.update({k: v for k, v in (overrides or {}).items() if v is not None and v != ""})
+        if not values.get("preset") and _is_local(values.get("base_url")) and not (
+                {"max_parallel", "timeout_s"} & set(values)):
+            values["preset"] = "local"  # a server on this machine most likely answers one request at a time
         values = {**preset(values.get("preset")), **values}
         known = {f.name: f for f in fields(cls)}
         unknown = set(values) - set(known)
         if unknown:
             raise ValueError(f"unknown LLM settings: {sorted(unknown)}")
         return cls(**{k: _coerce(v, known[k].default) for k, v in values.items()})
+
+
+def _is_local(base_url: Any) -> bool:
+    """Whether an endpoint runs on this machine (loopback), where one-at-a-time servers are the rule."""
+    host = urlsplit(str(base_url or "")).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _pick(source: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:

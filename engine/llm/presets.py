@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+# A preset fills only what is unset; "local" is picked by itself for a loopback endpoint (see LLMConfig.from_env).
 PRESETS: dict[str, dict[str, Any]] = {
     "openai": {"timeout_s": 60.0, "max_parallel": 4, "mode": "auto"},
     "vllm": {"base_url": "http://localhost:8000/v1", "timeout_s": 120.0, "max_parallel": 8, "mode": "auto"},
     "ollama": {"base_url": "http://localhost:11434/v1", "timeout_s": 300.0, "max_parallel": 1, "mode": "auto"},
+    # chosen by itself for an endpoint on this machine when neither parallel calls nor a timeout are set
+    "local": {"timeout_s": 300.0, "max_parallel": 1, "mode": "auto"},
     "llamacpp": {"base_url": "http://localhost:8080/v1", "timeout_s": 300.0, "max_parallel": 1, "mode": "auto",
                  "max_tokens": 600},
 }

@@ -48,6 +48,7 @@ _VERBOSE = frozenset({EventKind.CANDIDATE_DROPPED, EventKind.VERDICT, EventKind.
 
 def _progress(verbose: bool):
     started = time.monotonic()
+    told: set[str] = set()
 
     def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
         stamp = f"[{time.monotonic() - started:7.1f}s]"
@@ -63,7 +64,8 @@ def _progress(verbose: bool):
         elif kind == EventKind.STOPPED and payload.get("reason"):
             print(f"{stamp} generation {payload['generation']} not complete: {payload['reason']}; a rerun with "
                   "budget left continues it", file=sys.stderr, flush=True)
-        elif kind == EventKind.BUDGET_EXHAUSTED:
+        elif kind == EventKind.BUDGET_EXHAUSTED and payload["message"] not in told:  # once, not per refused call
+            told.add(payload["message"])
             print(f"{stamp} {payload['message']}: the LLM agents stop proposing", file=sys.stderr, flush=True)
         elif verbose and kind in _VERBOSE:
             print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)

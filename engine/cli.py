@@ -134,8 +134,12 @@ def cmd_run(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     on_event = _progress(args.verbose)
     proposer = _proposer(args, on_event)
-    with SandboxExecutor() as executor:
-        done = evolve(store, proposer, executor, args.generations, config, on_event)
+    try:
+        with SandboxExecutor() as executor:
+            done = evolve(store, proposer, executor, args.generations, config, on_event)
+    except LLMError:
+        _llm_summary(proposer)  # a failed run still tells what its calls came to
+        raise
     result = {
         "workdir": str(args.workdir),
         "generations_run": [g.number for g in done],

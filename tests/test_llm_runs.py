@@ -238,3 +238,12 @@ def test_presets_fill_what_flags_and_environment_leave_unset():
     assert LLMConfig.from_env({"base_url": "https://api.example.com/v1"}, env={}).max_parallel == 4
     with pytest.raises(ValueError, match="unknown LLM preset"):
         LLMConfig.from_env({"preset": "gpt-box"}, env={})
+
+
+def test_an_llm_only_run_on_a_dead_endpoint_fails_in_one_line_and_still_reports_usage(demo_ws):
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    summary, out = evopool("run", "--workdir", demo_ws, "--agents", "llm", "--base-url", dead, "--generations", "1",
+                           EVOPOOL_LLM_RETRIES="0")
+    assert out.returncode == 1 and summary is None
+    assert "error: the generator call" in out.stderr and "connection failed" in out.stderr
+    assert "3 HTTP attempts" in out.stderr and "failed attempts: 3 connection failed" in out.stderr

@@ -109,7 +109,7 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             except CodeRejected as err:
                 on_event(EventKind.CANDIDATE_DROPPED, {"agent": role, "name": candidate.name, "reason": err.reason})
                 continue
-            annotator = dataclasses.replace(annotator, written_by=candidate.written_by or proposer.name)
+            annotator = dataclasses.replace(annotator, written_by=candidate.written_by or getattr(proposer, "name", ""))
             if annotator.id in seen or annotator.id in judged:
                 continue
             seen.add(annotator.id)

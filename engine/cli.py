@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.agents.choice import AGENT_CHOICES, DEFAULT_AGENTS, make_proposer
+from engine.agents.llm import MODES
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
 from engine.corpus.engines import ENGINES, EngineUnavailable
 from engine.corpus.reading import CorpusError
@@ -26,6 +27,7 @@ from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
+from engine.llm.presets import PRESETS
 from engine.store.workspace import Store, WorkspaceLocked
 
 # What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
@@ -48,11 +50,13 @@ class NoData(Exception):
 # Kinds printed as one line each, and those printed only with --verbose.
 _SHOWN = frozenset({EventKind.GENERATION_STARTED, EventKind.AGENT_FINISHED, EventKind.EXECUTING,
                     EventKind.EMBEDDING, EventKind.AGGREGATING})
+_NOTES = frozenset({EventKind.LLM_NOTE, EventKind.AGENT_STOPPED})  # printed as their message
 _VERBOSE = frozenset({EventKind.CANDIDATE_DROPPED, EventKind.VERDICT, EventKind.LLM_CALL, EventKind.LLM_REPAIR})
 
 
 def _progress(verbose: bool):
     started = time.monotonic()
+    told: set[str] = set()
 
     def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
         stamp = f"[{time.monotonic() - started:7.1f}s]"
@@ -63,8 +67,14 @@ def _progress(verbose: bool):
         elif kind in _SHOWN:
             detail = ", ".join(f"{k}={v}" for k, v in payload.items())
             print(f"{stamp} {kind.replace('_', ' ')}: {detail}", file=sys.stderr, flush=True)
-        elif kind == EventKind.BUDGET_EXHAUSTED:
-            print(f"{stamp} LLM budget spent: the agents stop proposing", file=sys.stderr, flush=True)
+        elif kind in _NOTES:
+            print(f"{stamp} {payload['agent']}: {payload['message']}", file=sys.stderr, flush=True)
+        elif kind == EventKind.STOPPED and payload.get("reason"):
+            print(f"{stamp} generation {payload['generation']} not complete: {payload['reason']}; a rerun with "
+                  "budget left continues it", file=sys.stderr, flush=True)
+        elif kind == EventKind.BUDGET_EXHAUSTED and payload["message"] not in told:  # once, not per refused call
+            told.add(payload["message"])
+            print(f"{stamp} {payload['message']}: the LLM agents stop proposing", file=sys.stderr, flush=True)
         elif verbose and kind in _VERBOSE:
             print(f"{stamp} {kind}: {json.dumps(payload)}", file=sys.stderr, flush=True)
 
@@ -72,13 +82,45 @@ def _progress(verbose: bool):
 
 
 def _proposer(args: argparse.Namespace, on_event):
-    """The agents named by --agents; the LLM ones get the endpoint, budget and prices from the flags."""
+    """The agents named by --agents; the LLM ones get the endpoint, mode and prices from the flags, and the
+    workspace's budget (the limits given here are stored as the workspace's, for later runs too)."""
     from engine.llm.client import Budget, PriceTable
 
-    budget = Budget(max_calls=args.max_calls, max_tokens=args.max_tokens, max_usd=args.max_usd)
+    budget = Budget.for_workspace(args.store, max_calls=args.max_calls, max_tokens=args.max_tokens,
+                                  max_usd=args.max_usd)
     prices = PriceTable.from_file(args.prices) if args.prices else None
-    return make_proposer(args.agents, args.store, llm_overrides={"base_url": args.base_url, "model": args.model},
-                         budget=budget, prices=prices, on_event=on_event)
+    overrides = {"base_url": args.base_url, "model": args.model, "mode": args.llm_mode, "preset": args.llm_preset}
+    proposer = make_proposer(args.agents, args.store, llm_overrides=overrides, budget=budget, prices=prices,
+                             on_event=on_event)
+    for member in getattr(proposer, "proposers", (proposer,)):
+        config = getattr(getattr(member, "client", None), "config", None)
+        if config is not None:
+            preset = f", preset {config.preset}" if config.preset else ""
+            print(f"LLM {config.model} at {config.base_url or 'the OpenAI API'}: {config.max_parallel} request(s) "
+                  f"at a time, {config.timeout_s:.0f} s timeout, {config.max_retries} retries, mode {config.mode}"
+                  f"{preset}; workspace budget: {budget.describe()}", file=sys.stderr, flush=True)
+    return proposer
+
+
+def _llm_summary(proposer: Any) -> dict | None:
+    """The LLM agents' usage (calls, attempts, tokens, cost, failures, budget), also told on stderr."""
+    usage = getattr(proposer, "usage", None)
+    summary = usage() if callable(usage) else None
+    if summary is None:
+        return None
+    failures = ", ".join(f"{n} {kind}" for kind, n in summary.get("failures", {}).items()) or "none"
+    budget = summary.get("budget", {})
+    remaining = budget.get("remaining", {})
+    left = "; ".join(f"{remaining[k]} {k} left of {budget['limits'][k]}" for k in ("calls", "tokens", "usd")
+                     if budget.get("limits", {}).get(k) is not None) or "no limit set"
+    print(f"LLM {summary['model']} ({summary['writing']}): {summary.get('calls', 0)} calls "
+          f"({summary.get('cached', 0)} cached, {summary.get('failed_calls', 0)} failed), "
+          f"{summary.get('attempts', 0)} HTTP attempts, {summary.get('tokens_in', 0)}+{summary.get('tokens_out', 0)} "
+          f"tokens, ${summary.get('cost_usd', 0.0):.4f}; failed attempts: {failures}; workspace budget: {left}",
+          file=sys.stderr, flush=True)
+    for why in summary.get("stopped", {}).values():
+        print(f"LLM stopped: {why}", file=sys.stderr, flush=True)
+    return summary
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
@@ -99,10 +141,14 @@ def cmd_run(args: argparse.Namespace) -> dict:
     config = EvolveConfig(gate=gate, seed=args.seed)
     started = time.monotonic()
     on_event = _progress(args.verbose)
-    with SandboxExecutor() as executor:
-        done = evolve(store, _proposer(args, on_event), executor, args.generations, config,
-                      on_event)
-    return {
+    proposer = _proposer(args, on_event)
+    try:
+        with SandboxExecutor() as executor:
+            done = evolve(store, proposer, executor, args.generations, config, on_event)
+    except LLMError:
+        _llm_summary(proposer)  # a failed run still tells what its calls came to
+        raise
+    result = {
         "workdir": str(args.workdir),
         "generations_run": [g.number for g in done],
         "generation": store.last_complete_generation(),
@@ -110,6 +156,22 @@ def cmd_run(args: argparse.Namespace) -> dict:
         "dev_macro_f1": round(current_dev_macro_f1(store), 4),
         "seconds": round(time.monotonic() - started, 1),
     }
+    stopped = _not_complete(store, args.generations)
+    if stopped:
+        result["stopped"] = stopped
+    llm = _llm_summary(proposer)
+    if llm is not None:
+        result["llm"] = llm
+    return result
+
+
+def _not_complete(store: Store, target: int) -> str | None:
+    """Why the run ended before `target` complete generations (a generation starved by the budget)."""
+    if store.last_complete_generation() >= target:
+        return None
+    frame = store.generations()
+    starved = frame[frame["status"] == "starved"]
+    return str(starved["note"].iloc[-1]) if len(starved) else None
 
 
 def cmd_eval(args: argparse.Namespace) -> dict:
@@ -187,7 +249,7 @@ def cmd_pool(args: argparse.Namespace) -> dict | None:
     for a in store.annotators(store.pool_ids()):
         s = scores.get(a.id)
         print(json.dumps({"id": a.id, "name": a.name, "agent": a.agent, "generation": a.generation,
-                          "author": a.author, "precision": s and round(s.precision, 4),
+                          "author": a.author, "written_by": a.provenance, "precision": s and round(s.precision, 4),
                           "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
 
 
@@ -259,9 +321,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gate-config", help="JSON file overriding gate thresholds")
     run.add_argument("--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)")
     run.add_argument("--model", help="model name (else EVOPOOL_MODEL)")
-    run.add_argument("--max-calls", type=int, help="LLM budget: calls")
-    run.add_argument("--max-tokens", type=int, help="LLM budget: tokens")
-    run.add_argument("--max-usd", type=float, help="LLM budget: estimated dollars")
+    run.add_argument("--llm-preset", choices=tuple(PRESETS),
+                     help="settings for this kind of server (timeout, parallel calls, mode; base URL for local ones)")
+    run.add_argument("--llm-mode", choices=MODES,
+                     help="code: the model writes Python; spec: it fills JSON specs the engine renders (small "
+                          "models); auto: code, switching to spec when replies keep failing (default)")
+    run.add_argument("--max-calls", type=int,
+                     help="LLM budget: HTTP attempts (retries count), for the workspace: kept for later runs; "
+                          "-1 removes the limit")
+    run.add_argument("--max-tokens", type=int, help="LLM budget: tokens, for the workspace (-1: no limit)")
+    run.add_argument("--max-usd", type=float, help="LLM budget: estimated dollars, for the workspace (-1: no limit)")
     run.add_argument("--prices", help="JSON/TOML price table (model -> USD per 1M input/output tokens)")
     run.set_defaults(handler=cmd_run)
 

@@ -67,6 +67,12 @@ class Annotator:
     parent_ids: tuple[str, ...] = ()
     author: str = "agent"  # agent | human
     rationale: str = ""  # why the proposer wrote it (shown to the expert)
+    written_by: str = ""  # "llm:<model>" | "offline" | "person"; "" when not recorded (older workspaces)
+
+    @property
+    def provenance(self) -> str:
+        """Who wrote it, for people: the recorded writer, else what `author` says."""
+        return self.written_by or ("person" if self.author == "human" else "agents")
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class Candidate:
     name: str = ""
     parent_ids: tuple[str, ...] = ()
     rationale: str = ""
+    written_by: str = ""  # "llm:<model>" | "offline" (see `Annotator.written_by`)
 
 
 @dataclass(frozen=True)

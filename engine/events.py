@@ -32,6 +32,8 @@ class EventKind(StrEnum):
     LLM_CALL = "llm_call"  # agent, call, cached, ...
     LLM_REPAIR = "llm_repair"  # agent, call, errors
     BUDGET_EXHAUSTED = "budget_exhausted"  # agent, call, message
+    LLM_NOTE = "llm_note"  # agent, message: how the LLM agents adapted (to the server, to the model)
+    AGENT_STOPPED = "agent_stopped"  # agent, message: a mixed run's member that stopped (the others carry on)
 
 
 EventSink = Callable[[EventKind, dict[str, Any]], None]

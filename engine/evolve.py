@@ -2,11 +2,15 @@
 
 Candidates, their dev votes and scores are written as they are produced (the studio shows them
 arriving); the gate's verdicts and the generation's `complete` mark are written in one transaction.
-A killed run therefore leaves at most a `running` generation, which the next run redoes.
+A killed run therefore leaves at most a `running` generation, which the next run redoes. A generation whose
+agents proposed nothing because the LLM budget ran out is recorded as `starved` (not complete) and ends the
+run; the next run with budget left redoes it.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -95,15 +99,35 @@ def expert_feedback(store: Store, limit: int = 20) -> ExpertFeedback:
                           focus_terms=tuple(focus.get("terms", ())), focus_examples=examples)
 
 
+class BudgetStarved(Exception):
+    """The agents proposed nothing in a generation because the LLM budget is spent."""
+
+
+def empty_reason(proposer: Proposer) -> str:
+    """Why a role's proposal came back empty, from what the proposer reports (budget, endpoint, drops)."""
+    if getattr(proposer, "budget_exhausted", False):
+        return getattr(proposer, "budget_message", "") or "the LLM budget is spent"
+    stopped = getattr(proposer, "stopped", None)
+    dropped = [reason for _, reason in getattr(proposer, "last_dropped", [])]
+    if dropped:
+        common = "; ".join(f"{n}x {r[:120]}" for r, n in Counter(dropped).most_common(2))
+        return f"all {len(dropped)} drafts were dropped: {common}"
+    if stopped:
+        return "; ".join(stopped.values())
+    return "the agent found nothing new to propose"
+
+
 def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext, number: int,
                       config: EvolveConfig, on_event: EventSink) -> list[Annotator]:
     """Ask each role for candidates; keep those that pass the code checks and are new."""
     judged = set(store.latest_verdicts())
     seen: set[str] = set()
     fresh: list[Annotator] = []
+    n_proposed = 0
     for role in config.roles:
         on_event(EventKind.AGENT_STARTED, {"generation": number, "agent": role})
         proposals = proposer.propose(role, context)
+        n_proposed += len(proposals)
         kept = 0
         for candidate in proposals:
             try:
@@ -111,6 +135,7 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             except CodeRejected as err:
                 on_event(EventKind.CANDIDATE_DROPPED, {"agent": role, "name": candidate.name, "reason": err.reason})
                 continue
+            annotator = dataclasses.replace(annotator, written_by=candidate.written_by or getattr(proposer, "name", ""))
             if annotator.id in seen or annotator.id in judged:
                 continue
             seen.add(annotator.id)
@@ -119,8 +144,12 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             kept += 1
             on_event(EventKind.CANDIDATE, {"generation": number, "agent": role, "annotator_id": annotator.id,
                                    "name": annotator.name})
-        on_event(EventKind.AGENT_FINISHED, {"generation": number, "agent": role, "proposed": len(proposals),
-                                    "kept": kept})
+        finished = {"generation": number, "agent": role, "proposed": len(proposals), "kept": kept}
+        if not proposals:
+            finished["why"] = empty_reason(proposer)
+        on_event(EventKind.AGENT_FINISHED, finished)
+    if n_proposed == 0 and getattr(proposer, "budget_exhausted", False):
+        raise BudgetStarved(empty_reason(proposer))
     return fresh
 
 
@@ -137,7 +166,12 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     ensure_votes(store, executor, pool_ids, "dev", on_event)
     pool_votes = store.vote_matrix(pool_ids, FITNESS).votes
 
-    fresh = _check_candidates(store, proposer, context, number, config, on_event)
+    try:
+        fresh = _check_candidates(store, proposer, context, number, config, on_event)
+    except BudgetStarved as starved:
+        store.stop_generation(number, "starved", str(starved))
+        on_event(EventKind.STOPPED, {"generation": number, "reason": str(starved)})
+        raise
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
     candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS).votes
     candidates = []
@@ -172,13 +206,19 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
 def evolve(store: Store, proposer: Proposer, executor: Executor, generations: int,
            config: EvolveConfig = EvolveConfig(), on_event: EventSink = quiet,
            should_stop: Callable[[], bool] = lambda: False) -> list[Generation]:
-    """Run until `generations` complete generations exist (so a rerun resumes where a killed run stopped)."""
+    """Run until `generations` complete generations exist (so a rerun resumes where a killed run stopped).
+
+    A generation starved by the LLM budget ends the run early (recorded, not complete: see `BudgetStarved`).
+    """
     done: list[Generation] = []
     for number in range(store.last_complete_generation() + 1, generations + 1):
         if should_stop():
             on_event(EventKind.STOPPED, {"generation": number})
             break
-        done.append(run_generation(store, proposer, executor, number, config, on_event))
+        try:
+            done.append(run_generation(store, proposer, executor, number, config, on_event))
+        except BudgetStarved:
+            break
     return done
 
 

@@ -156,7 +156,7 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
         "labels": list(store.load_task().labels),
         "aggregator": soft.aggregator,
         "generation": store.last_complete_generation(),
-        "pool": [{"id": a.id, "name": a.name, "agent": a.agent, "author": a.author}
+        "pool": [{"id": a.id, "name": a.name, "agent": a.agent, "author": a.author, "written_by": a.provenance}
                  for a in store.annotators(pool)],
         "rows": int(len(frame)),
         "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
@@ -212,7 +212,8 @@ def pool_as_python(store: Store) -> str:
         "",
     ]
     for a in annotators:
-        lines.append(f"# {a.name} — {a.agent}, generation {a.generation}, author {a.author}, id {a.id}")
+        lines.append(f"# {a.name} — {a.agent}, generation {a.generation}, author {a.author}, "
+                     f"written by {a.provenance}, id {a.id}")
         lines.append(f"SOURCES[{a.id!r}] = {a.source!r}")
         lines.append("")
     lines += _POOL_RUNNER.splitlines()

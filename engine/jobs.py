@@ -228,10 +228,10 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = D
 
 def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None,
               secrets: Mapping[str, Any] | None, budget: Mapping[str, Any] | None):
-    """The studio's agents; its budget fields use 0 for "no limit"."""
+    """The studio's agents; its budget fields (the workspace's limits, kept for later runs) use 0 for "no limit"."""
     from engine.llm.costs import Budget
 
-    limits = Budget(**{k: v for k, v in (budget or {}).items() if v})
+    limits = Budget.for_workspace(store, **{k: (v if v else -1) for k, v in (budget or {}).items()})
     return make_proposer(agents, store, llm_overrides=llm_overrides, secrets=secrets, budget=limits)
 
 

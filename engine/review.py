@@ -5,6 +5,7 @@ respect it (the gate never prunes a human-approved annotator nor re-admits a hum
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +109,7 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     annotator = make_annotator(Candidate(source, "human", name or (parent.name if parent else ""),
                                          (parent.id,) if parent else ()), store.last_complete_generation(),
                                author="human")
+    annotator = dataclasses.replace(annotator, written_by="person")
     if annotator.id == parent_id:
         raise CodeRejected("the edited code is the same as the original (after normalising)")
     store.save_annotator(annotator)

@@ -28,7 +28,7 @@ cols[1].metric("Precision (dev)", queries.number(info["precision"], ".2f"))
 cols[2].metric("Coverage (dev)", queries.number(info["coverage"], ".3f"))
 cols[3].metric("Fires", int(info["fires"]))
 cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macro-F1 with it minus without it")
-cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, author {annotator.author}")
+cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
 for label, rows in review.thin_classes(store, votes):

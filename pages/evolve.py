@@ -3,10 +3,12 @@ import streamlit as st
 
 from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
+from engine.llm.costs import Budget
 from studio import figures, progress, queries, review_ui, widgets
 
 widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
 store = widgets.require_data()
+
 workdir = store.path.parent
 job = REGISTRY.running(workdir, "evolve")
 last = store.last_complete_generation()
@@ -30,6 +32,8 @@ with st.container(border=True):
                    "model": b.text_input("Model (blank: from env / secrets)", key="llm_model")}
             budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, 10_000, 200, key="llm_calls"),
                       "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, 1000.0, 2.0, key="llm_usd")}
+            st.caption("The budget is the workspace's: every HTTP attempt (retries too) counts, across runs. "
+                       f"Now: {Budget.for_workspace(store, save=False).describe()}.")
     start, stop_soft, stop_hard = st.columns(3)
     if start.button(f"Run {more} generation{'s' if more > 1 else ''} (to {until})", type="primary",
                     disabled=job is not None,

@@ -87,7 +87,8 @@ def lineage(store: Store, annotator: Annotator) -> pd.DataFrame:
 
     def add(a: Annotator, relation: str) -> None:
         rows.append({"relation": relation, "generation": a.generation, "name": a.name, "agent": a.agent,
-                     "author": a.author, "verdict": latest.get(a.id, ("pending", ""))[0], "id": a.id})
+                     "author": a.author, "written_by": a.provenance,
+                     "verdict": latest.get(a.id, ("pending", ""))[0], "id": a.id})
 
     frontier, depth = list(annotator.parent_ids), 1
     while frontier and depth <= 10:
@@ -103,7 +104,8 @@ def lineage(store: Store, annotator: Annotator) -> pd.DataFrame:
             seen.add(c.id)
             add(c, "child" if depth == 1 else f"descendant ({depth} down)")
         frontier, depth = [c.id for c in children], depth + 1
-    return pd.DataFrame(rows, columns=["relation", "generation", "name", "agent", "author", "verdict", "id"])
+    return pd.DataFrame(rows, columns=["relation", "generation", "name", "agent", "author", "written_by", "verdict",
+                                       "id"])
 
 
 def preview(store: Store, source: str, parent_id: str) -> review.EditPreview:

@@ -54,7 +54,11 @@ def fold_events(events: list[dict[str, Any]]) -> RunView:
             view.dropped.append(e)
             view.feed.append(f"Dropped a {e['agent']} candidate: {e['reason']}")
         elif kind == EventKind.AGENT_FINISHED:
-            view.feed.append(f"The {e['agent']} proposed {e['proposed']}, {e['kept']} new")
+            view.feed.append(f"The {e['agent']} proposed {e['proposed']}, {e['kept']} new"
+                             + (f" ({e['why']})" if e.get("why") else ""))
+        elif kind in (EventKind.LLM_NOTE, EventKind.AGENT_STOPPED, EventKind.BUDGET_EXHAUSTED):
+            if f"LLM: {e['message']}" not in view.feed:  # a spent budget is told by every refused call
+                view.feed.append(f"LLM: {e['message']}")
         elif kind == EventKind.EXECUTING:
             view.agent = None
             view.sandbox = (0, int(e.get("examples", 0)) * int(e.get("annotators", 1)) or 1)
@@ -73,7 +77,8 @@ def fold_events(events: list[dict[str, Any]]) -> RunView:
                              + (" (reverted: it did harm)" if e.get("reverted") else ""))
         elif kind == EventKind.STOPPED:
             view.finished = "stopped"
-            view.feed.append("Stopped.")
+            view.feed.append(f"Generation {e['generation']} not complete: {e['reason']}." if e.get("reason")
+                             else "Stopped.")
         elif kind == EventKind.FAILED:
             view.finished, view.error = "failed", e.get("error")
     return view

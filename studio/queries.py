@@ -68,14 +68,16 @@ def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
         s = scores.get(a.id)
         verdict, by = latest.get(a.id, ("pending", ""))
         rows.append({
-            "id": a.id, "name": a.name, "agent": a.agent, "author": a.author, "generation": a.generation,
+            "id": a.id, "name": a.name, "agent": a.agent, "author": a.author, "written_by": a.provenance,
+            "generation": a.generation,
             "in_pool": a.id in pool, "verdict": verdict, "decided_by": by,
             "label": labels[s.label] if s and s.label != ABSTAIN else "",
             "precision": s.precision if s else np.nan, "coverage": s.coverage if s else np.nan,
             "fires": s.fires if s else 0, "faults": s.faults if s else 0,
             "parents": len(a.parent_ids),
         })
-    table = pd.DataFrame(rows, columns=["id", "name", "agent", "author", "generation", "in_pool", "verdict",
+    table = pd.DataFrame(rows, columns=["id", "name", "agent", "author", "written_by", "generation", "in_pool",
+                                        "verdict",
                                         "decided_by", "label", "precision", "coverage", "fires", "faults",
                                         "parents"])
     return unique_names(table)

@@ -30,6 +30,7 @@ class Step:
     hang_s: float = 0.0  # wait this long before answering (clients with a shorter timeout give up)
     usage: dict[str, int] | None | bool = True  # True: counted from the text; None/False: no usage field
     when: str | None = None  # only for a request whose body contains this substring
+    finish_reason: str = "stop"  # "length": the reply hit max_tokens
 
 
 @dataclass
@@ -62,8 +63,9 @@ class FakeOpenAIServer:
                                         daemon=True)
 
     # ---- scripting -----------------------------------------------------------------------------
-    def reply(self, text: str, *, usage: dict[str, int] | None | bool = True, when: str | None = None) -> None:
-        self._push(Step(text=text, usage=usage, when=when))
+    def reply(self, text: str, *, usage: dict[str, int] | None | bool = True, when: str | None = None,
+              finish_reason: str = "stop") -> None:
+        self._push(Step(text=text, usage=usage, when=when, finish_reason=finish_reason))
 
     def fail(self, status: int, *, headers: dict[str, str] | None = None, message: str | None = None,
              when: str | None = None) -> None:
@@ -186,7 +188,7 @@ class FakeOpenAIServer:
             "created": int(time.time()),
             "model": body.get("model", "fake-model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop", "logprobs": None}],
+                         "finish_reason": step.finish_reason, "logprobs": None}],
         }
         if step.usage is True:
             prompt, completion = max(1, prompt_chars // 4), max(1, len(text) // 4)

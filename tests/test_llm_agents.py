@@ -17,7 +17,7 @@ from engine.agents.offline import OfflineProposer
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
 from engine.events import EventKind
 from engine.llm.client import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
-from engine.sandbox.checks import ALLOWED_IMPORTS, check_source
+from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, extract_code
 from engine.score import score_annotator
 from engine.store.workspace import Store
 
@@ -109,7 +109,18 @@ def test_check_reply_keeps_every_good_block_and_names_each_bad_one():
     assert errors == ["block 2: imports 'os', which is not allowed (allowed: " + ", ".join(sorted(ALLOWED_IMPORTS))
                       + ")"]
     assert check_reply("I would rather not.") == ([], ["no code block found"])
-    assert check_reply("```python\ndef annotate(example):\n    return None\n")[1][0].startswith("a ```python block")
+
+
+def test_reply_check_and_extractor_agree_on_an_unclosed_fence():
+    """A complete annotator whose closing fence never came is accepted (as `extract_code` accepts it); a cut-off
+    is blamed only when the reply really hit max_tokens."""
+    unclosed = "Here:\n```python\n" + FREE
+    good, errors = check_reply(unclosed)
+    assert (good, errors) == ([("Here:", check_source(FREE))], [])
+    assert check_source(extract_code(unclosed)) == good[0][1]
+    broken = "```python\ndef annotate(example):\n    return ("
+    assert "cut off" not in check_reply(broken)[1][0]
+    assert "max_tokens" in check_reply(broken, cut_off=True)[1][0]
     assert check_reply(FREE)[0][0][1] == check_source(FREE)  # bare code without a fence is accepted
 
 

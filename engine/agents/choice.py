@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.agents.base import Proposer
-from engine.events import EventSink
+from engine.events import EventSink, quiet
 
 if TYPE_CHECKING:
     from engine.llm.costs import Budget, PriceTable
@@ -25,7 +25,8 @@ def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Map
                   secrets: Mapping[str, Any] | None = None, budget: Budget | None = None,
                   prices: PriceTable | None = None, on_event: EventSink | None = None) -> Proposer:
     """The proposer for `agents`. The LLM agents read their endpoint from `llm_overrides` (blank values are
-    unset), then the environment, then `secrets`; their calls are logged in `store` and capped by `budget`."""
+    unset), then the environment, then `secrets`, then the preset any of them names; their calls are logged
+    in `store` and capped by `budget` (default: the workspace's stored limits, when there is a store)."""
     if agents not in AGENTS:
         raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
     from engine.agents.offline import OfflineProposer
@@ -36,10 +37,14 @@ def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Map
     from engine.llm.client import LLMConfig, OpenAICompatibleClient, PriceTable
 
     config = LLMConfig.from_env({k: v for k, v in (llm_overrides or {}).items() if v}, secrets=secrets)
+    if budget is None and store is not None:
+        from engine.llm.costs import Budget
+
+        budget = Budget.for_workspace(store, save=False)
     client = OpenAICompatibleClient(config, store=store, prices=prices or PriceTable.default(), budget=budget)
-    llm = LLMProposer(client, on_event=on_event)
+    llm = LLMProposer(client, on_event=on_event, mode=config.mode)
     if agents == "llm":
         return llm
     from engine.agents.mixed import MixedProposer
 
-    return MixedProposer(llm, OfflineProposer())
+    return MixedProposer(llm, OfflineProposer(), on_event=on_event or quiet)

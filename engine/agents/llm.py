@@ -4,6 +4,10 @@ Each role makes a few calls (the refiner one per precise-but-narrow annotator); 
 reply is checked by `engine.sandbox.checks`. A reply with no usable code gets one repair turn quoting the errors,
 then what still fails is dropped with its reason (`last_dropped`, and `candidate_dropped` events). A spent
 budget ends proposing cleanly with what was gathered; bad credentials propagate as `LLMAuthError`.
+
+Modes: "code" asks for free Python; "spec" asks for a JSON spec (label, cues, view) that the engine renders
+into the offline agents' readable templates (`llm_spec.py`), which small local models can fill; "auto" starts
+with code and switches to spec for the rest of the run once free-code replies keep failing the checks.
 """
 from __future__ import annotations
 
@@ -16,51 +20,65 @@ from typing import Any
 
 import numpy as np
 
-from engine.agents import prompts
+from engine.agents import llm_spec, prompts
 from engine.agents.base import ProposalContext
-from engine.domain import AGENT_ROLES, Annotator, Candidate, code_hash
+from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
-from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient
+from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient, LLMReply
 from engine.sandbox.checks import CodeRejected, check_source, extract_code
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+_OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*)\Z", re.DOTALL | re.MULTILINE)
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
+MODES = ("code", "spec", "auto")
+AUTO_SWITCH_AFTER = 2  # free-code calls in a row with nothing usable before "auto" switches to spec
+
+
+def _prose_before(text: str, start: int, end: int) -> str:
+    prose = [ln.strip(" #*-") for ln in text[start:end].splitlines() if ln.strip()]
+    return prose[-1][:200] if prose else ""
 
 
 def split_reply(text: str) -> list[tuple[str, str]]:
     """(prose just before the block, code) for every python or untagged fenced block of a reply.
 
-    A reply with no fence at all is passed to `extract_code`, which accepts bare code (and raises
-    `CodeRejected` when there is none).
+    A block whose closing fence never comes (the reply ended inside it) runs to the end of the reply, as in
+    `extract_code`; the checks then judge whether the code in it is complete. A reply with no fence at all is
+    passed to `extract_code`, which accepts bare code (and raises `CodeRejected` when there is none).
     """
     blocks, last_end = [], 0
     for match in _FENCE.finditer(text):
         if match.group(1).lower() in _PYTHON_TAGS and match.group(2).strip():
-            prose = [ln.strip(" #*-") for ln in text[last_end: match.start()].splitlines() if ln.strip()]
-            blocks.append((prose[-1][:200] if prose else "", match.group(2)))
+            blocks.append((_prose_before(text, last_end, match.start()), match.group(2)))
         last_end = match.end()
+    unclosed = _OPEN_FENCE.search(text, last_end)
+    if unclosed and unclosed.group(1).lower() in _PYTHON_TAGS and unclosed.group(2).strip():
+        blocks.append((_prose_before(text, last_end, unclosed.start()), unclosed.group(2)))
     if not blocks and "```" not in text:
         blocks.append(("", extract_code(text)))
-    if not blocks and text.count("```") % 2:
-        raise CodeRejected("a ```python block is never closed (was the reply cut off?); write shorter code")
     if not blocks:
         raise CodeRejected("no ```python code block found")
     return blocks
 
 
-def check_reply(text: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """([(rationale, normalised source)], [error per rejected block]) for one reply."""
+def check_reply(text: str, cut_off: bool = False) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(rationale, normalised source)], [error per rejected block]) for one reply. `cut_off`: the reply hit
+    the max_tokens limit, which is then named as the likely cause of a rejected block."""
     try:
         blocks = split_reply(text)
     except CodeRejected as err:
-        return [], [err.reason]
+        return [], [err.reason + (_CUT_OFF if cut_off else "")]
     good, errors = [], []
     for i, (rationale, code) in enumerate(blocks, start=1):
         try:
             good.append((rationale, check_source(code)))
         except CodeRejected as err:
-            errors.append(f"block {i}: {err.reason}" if len(blocks) > 1 else err.reason)
+            reason = f"block {i}: {err.reason}" if len(blocks) > 1 else err.reason
+            errors.append(reason + (_CUT_OFF if cut_off and i == len(blocks) else ""))
     return good, errors
+
+
+_CUT_OFF = " (the reply hit the max_tokens limit and was cut off: write shorter code)"
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,8 @@ class _Job:
     seed: int
     messages: list[dict]
     parent_ids: tuple[str, ...] = ()
+    mode: str = "code"  # "code" | "spec": what the messages ask for
+    task: Task | None = None
 
 
 @dataclass
@@ -88,20 +108,46 @@ class LLMProposer:
     def __init__(self, client: LLMClient, n_per_role: int = 3, *, per_call: int = 2,
                  max_refine: int | None = None, refine_min_precision: float = 0.55,
                  refine_max_coverage: float = 0.08, parallel: int | None = None,
-                 on_event: EventSink | None = None):
+                 on_event: EventSink | None = None, mode: str = "code"):
+        if mode not in MODES:
+            raise ValueError(f"LLM mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.client = client
+        self.mode = mode
+        self.writing = "spec" if mode == "spec" else "code"  # what the next calls ask for
+        self._code_misses = 0  # free-code calls in a row that gave nothing usable (for "auto")
         self.n_per_role = n_per_role
         self.per_call = per_call
         self.max_refine = n_per_role if max_refine is None else max_refine
         self.refine_min_precision = refine_min_precision
         self.refine_max_coverage = refine_max_coverage
         config = getattr(client, "config", None)
+        self.model = getattr(config, "model", "") or "unknown model"
+        self.written_by = f"llm:{self.model}"
         self.parallel = max(1, parallel or getattr(config, "max_parallel", 1))
         self.on_event = on_event
         self.last_dropped: list[tuple[str, str]] = []
         self.budget_exhausted = False
+        self.budget_message = ""
+        self.notes: list[str] = []  # adaptations (server, mode) in words, for the run's summary
         self._event_lock = threading.Lock()
+        if hasattr(client, "on_note"):
+            client.on_note = self._note  # type: ignore[attr-defined]
 
+    def usage(self) -> dict[str, Any]:
+        """Calls, attempts, tokens, cost and failures of this run, the budget, and how the agents adapted."""
+        out: dict[str, Any] = {"model": self.model, "mode": self.mode, "writing": self.writing}
+        usage = getattr(self.client, "usage", None)
+        if usage is not None:
+            out.update(usage.as_dict())
+        budget = getattr(self.client, "budget", None)
+        if budget is not None:
+            out["budget"] = budget.summary()
+        out["notes"] = list(self.notes)
+        return out
+
+    def _note(self, message: str) -> None:
+        self.notes.append(message)
+        self._emit(EventKind.LLM_NOTE, {"agent": "llm", "message": message})
     def refine_targets(self, context: ProposalContext) -> list[Annotator]:
         """Pool annotators precise enough to trust but too narrow to matter yet, best first."""
         picks = []
@@ -129,7 +175,7 @@ class LLMProposer:
                     continue
                 known.add(code_hash(source))
                 candidates.append(Candidate(source=source, agent=role, parent_ids=job.parent_ids,
-                                            rationale=rationale))
+                                            rationale=rationale, written_by=self.written_by))
         failures = [o.failed for _, o in outcomes if o.failed is not None]
         if outcomes and len(failures) == len(outcomes):
             raise failures[0]  # the endpoint is down or unusable: say so rather than propose nothing
@@ -137,19 +183,19 @@ class LLMProposer:
 
     # ---- calls ---------------------------------------------------------------------------------
     def _jobs(self, role: str, context: ProposalContext) -> list[_Job]:
-        jobs = []
+        jobs, mode = [], self.writing
         targets: list[Annotator | None] = (
             list(self.refine_targets(context)) if role == "refiner" else [None] * self.n_per_role)
         for index, parent in enumerate(targets):
             seed = _seed(context, role, index, parent.id if parent else "")
             rng = np.random.default_rng(seed)
             if role == "generator":
-                messages = prompts.generator_messages(context, rng, self.per_call)
+                messages = prompts.generator_messages(context, rng, self.per_call, mode=mode)
             elif role == "improver":
-                messages = prompts.improver_messages(context, rng, self.per_call)
+                messages = prompts.improver_messages(context, rng, self.per_call, mode=mode)
             else:
-                messages = prompts.refiner_messages(context, parent, rng, self.per_call)
-            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else ()))
+                messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode)
+            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task))
         return jobs
 
     def _run(self, jobs: list[_Job]) -> list[tuple[_Job, _Outcome]]:
@@ -170,15 +216,17 @@ class LLMProposer:
         outcome, errors = _Outcome(), []
         try:
             reply = self._complete(job, job.messages)
-            outcome.sources, errors = check_reply(reply)
+            outcome.sources, errors = self._check(job, reply)
             if errors:
                 self._emit(EventKind.LLM_REPAIR, {"agent": job.role, "call": job.index, "errors": errors})
-                repaired = self._complete(job, prompts.repair_messages(job.messages, reply, errors))
-                fixed, still = check_reply(repaired)
+                repair = prompts.repair_messages(job.messages, reply.text, errors, mode=job.mode)
+                fixed, still = self._check(job, self._complete(job, repair))
                 outcome.sources += fixed
                 outcome.dropped += [f"rejected after one repair: {e}" for e in still]
+            self._track_mode(job, outcome)
         except BudgetExhausted as err:
             outcome.exhausted = self.budget_exhausted = True
+            self.budget_message = str(err)
             outcome.dropped += [f"rejected, not repaired (budget exhausted): {e}" for e in errors]
             self._emit(EventKind.BUDGET_EXHAUSTED, {"agent": job.role, "call": job.index, "message": str(err)})
         except LLMCallFailed as err:
@@ -186,12 +234,32 @@ class LLMProposer:
             outcome.dropped += [f"rejected, repair call failed: {e}" for e in errors] or [f"LLM call failed: {err}"]
         return outcome
 
-    def _complete(self, job: _Job, messages: list[dict]) -> str:
+    def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
         reply = self.client.complete(messages, role=job.role, seed=job.seed)
         self._emit(EventKind.LLM_CALL, {"agent": job.role, "call": job.index, "cached": reply.cached,
                                 "tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out,
                                 "cost_usd": reply.cost_usd, "latency_s": round(reply.latency_s, 3)})
-        return reply.text
+        return reply
+
+    def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
+        """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
+        if job.mode == "spec" and job.task is not None:
+            return llm_spec.parse_specs(reply.text, job.task)
+        return check_reply(reply.text, cut_off=reply.finish_reason == "length")
+
+    def _track_mode(self, job: _Job, outcome: _Outcome) -> None:
+        """In "auto": after `AUTO_SWITCH_AFTER` free-code calls in a row with nothing usable, ask for specs."""
+        if self.mode != "auto" or job.mode != "code":
+            return
+        with self._event_lock:
+            self._code_misses = 0 if outcome.sources else self._code_misses + 1
+            switch = self._code_misses >= AUTO_SWITCH_AFTER and self.writing == "code"
+            if switch:
+                self.writing = "spec"
+        if switch:
+            self._note(f"{self._code_misses} free-code replies in a row failed the checks: the model now fills "
+                       "JSON specs (label, cues, view) that the engine renders into annotators (--llm-mode spec "
+                       "starts there)")
 
     # ---- reporting -----------------------------------------------------------------------------
     def _drop(self, role: str, reason: str) -> None:

@@ -1,8 +1,18 @@
-"""Several proposers side by side (e.g. the LLM and the offline miner): their candidates, concatenated."""
+"""Several proposers side by side (e.g. the LLM and the offline miner): their candidates, concatenated.
+
+A member whose endpoint fails (an `LLMError`: unreachable, refused key, calls failing for good) is stopped
+for the rest of the run with a note, and the others carry on; only when every member has stopped does the
+error reach the caller.
+"""
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 from engine.agents.base import ProposalContext, Proposer
 from engine.domain import Candidate
+from engine.events import EventKind, EventSink, quiet
+from engine.llm.client import LLMError
 
 
 class MixedProposer:
@@ -10,15 +20,30 @@ class MixedProposer:
 
     name = "mixed"
 
-    def __init__(self, *proposers: Proposer):
+    def __init__(self, *proposers: Proposer, on_event: EventSink = quiet):
         if not proposers:
             raise ValueError("MixedProposer needs at least one proposer")
         self.proposers = proposers
+        self.on_event = on_event
+        self.stopped: dict[str, str] = {}  # member name -> why it stopped
 
     def propose(self, role: str, context: ProposalContext) -> list[Candidate]:
         out: list[Candidate] = []
         for proposer in self.proposers:
-            out.extend(proposer.propose(role, context))
+            if proposer.name in self.stopped:
+                continue
+            try:
+                proposals = proposer.propose(role, context)
+            except LLMError as err:
+                self.stopped[proposer.name] = (f"the {proposer.name} agents stopped at the {role} of generation "
+                                               f"{context.generation}: {err}")
+                if len(self.stopped) == len(self.proposers):
+                    raise
+                self.on_event(EventKind.AGENT_STOPPED, {"agent": proposer.name, "message":
+                              self.stopped[proposer.name] + "; the other agents carry on"})
+                continue
+            written_by = getattr(proposer, "written_by", proposer.name)
+            out.extend(c if c.written_by else dataclasses.replace(c, written_by=written_by) for c in proposals)
         return out
 
     @property
@@ -29,3 +54,15 @@ class MixedProposer:
     @property
     def budget_exhausted(self) -> bool:
         return any(getattr(p, "budget_exhausted", False) for p in self.proposers)
+
+    @property
+    def budget_message(self) -> str:
+        return "; ".join(getattr(p, "budget_message", "") for p in self.proposers if getattr(p, "budget_message", ""))
+
+    def usage(self) -> dict[str, Any] | None:
+        """The LLM member's usage summary (see `LLMProposer.usage`), plus which members stopped and why."""
+        for p in self.proposers:
+            usage = getattr(p, "usage", None)
+            if callable(usage):
+                return {**usage(), "stopped": dict(self.stopped)}
+        return None

@@ -49,7 +49,9 @@ def annotator_contract(task: Task) -> str:
         "of the data correctly is worth more than one that guesses everywhere.\n"
         f"- Allowed imports: {', '.join(sorted(ALLOWED_IMPORTS))}. Nothing else.\n"
         "- No I/O of any kind (files, network, processes, printing), no eval/exec/open, no classes, no "
-        "dunder names. Module level holds only imports, constants, compiled regexes and functions.\n"
+        "dunder names, no `with` or `match` statements. Module level holds only imports, constants, compiled "
+        "regexes and functions. Call only methods of strings, numbers, lists, dicts, sets, regex patterns and "
+        "matches, and the allowed modules (no attribute access on other objects).\n"
         "- It must be fast: a few string or regex tests per example, no heavy loops.\n"
         "- Give `annotate` a one-line docstring naming the cue it uses.\n"
         "- Answer with one ```python fenced block per annotator, each a complete module."
@@ -67,7 +69,14 @@ def describe_task(task: Task) -> str:
     return "\n".join(lines)
 
 
-def system_message(task: Task) -> dict[str, str]:
+def system_message(task: Task, mode: str = "code") -> dict[str, str]:
+    """The task and the contract: free code (`mode` "code") or a JSON spec the engine renders ("spec")."""
+    if mode == "spec":
+        from engine.agents.llm_spec import spec_contract
+
+        return {"role": "system", "content": (
+            "You choose cue words for labeling functions (annotators) in a weak-supervision pool.\n\n"
+            + describe_task(task) + "\n\n" + spec_contract(task))}
     return {"role": "system", "content": (
         "You write labeling functions (annotators) in Python for a weak-supervision pool.\n\n"
         + describe_task(task) + "\n\n" + annotator_contract(task))}
@@ -181,19 +190,23 @@ def _cluster_lines(context: ProposalContext, clusters: list[WordCluster], rng: n
     return lines
 
 
-def _ask(n: int, what: str) -> str:
+def _ask(n: int, what: str, mode: str = "code") -> str:
+    if mode == "spec":
+        return f"Describe {n} new annotator{'s' if n != 1 else ''} {what}, as a ```json list of objects."
     return f"Write {n} new annotator{'s' if n != 1 else ''} {what}. One ```python block per annotator."
 
 
-def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int) -> list[dict]:
+def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int,
+                       mode: str = "code") -> list[dict]:
     assert_no_holdout(context)
     shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
     user = (f"Labeled examples from the dev split:\n{shown}\n\n"
-            + _ask(n, "for this task, each using a different cue and together covering several labels"))
-    return [system_message(context.task), {"role": "user", "content": user + expert_feedback_text(context)}]
+            + _ask(n, "for this task, each using a different cue and together covering several labels", mode))
+    return [system_message(context.task, mode), {"role": "user", "content": user + expert_feedback_text(context)}]
 
 
-def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int) -> list[dict]:
+def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int,
+                      mode: str = "code") -> list[dict]:
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
@@ -222,12 +235,12 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
         target = f"that fix the weak labels ({focus}), using {where} where they help"
     else:
         target = f"that cover {where}, or cue the labels with the lowest F1 in new ways"
-    parts.append("\n" + _ask(n, target) + " Do not repeat the existing annotators' cues.")
-    return [system_message(task), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+    parts.append("\n" + _ask(n, target, mode) + " Do not repeat the existing annotators' cues.")
+    return [system_message(task, mode), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 
 
 def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.random.Generator,
-                     n: int, max_missed: int = 6) -> list[dict]:
+                     n: int, max_missed: int = 6, mode: str = "code") -> list[dict]:
     """Ask for broader variants of one precise-but-narrow annotator, showing dev rows of its class it misses."""
     assert_no_holdout(context)
     task, score = context.task, context.scores[annotator.id]
@@ -247,8 +260,8 @@ def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.ran
             picks = sorted(rng.choice(missed, min(max_missed, missed.size), replace=False))
             parts += [render_example(context.dev[i], task) for i in picks]
     parts.append("\n" + _ask(n, "that are broader variants of it: keep its precision but fire on more "
-                             "examples (synonyms, related phrasings, looser patterns)"))
-    return [system_message(task), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+                             "examples (synonyms, related phrasings, looser patterns)", mode))
+    return [system_message(task, mode), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 
 
 def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:
@@ -273,9 +286,14 @@ def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:
     return "\n".join(parts)
 
 
-def repair_messages(messages: list[dict], reply: str, errors: list[str]) -> list[dict]:
+def repair_messages(messages: list[dict], reply: str, errors: list[str], mode: str = "code") -> list[dict]:
     """One follow-up turn quoting why the previous answer was rejected."""
     listed = "\n".join(f"- {e}" for e in errors)
+    if mode == "spec":
+        return [*messages, {"role": "assistant", "content": reply},
+                {"role": "user", "content": (
+                    f"Your answer could not be used:\n{listed}\n\nFix these problems and reply again with one "
+                    '```json list of {"label", "cues", "view"} objects, following every rule above.')}]
     return [*messages, {"role": "assistant", "content": reply},
             {"role": "user", "content": (
                 f"Your answer could not be used:\n{listed}\n\nFix these problems and reply again: one complete "

@@ -16,13 +16,14 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import openai
 
-from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable  # noqa: F401 (re-exported)
+from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable, Usage  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from engine.store.workspace import Store
@@ -32,7 +33,8 @@ LOCAL_KEY = "not-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any k
 # Environment variable (also accepted as a top-level secrets.toml key) -> LLMConfig field.
 ENV_VARS = {"OPENAI_API_KEY": "api_key", "OPENAI_BASE_URL": "base_url", "EVOPOOL_MODEL": "model",
             "EVOPOOL_TEMPERATURE": "temperature", "EVOPOOL_MAX_TOKENS": "max_tokens",
-            "EVOPOOL_LLM_TIMEOUT": "timeout_s", "EVOPOOL_LLM_PARALLEL": "max_parallel"}
+            "EVOPOOL_LLM_TIMEOUT": "timeout_s", "EVOPOOL_LLM_PARALLEL": "max_parallel",
+            "EVOPOOL_LLM_MODE": "mode", "EVOPOOL_LLM_PRESET": "preset", "EVOPOOL_LLM_RETRIES": "max_retries"}
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{4,})")
 
 
@@ -58,6 +60,8 @@ class LLMConfig:
     timeout_s: float = 60.0
     max_retries: int = 4  # the openai client's: attempts = 1 + max_retries
     max_parallel: int = 4
+    mode: str = "auto"  # what the agents ask for: "code", "spec" (a JSON spec rendered by the engine), "auto"
+    preset: str = ""  # the server kind whose settings filled the unset fields (engine/llm/presets.py)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.public().items())
@@ -82,11 +86,14 @@ class LLMConfig:
     @classmethod
     def from_env(cls, overrides: Mapping[str, Any] | None = None, secrets: Mapping[str, Any] | None = None,
                  env: Mapping[str, str] | None = None) -> LLMConfig:
-        """Settings by precedence: `overrides` > environment > `secrets` (e.g. st.secrets) > defaults.
+        """Settings by precedence: `overrides` > environment > `secrets` (e.g. st.secrets) > the preset named
+        by any of those (`presets.py`) > defaults.
 
         `secrets` may hold the environment-variable names at top level and/or an `[llm]` table keyed
         by field name; blank values count as unset.
         """
+        from engine.llm.presets import preset
+
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         if secrets:
@@ -96,11 +103,21 @@ class LLMConfig:
                 values.update(_pick(table, {f.name: f.name for f in fields(cls)}))
         values.update(_pick(env, ENV_VARS))
         values.update({k: v for k, v in (overrides or {}).items() if v is not None and v != ""})
+        if not values.get("preset") and _is_local(values.get("base_url")) and not (
+                {"max_parallel", "timeout_s"} & set(values)):
+            values["preset"] = "local"  # a server on this machine most likely answers one request at a time
+        values = {**preset(values.get("preset")), **values}
         known = {f.name: f for f in fields(cls)}
         unknown = set(values) - set(known)
         if unknown:
             raise ValueError(f"unknown LLM settings: {sorted(unknown)}")
         return cls(**{k: _coerce(v, known[k].default) for k, v in values.items()})
+
+
+def _is_local(base_url: Any) -> bool:
+    """Whether an endpoint runs on this machine (loopback), where one-at-a-time servers are the rule."""
+    host = urlsplit(str(base_url or "")).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _pick(source: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
@@ -126,6 +143,7 @@ class LLMReply:
     latency_s: float
     cost_usd: float
     cached: bool = False
+    finish_reason: str | None = None  # "length": the reply hit max_tokens
 
 
 class LLMClient(Protocol):
@@ -187,6 +205,39 @@ class _Call:
     record: dict[str, Any]
     outcomes: list[str] = field(default_factory=list)  # per attempt: "ok", "HTTP 503", "timed out", ...
     latency_s: float = 0.0  # of the last attempt
+    sent: int = 0  # attempts sent for the current request (the budget reserved some before it)
+
+
+MAX_TIMEOUT_S = 600.0
+
+
+class _Slots:
+    """A semaphore whose size can shrink while in use (a one-request-at-a-time server gets one slot)."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self.in_use = 0
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> int:
+        """Wait for a slot; returns how many requests (this one included) are then in flight."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.in_use < self.limit)
+            self.in_use += 1
+            return self.in_use
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self.in_use -= 1
+            self._cond.notify_all()
+
+    def shrink_to(self, limit: int) -> None:
+        with self._cond:
+            self.limit = max(1, limit)
+
+
+class _RetryRefused(openai.OpenAIError):
+    """Raised inside `send` when the budget leaves no room for a retry; openai passes OpenAIErrors through."""
 
 
 class _AttemptLoggingClient(openai.DefaultHttpxClient):
@@ -199,11 +250,16 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
     def __init__(self, adapter: OpenAICompatibleClient, slots: int, **kwargs: Any):
         super().__init__(**kwargs)
         self._adapter = adapter
-        self._slots = threading.Semaphore(max(1, slots))
+        self.slots = _Slots(slots)
 
     def send(self, request: Any, **kwargs: Any) -> Any:
         call: _Call | None = getattr(self._adapter._current, "call", None)
-        with self._slots:
+        if call is not None:
+            call.sent += 1
+            if call.sent > 1 and not self._adapter.budget.try_attempt():
+                raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
+        timeout_used = (getattr(request, "extensions", {}).get("timeout") or {}).get("read") or 0.0
+        with self.slots as in_flight:
             started = time.monotonic()
             try:
                 response = super().send(request, **kwargs)
@@ -211,6 +267,7 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
                     response.read()  # the error message, for the log (openai reads it too)
             except _HTTP.TimeoutException as err:
                 self._adapter._attempt_failed(call, started, "timed out", str(err) or "no answer in time")
+                self._adapter._timed_out(max(in_flight, self.slots.in_use), timeout_used)
                 raise
             except _HTTP.TransportError as err:
                 self._adapter._attempt_failed(call, started, "connection failed", str(err) or type(err).__name__)
@@ -225,6 +282,7 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
         elif call is not None:
             call.outcomes.append("ok")
             call.latency_s = time.monotonic() - started
+            self._adapter.usage.add_attempt()
         return response
 
 
@@ -237,12 +295,22 @@ class OpenAICompatibleClient:
         self.store = store
         self.prices = prices or PriceTable()
         self.budget = budget or Budget()
+        self.usage = Usage()
+        self.timeout_s = config.timeout_s  # stretched when the server proves slower than configured
+        self.notes: list[str] = []  # how the client adapted to the server, in words
+        self.on_note: Callable[[str], None] | None = None
+        self._adapt_lock = threading.Lock()
         self._param_fixes: set[str] = set()
         self._key = config.resolved_api_key()
         self._current = threading.local()  # the `_Call` this thread is making
-        http = _AttemptLoggingClient(self, config.max_parallel)
+        self._http = _AttemptLoggingClient(self, config.max_parallel)
         self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, timeout=config.timeout_s,
-                                     max_retries=config.max_retries, http_client=http)
+                                     max_retries=config.max_retries, http_client=self._http)
+
+    @property
+    def parallel(self) -> int:
+        """Requests allowed in flight now (1 once the server showed it serves one at a time)."""
+        return self._http.slots.limit
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -253,8 +321,8 @@ class OpenAICompatibleClient:
         if self.store is not None:
             cached = self.store.cached_llm_reply(rhash)
             if cached is not None:
+                self.usage.add_call(cached=True)
                 return LLMReply(cached, 0, 0, 0.0, 0.0, cached=True)
-        self.budget.reserve_call()
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
         call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
@@ -263,24 +331,61 @@ class OpenAICompatibleClient:
         self._current.call = call
         try:
             while True:
+                self.budget.reserve_call()  # the first attempt; each retry is counted by the HTTP client
+                if not call.sent:
+                    self.usage.add_call()
+                call.sent = 0
                 try:
-                    response = self._openai.chat.completions.create(**request)
+                    client = self._openai.with_options(timeout=self.timeout_s)
+                    response = client.chat.completions.create(**request)
                 except openai.BadRequestError as err:
                     if self._adapt(request, self._scrub(_error_message(err))):
                         call.outcomes.clear()  # reshaped for this model: a fresh request, not a failure
                         continue
                     raise
                 return self._success(response, call)
+        except _RetryRefused:
+            self.usage.add_failed_call()
+            last = call.outcomes[-1] if call.outcomes else "no answer"
+            raise BudgetExhausted(f"LLM budget exhausted: {self.budget.reason()}; the {role} call was not "
+                                  f"retried after {len(call.outcomes)} failed attempt(s) ({last})") from None
         except openai.APIStatusError as err:
+            self.usage.add_failed_call()
             raise self._failure(err, role, call) from None
         except openai.APIConnectionError:  # includes APITimeoutError
+            self.usage.add_failed_call()
             raise self._gave_up(role, call) from None
         except openai.APIError as err:  # e.g. a reply that is not a chat completion
+            self.usage.add_failed_call()
             said = self._scrub(str(err))
             self._log(call.record, None, call.latency_s, error=said)
             raise LLMCallFailed(f"unusable answer from the endpoint: {said}") from None
         finally:
             self._current.call = None
+
+    def _timed_out(self, in_flight: int, timeout_used: float) -> None:
+        """An attempt got no answer in time. With others in flight the server most likely answers one
+        request at a time (llama.cpp, Ollama by default): send one at a time and wait longer; alone, wait
+        longer. Said once per change, through `on_note`."""
+        with self._adapt_lock:
+            slots, old = self._http.slots, self.timeout_s
+            if timeout_used < old:
+                return  # sent before the last adaptation: already answered
+            if in_flight > 1 and slots.limit > 1:
+                slots.shrink_to(1)
+                self.timeout_s = min(MAX_TIMEOUT_S, max(old * 3, 180.0))
+                note = (f"requests timed out with {in_flight} in flight: the server seems to answer one at a "
+                        f"time, so calls now go one at a time with a {self.timeout_s:.0f} s timeout "
+                        f"(was up to {in_flight} at once and {old:.0f} s; set EVOPOOL_LLM_PARALLEL=1 and "
+                        f"EVOPOOL_LLM_TIMEOUT, or --llm-preset, to start there)")
+            elif old < MAX_TIMEOUT_S:
+                self.timeout_s = min(MAX_TIMEOUT_S, old * 2)
+                note = f"a request alone timed out after {old:.0f} s: the timeout is now {self.timeout_s:.0f} s"
+            else:
+                return
+            self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
 
     def _failure(self, err: openai.APIStatusError, role: str, call: _Call) -> LLMError:
         """What an error answer the openai client did not (or no longer) retry means for the caller."""
@@ -303,6 +408,7 @@ class OpenAICompatibleClient:
         """Log one attempt that got no usable answer (called by the HTTP client, once per attempt)."""
         if call is None:
             return
+        self.usage.add_attempt(outcome)
         call.outcomes.append(outcome)
         call.latency_s = time.monotonic() - started
         self._log(call.record, None, call.latency_s, error=f"{outcome}: {self._scrub(detail)}")
@@ -326,8 +432,10 @@ class OpenAICompatibleClient:
         tokens_out = getattr(usage, "completion_tokens", None) or estimate_tokens(text)
         cost = self.prices.cost(self.config.model, tokens_in, tokens_out)
         self.budget.charge(tokens_in + tokens_out, cost)
+        self.usage.add_reply(tokens_in, tokens_out, cost)
         self._log(record, text, call.latency_s, tokens_in, tokens_out, cost)
-        return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost)
+        finish = getattr(choice, "finish_reason", None) if choice else None
+        return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost, finish_reason=finish)
 
     def _log(self, record: dict, reply: str | None, latency: float, tokens_in: int = 0, tokens_out: int = 0,
              cost: float = 0.0, error: str | None = None) -> None:

@@ -7,6 +7,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.store.workspace import Store
+
+META_KEY = "llm_budget"  # the workspace's limits, in the store's meta table
+LIMITS = ("max_calls", "max_tokens", "max_usd")
 
 
 class BudgetExhausted(RuntimeError):
@@ -54,22 +61,44 @@ class PriceTable:
 
 
 class Budget:
-    """Thread-safe spending limits (None = unlimited). Calls are counted before they are sent."""
+    """Thread-safe spending limits (None = unlimited), counted per HTTP attempt before it is sent.
+
+    A workspace keeps its limits and its spending (`for_workspace`): a rerun continues from what earlier
+    runs spent, so `--max-calls 30` means 30 attempts for the workspace, not per command.
+    """
 
     def __init__(self, max_calls: int | None = None, max_tokens: int | None = None,
-                 max_usd: float | None = None):
+                 max_usd: float | None = None, *, spent_calls: int = 0, spent_tokens: int = 0,
+                 spent_usd: float = 0.0):
         self.max_calls, self.max_tokens, self.max_usd = max_calls, max_tokens, max_usd
-        self.calls = self.tokens = 0
-        self.usd = 0.0
+        self.calls, self.tokens, self.usd = spent_calls, spent_tokens, spent_usd
+        self.start = {"calls": spent_calls, "tokens": spent_tokens, "usd": spent_usd}  # before this run
         self._lock = threading.Lock()
+
+    @classmethod
+    def for_workspace(cls, store: Store, *, save: bool = True, **limits: int | float | None) -> Budget:
+        """The workspace's budget: its stored limits overlaid with the given ones (stored again when `save`;
+        a negative value removes a limit), and what its call log says was already spent."""
+        stored = dict(store.get_meta(META_KEY, {}) or {})
+        for name, value in limits.items():
+            if name not in LIMITS:
+                raise ValueError(f"unknown LLM budget limit {name!r}; expected one of {', '.join(LIMITS)}")
+            if value is not None:
+                stored[name] = None if value < 0 else value
+        stored = {k: v for k, v in stored.items() if v is not None}
+        if save:
+            store.set_meta(META_KEY, stored)
+        spent = store.llm_spent()
+        return cls(**stored, spent_calls=int(spent["calls"]), spent_tokens=int(spent["tokens"]),
+                   spent_usd=float(spent["usd"]))
 
     def _spent_reason(self) -> str | None:
         if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"{self.calls} of {self.max_calls} calls used"
+            return f"{self.calls} of {self.max_calls} calls used (the call limit, --max-calls)"
         if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            return f"{self.tokens} of {self.max_tokens} tokens used"
+            return f"{self.tokens} of {self.max_tokens} tokens used (the token limit, --max-tokens)"
         if self.max_usd is not None and self.usd >= self.max_usd:
-            return f"${self.usd:.4f} of ${self.max_usd:.4f} spent"
+            return f"${self.usd:.4f} of ${self.max_usd:.4f} spent (the dollar limit, --max-usd)"
         return None
 
     @property
@@ -77,12 +106,26 @@ class Budget:
         with self._lock:
             return self._spent_reason() is not None
 
+    def reason(self) -> str | None:
+        """Which limit is reached, in words naming it (None while there is budget left)."""
+        with self._lock:
+            return self._spent_reason()
+
     def reserve_call(self) -> None:
+        """Count the first attempt of a call about to be sent, or refuse it when a limit is reached."""
         with self._lock:
             reason = self._spent_reason()
             if reason:
                 raise BudgetExhausted(f"LLM budget exhausted: {reason}")
             self.calls += 1
+
+    def try_attempt(self) -> bool:
+        """Count a retry about to be sent; False (and nothing counted) when a limit is reached."""
+        with self._lock:
+            if self._spent_reason():
+                return False
+            self.calls += 1
+            return True
 
     def charge(self, tokens: int, usd: float) -> None:
         with self._lock:
@@ -92,3 +135,67 @@ class Budget:
     def spent(self) -> dict[str, float]:
         with self._lock:
             return {"calls": self.calls, "tokens": self.tokens, "usd": round(self.usd, 6)}
+
+    def summary(self) -> dict[str, object]:
+        """Limits, spending (in all and in this run) and what remains, for the CLI and the studio."""
+        with self._lock:
+            limits = {"calls": self.max_calls, "tokens": self.max_tokens, "usd": self.max_usd}
+            spent = {"calls": self.calls, "tokens": self.tokens, "usd": round(self.usd, 6)}
+            this_run = {"calls": self.calls - self.start["calls"], "tokens": self.tokens - self.start["tokens"],
+                        "usd": round(self.usd - self.start["usd"], 6)}
+            remaining = {k: (None if limit is None else max(0, round(limit - spent[k], 6)))
+                         for k, limit in limits.items()}
+            return {"limits": limits, "spent": spent, "this_run": this_run, "remaining": remaining,
+                    "exhausted": self._spent_reason()}
+
+    def describe(self) -> str:
+        """One line: what remains of each limit set."""
+        s = self.summary()
+        parts = [f"{s['remaining'][k]} of {s['limits'][k]} {unit} left" for k, unit in
+                 (("calls", "calls"), ("tokens", "tokens"), ("usd", "USD")) if s["limits"][k] is not None]
+        return "; ".join(parts) if parts else f"no limit ({s['spent']['calls']} calls spent so far)"
+
+
+class Usage:
+    """What a client's calls came to in this run: calls, HTTP attempts, tokens, cost and failures by kind."""
+
+    def __init__(self) -> None:
+        self.calls = self.cached = self.failed_calls = self.attempts = 0
+        self.tokens_in = self.tokens_out = 0
+        self.usd = 0.0
+        self.failures: dict[str, int] = {}  # per failed attempt: "timed out", "HTTP 503", ...
+        self._lock = threading.Lock()
+
+    def add_call(self, *, cached: bool = False) -> None:
+        with self._lock:
+            self.calls += 1
+            self.cached += cached
+
+    def add_attempt(self, failure: str | None = None) -> None:
+        with self._lock:
+            self.attempts += 1
+            if failure:
+                self.failures[failure] = self.failures.get(failure, 0) + 1
+
+    def add_reply(self, tokens_in: int, tokens_out: int, usd: float) -> None:
+        with self._lock:
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
+            self.usd += usd
+
+    def add_failed_call(self) -> None:
+        with self._lock:
+            self.failed_calls += 1
+
+    def as_dict(self) -> dict[str, object]:
+        with self._lock:
+            return {"calls": self.calls, "cached": self.cached, "attempts": self.attempts,
+                    "failed_calls": self.failed_calls, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+                    "cost_usd": round(self.usd, 6), "failures": dict(sorted(self.failures.items()))}
+
+    def describe(self) -> str:
+        d = self.as_dict()
+        failures = ", ".join(f"{n} {kind}" for kind, n in d["failures"].items()) or "none"  # type: ignore[union-attr]
+        return (f"{d['calls']} calls ({d['cached']} from the cache, {d['failed_calls']} failed), "
+                f"{d['attempts']} HTTP attempts, {d['tokens_in']} + {d['tokens_out']} tokens, "
+                f"${d['cost_usd']:.4f}; failed attempts: {failures}")

@@ -45,6 +45,12 @@ class LogsMixin:
                        "ORDER BY recorded_at LIMIT 1", [request_hash])
         return rows[0][0] if rows else None
 
+    def llm_spent(self) -> dict[str, float]:
+        """What the workspace's LLM calls spent so far: HTTP attempts (one log row each), tokens, dollars."""
+        row = self._q("SELECT count(*), coalesce(sum(tokens_in + tokens_out), 0), coalesce(sum(cost_usd), 0) "
+                      "FROM llm_calls")[0]
+        return {"calls": int(row[0]), "tokens": int(row[1]), "usd": float(row[2])}
+
     def llm_calls(self) -> pd.DataFrame:
         return self._df("SELECT * FROM llm_calls ORDER BY recorded_at")
 

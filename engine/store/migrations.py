@@ -65,4 +65,9 @@ MIGRATIONS: list[tuple[str, str]] = [
         # a multi-label row's gold classes; `label` keeps the first one. NULL on single-label rows
         "ALTER TABLE examples ADD COLUMN label_set INTEGER[];",
     ),
+    (
+        "005_provenance_and_stops",
+        # who wrote an annotator ("llm:<model>", "offline", "person"); why a generation did not complete
+        "ALTER TABLE annotators ADD COLUMN written_by VARCHAR; ALTER TABLE generations ADD COLUMN note VARCHAR;",
+    ),
 ]

@@ -27,18 +27,19 @@ class PoolMixin:
         if self._q("SELECT 1 FROM annotators WHERE id = ?", [a.id]):
             return
         self._q(
-            "INSERT INTO annotators VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO annotators (id, name, source, agent, generation, parent_ids, author, rationale, "
+            "created_at, written_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [a.id, a.name, a.source, a.agent, a.generation, json.dumps(list(a.parent_ids)), a.author,
-             a.rationale, utc_now()],
+             a.rationale, utc_now(), a.written_by or None],
         )
 
     @staticmethod
     def _annotator(row: tuple) -> Annotator:
-        id_, name, source, agent, generation, parents, author, rationale = row[:8]
+        id_, name, source, agent, generation, parents, author, rationale, written_by = row[:9]
         return Annotator(id_, name, source, agent, int(generation), tuple(json.loads(parents)), author,
-                         rationale or "")
+                         rationale or "", written_by or "")
 
-    _ANN_COLS = "id, name, source, agent, generation, parent_ids, author, rationale"
+    _ANN_COLS = "id, name, source, agent, generation, parent_ids, author, rationale, written_by"
 
     def annotator(self, annotator_id: str) -> Annotator | None:
         rows = self._q(f"SELECT {self._ANN_COLS} FROM annotators WHERE id = ?", [annotator_id])
@@ -128,6 +129,12 @@ class PoolMixin:
     def start_generation(self, number: int) -> None:
         self._q("DELETE FROM generations WHERE number = ? AND status <> 'complete'", [number])
         self._q("INSERT INTO generations (number, status, started_at) VALUES (?, 'running', ?)", [number, utc_now()])
+
+    def stop_generation(self, number: int, status: str, note: str) -> None:
+        """Record why a started generation did not complete (e.g. `starved`: the LLM budget ran out before
+        any proposal); it is not complete, so the next run redoes it."""
+        self._q("UPDATE generations SET status = ?, finished_at = ?, note = ? WHERE number = ?",
+                [status, utc_now(), note, number])
 
     def complete_generation(self, number: int, decisions: Sequence[GateDecision], *, f1_before: float,
                             f1_after: float, n_candidates: int, pool_size: int, reverted: bool,

@@ -1,0 +1,111 @@
+"""Structured mode for small models: the model fills a JSON spec, the engine writes the code.
+
+Free code is hard for a small local model (syntax errors, module-level expressions, no `annotate`), but
+naming a label and a few cue phrases is within reach. A reply holds JSON objects like
+`{"label": "spam", "cues": ["free", "win*"], "view": "sentence"}`; each valid one becomes an `AnnotatorSpec`
+rendered by `templates.render` into the same readable annotator the offline agents write.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
+from engine.domain import Task
+from engine.text_views import task_views
+
+MAX_CUES = 8
+MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
+_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+_CUE_WORD = re.compile(r"[a-z0-9]+\*?")
+
+
+def views_for(task: Task) -> tuple[str, ...]:
+    """The views a spec may name on this task (entity views only where examples carry entity spans)."""
+    return task_views(task.fields)
+
+
+def spec_contract(task: Task) -> str:
+    """What a structured reply must hold; replaces the code contract in the system message."""
+    labels = ", ".join(json.dumps(label) for label in task.labels)
+    views = "; ".join(f'"{v}" = {VIEW_PHRASES[v]}' for v in views_for(task))
+    return (
+        "Do not write code. Describe each annotator as one JSON object with these keys:\n"
+        f'- "label": exactly one of {labels}: what the annotator votes when a cue appears;\n'
+        f'- "cues": a list of 1 to {MAX_CUES} short lower-case words or phrases (at most {MAX_CUE_WORDS} words '
+        'each) that signal that label; end a word with * to match its endings (win* matches winner);\n'
+        f'- "view": where to look for the cues: {views}.\n'
+        "Be precise: pick cues that rarely appear with other labels. Without a cue the annotator abstains.\n"
+        'Answer with one ```json block holding a list of objects, e.g. [{"label": ..., "cues": [...], '
+        '"view": "sentence"}].'
+    )
+
+
+def parse_specs(text: str, task: Task) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(rationale, rendered source)], [error per rejected object]) for one structured reply."""
+    objects = _objects(text)
+    if not objects:
+        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects']
+    good, errors = [], []
+    for i, obj in enumerate(objects, start=1):
+        try:
+            spec = to_spec(obj, task)
+        except ValueError as err:
+            errors.append(f"object {i}: {err}" if len(objects) > 1 else str(err))
+            continue
+        good.append((spec.describe(), render(spec)))
+    return good, errors
+
+
+def to_spec(obj: dict[str, Any], task: Task) -> AnnotatorSpec:
+    """One JSON object -> a checked cue spec; raises ValueError naming what is wrong."""
+    label = _label(obj.get("label", obj.get("class")), task)
+    raw = obj.get("cues", obj.get("cue_phrases", obj.get("keywords", obj.get("cue"))))
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ValueError('"cues" should be a list of words or short phrases')
+    cues: list[str] = []
+    for item in raw:
+        words = _CUE_WORD.findall(str(item).lower())
+        if 0 < len(words) <= MAX_CUE_WORDS:
+            cue = " ".join(words)
+            if cue not in cues and cue.strip("*"):
+                cues.append(cue)
+    if not cues:
+        raise ValueError(f'"cues" holds no usable word or phrase of at most {MAX_CUE_WORDS} words')
+    view = _view(obj.get("view", obj.get("field", "sentence")), task)
+    return AnnotatorSpec("cue", label, view, tuple(cues[:MAX_CUES]))
+
+
+def _label(value: Any, task: Task) -> str:
+    by_lower = {label.lower(): label for label in task.labels}
+    found = by_lower.get(str(value or "").strip().lower())
+    if found is None:
+        raise ValueError(f'"label" {value!r} is not one of {", ".join(map(json.dumps, task.labels))}')
+    return found
+
+
+def _view(value: Any, task: Task) -> str:
+    allowed = views_for(task)
+    name = str(value or "sentence").strip().lower()
+    name = {"text": "sentence", "whole": "sentence", "start": "lead", "first words": "lead"}.get(name, name)
+    if name not in allowed:
+        raise ValueError(f'"view" {value!r} is not one of {", ".join(map(json.dumps, allowed))}')
+    return name
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    """Every JSON object in a reply (fenced or not); single quotes are tolerated, nesting is not needed."""
+    found = []
+    for chunk in _OBJECT.findall(text):
+        for attempt in (chunk, chunk.replace("'", '"')):
+            try:
+                value = json.loads(attempt)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+            break
+    return found

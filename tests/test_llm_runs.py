@@ -1,0 +1,249 @@
+"""The LLM agents in whole runs against the scripted server: honest budgets, degrading mixed runs, provenance,
+the usage summary, structured (spec) mode, cut-off replies and adapting to a one-request-at-a-time server.
+Each test is one defect found against a real llama.cpp server (issue 17)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fake_openai_server import FakeOpenAIServer
+from test_llm_agents import FREE, context_for, fenced
+
+from engine.agents.llm import LLMProposer
+from engine.agents.llm_spec import parse_specs
+from engine.agents.templates import AnnotatorSpec, render
+from engine.domain import Task
+from engine.events import EventKind
+from engine.llm.client import Budget, BudgetExhausted, LLMConfig, OpenAICompatibleClient
+from engine.sandbox.checks import check_source
+from engine.store.workspace import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SPAM_CODE = '''import re
+
+LINK = re.compile(r"http|subscribe|check out|channel")
+
+
+def annotate(example):
+    """Links and self-promotion."""
+    return "SPAM" if LINK.search(example["text"].lower()) else None
+'''
+
+
+def client_for(server: FakeOpenAIServer, store: Store | None = None, budget: Budget | None = None,
+               **settings) -> OpenAICompatibleClient:
+    config = LLMConfig(base_url=server.base_url, model="tiny-local", **{"timeout_s": 5.0, "max_retries": 1,
+                                                                         **settings})
+    return OpenAICompatibleClient(config, store=store, budget=budget)
+
+
+def evopool(*args: str, **env: str) -> tuple[dict | None, subprocess.CompletedProcess]:
+    out = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **env}, cwd=ROOT)
+    lines = out.stdout.strip().splitlines()
+    return (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), out
+
+
+@pytest.fixture
+def demo_ws(tmp_path: Path, demo_csv: Path) -> str:
+    """A workspace holding the bundled demo and no generation yet."""
+    ws = str(tmp_path / "ws")
+    _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
+    assert out.returncode == 0, out.stderr
+    return ws
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---- honest budgets ---------------------------------------------------------------------------------
+def test_every_attempt_counts_against_the_call_limit(fake_openai, store):
+    for _ in range(5):
+        fake_openai.fail(503)
+    budget = Budget(max_calls=3)
+    client = client_for(fake_openai, store, budget, max_retries=4)
+    with pytest.raises(BudgetExhausted, match="--max-calls"):
+        client.complete([{"role": "user", "content": "hi"}], role="generator")
+    assert len(fake_openai.requests) == 3 and budget.calls == 3  # the fourth attempt was never sent
+    assert store.llm_spent()["calls"] == 3 and client.usage.as_dict()["failures"] == {"HTTP 503": 3}
+
+
+def test_limits_belong_to_the_workspace_and_name_the_limit_hit(fake_openai, store):
+    fake_openai.reply("one")
+    fake_openai.reply("two")
+    client = client_for(fake_openai, store, Budget.for_workspace(store, max_calls=2))
+    for _ in range(2):
+        client.complete([{"role": "user", "content": f"q{_}"}], role="generator")
+    again = Budget.for_workspace(store)  # a later run without the flag: same limit, same spending
+    assert again.max_calls == 2 and again.calls == 2
+    with pytest.raises(BudgetExhausted, match=r"2 of 2 calls used \(the call limit, --max-calls\)"):
+        again.reserve_call()
+    raised = Budget.for_workspace(store, max_calls=5)
+    assert raised.summary()["remaining"]["calls"] == 3 and raised.summary()["this_run"]["calls"] == 0
+    assert Budget.for_workspace(store, max_calls=-1).max_calls is None
+
+
+def test_a_starved_generation_is_not_complete_and_the_next_run_continues_it(fake_openai, demo_ws):
+    flags = ("--workdir", demo_ws, "--agents", "llm", "--base-url", fake_openai.base_url, "--model", "tiny-local",
+             "--generations", "1", "--llm-mode", "code")
+    summary, out = evopool("run", *flags, "--max-calls", "0")
+    assert out.returncode == 0, out.stderr
+    assert summary["generations_run"] == [] and summary["generation"] == 0
+    assert "--max-calls" in summary["stopped"] and "not complete" in out.stderr
+    assert summary["llm"]["attempts"] == 0 and summary["llm"]["budget"]["remaining"]["calls"] == 0
+    assert not fake_openai.requests
+
+    fake_openai.reply(fenced(SPAM_CODE))
+    fake_openai.reply(fenced(SPAM_CODE.replace("channel", "my video")))
+    summary, out = evopool("run", *flags, "--max-calls", "2")
+    assert out.returncode == 0, out.stderr
+    assert summary["generations_run"] == [1] and summary["generation"] == 1 and "stopped" not in summary
+    assert len(fake_openai.requests) == 2 and summary["llm"]["attempts"] == 2
+    assert summary["llm"]["budget"]["remaining"]["calls"] == 0
+    assert "LLM tiny-local (code): 2 calls" in out.stderr  # the usage summary, without -v
+    store = Store.open(demo_ws)
+    try:
+        status = store.generations().set_index("number")["status"]
+        assert status[1] == "complete"
+        written = {a.written_by for a in store.annotators()}
+        assert written == {"llm:tiny-local"}
+    finally:
+        Store.close_all()
+
+
+# ---- mixed mode degrades -----------------------------------------------------------------------------
+def test_mixed_mode_carries_on_without_a_dead_endpoint(demo_ws, tmp_path):
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    summary, out = evopool("run", "--workdir", demo_ws, "--agents", "mixed", "--base-url", dead, "--generations",
+                           "1", EVOPOOL_LLM_RETRIES="1")
+    assert out.returncode == 0, out.stderr
+    assert summary["generations_run"] == [1] and summary["pool_size"] > 0
+    llm = summary["llm"]
+    assert llm["failures"] == {"connection failed": llm["attempts"]} and llm["attempts"] >= 2
+    assert "connection failed" in llm["stopped"]["llm"] and "the other agents carry on" in out.stderr
+    assert "LLM stopped:" in out.stderr
+
+    lines = evopool("pool", "--workdir", demo_ws)[1].stdout.strip().splitlines()
+    assert {json.loads(line)["written_by"] for line in lines} == {"offline"}
+    manifest_out = tmp_path / "labels.csv"
+    result, out = evopool("export", "--workdir", demo_ws, "--out", str(manifest_out), "--aggregator", "mv")
+    assert out.returncode == 0, out.stderr
+    manifest = json.loads(Path(result["manifest"]).read_text())
+    assert {entry["written_by"] for entry in manifest["pool"]} == {"offline"}
+
+
+# ---- structured mode ------------------------------------------------------------------------------------
+def test_spec_replies_become_the_offline_templates():
+    reply = ('```json\n[{"label": "SPAM", "cues": ["Free", "win*", "claim your prize now today ok"], '
+             '"view": "sentence"},\n {"label": "maybe", "cues": ["x"]}]\n```')
+    task = Task("sms", ("HAM", "SPAM"), {}, "")
+    good, errors = parse_specs(reply, task)
+    expected = render(AnnotatorSpec("cue", "SPAM", "sentence", ("free", "win*")))  # the 6-word "cue" is dropped
+    assert [src for _, src in good] == [expected] and check_source(expected)
+    assert len(errors) == 1 and "'maybe' is not one of" in errors[0]
+    assert parse_specs("I cannot help with that.", task)[1][0].startswith("no JSON object found")
+
+
+def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
+    fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
+    proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")
+    got = proposer.propose("generator", context_for([]))
+    assert "Do not write code" in fake_openai.requests[0].body["messages"][0]["content"]
+    assert [c.source for c in got] == [render(AnnotatorSpec("cue", "spam", "sentence", ("free", "prize")))]
+    assert got[0].written_by == "llm:tiny-local"
+
+
+def test_auto_mode_switches_to_specs_when_free_code_keeps_failing(fake_openai):
+    for _ in range(4):  # two calls, each with its repair turn: syntax errors every time
+        fake_openai.reply("```python\ndef annotate(example)\n    return 'spam'\n```")
+    fake_openai.reply('{"label": "ham", "cues": ["lunch", "meeting"]}')
+    events: list[tuple[str, dict]] = []
+    proposer = LLMProposer(client_for(fake_openai), n_per_role=2, parallel=1, mode="auto",
+                           on_event=lambda kind, payload: events.append((kind, payload)))
+    assert proposer.propose("generator", context_for([])) == []
+    assert proposer.writing == "spec" and any(kind == EventKind.LLM_NOTE for kind, _ in events)
+    fake_openai.reply('{"label": "ham", "cues": ["dinner"]}')
+    got = proposer.propose("improver", context_for([]))
+    assert "Do not write code" in fake_openai.requests[4].body["messages"][0]["content"]
+    assert len(got) == 2 and all("CUES = " in c.source for c in got)
+
+
+# ---- cut-off replies ---------------------------------------------------------------------------------
+def test_cut_off_is_blamed_only_when_the_reply_hit_max_tokens(fake_openai):
+    broken = "```python\ndef annotate(example):\n    return ("
+    fake_openai.reply(broken, finish_reason="length")
+    fake_openai.reply(broken, finish_reason="length")
+    fake_openai.reply(broken)
+    fake_openai.reply(broken)
+    proposer = LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1)
+    proposer.propose("generator", context_for([]))
+    assert "max_tokens" in proposer.last_dropped[0][1]
+    proposer.propose("generator", context_for([], generation=2))
+    assert "max_tokens" not in proposer.last_dropped[0][1] and "cut off" not in proposer.last_dropped[0][1]
+
+
+def test_an_annotator_in_an_unclosed_fence_is_a_candidate(fake_openai):
+    fake_openai.reply("Sure:\n```python\n" + FREE)
+    got = LLMProposer(client_for(fake_openai), n_per_role=1).propose("generator", context_for([]))
+    assert [c.source for c in got] == [check_source(FREE)] and len(fake_openai.requests) == 1
+
+
+# ---- adapting to the server ------------------------------------------------------------------------------
+def test_timeouts_under_concurrency_make_the_client_serial_and_patient(fake_openai):
+    fake_openai.hang(30)
+    fake_openai.hang(30)
+    fake_openai.reply("late but fine")
+    fake_openai.reply("late but fine")
+    client = client_for(fake_openai, timeout_s=1.0, max_parallel=4, max_retries=2)
+    notes: list[str] = []
+    client.on_note = notes.append
+    barrier = threading.Barrier(2)
+    replies: list[str] = []
+
+    def ask(i: int) -> None:
+        barrier.wait()
+        replies.append(client.complete([{"role": "user", "content": f"q{i}"}], role="generator").text)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert replies == ["late but fine", "late but fine"]
+    assert client.parallel == 1 and client.timeout_s >= 180
+    assert len(notes) == 1 and "one at a time" in notes[0]
+    assert client.usage.as_dict()["failures"] == {"timed out": 2}
+
+
+def test_presets_fill_what_flags_and_environment_leave_unset():
+    local = LLMConfig.from_env({"preset": "llamacpp"}, env={})
+    assert (local.base_url, local.max_parallel, local.mode) == ("http://localhost:8080/v1", 1, "auto")
+    assert local.timeout_s >= 180
+    mine = LLMConfig.from_env({"preset": "llamacpp", "base_url": "http://box:9000/v1"},
+                              env={"EVOPOOL_LLM_PARALLEL": "2"})
+    assert (mine.base_url, mine.max_parallel) == ("http://box:9000/v1", 2)
+    on_this_machine = LLMConfig.from_env({"base_url": "http://127.0.0.1:8080/v1"}, env={})
+    assert (on_this_machine.preset, on_this_machine.max_parallel, on_this_machine.timeout_s) == ("local", 1, 300.0)
+    assert LLMConfig.from_env({"base_url": "http://127.0.0.1:8080/v1"}, env={"EVOPOOL_LLM_PARALLEL": "4"}
+                              ).max_parallel == 4
+    assert LLMConfig.from_env({"base_url": "https://api.example.com/v1"}, env={}).max_parallel == 4
+    with pytest.raises(ValueError, match="unknown LLM preset"):
+        LLMConfig.from_env({"preset": "gpt-box"}, env={})
+
+
+def test_an_llm_only_run_on_a_dead_endpoint_fails_in_one_line_and_still_reports_usage(demo_ws):
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    summary, out = evopool("run", "--workdir", demo_ws, "--agents", "llm", "--base-url", dead, "--generations", "1",
+                           EVOPOOL_LLM_RETRIES="0")
+    assert out.returncode == 1 and summary is None
+    assert "error: the generator call" in out.stderr and "connection failed" in out.stderr
+    assert "3 HTTP attempts" in out.stderr and "failed attempts: 3 connection failed" in out.stderr

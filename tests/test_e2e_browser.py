@@ -23,7 +23,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "test-output" / "screenshots"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EXPECTED_COLUMNS = ["id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"]
+EXPECTED_COLUMNS = ["id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator",
+                    "gold_label"]
 
 pytestmark = [
     pytest.mark.e2e,
@@ -209,5 +210,7 @@ def test_expert_journey(studio_url, tmp_path):
     assert len(frame) == 2056
     assert list(frame.columns) == EXPECTED_COLUMNS
     assert set(frame["label"]) <= {"HAM", "SPAM", ""}
+    assert set(frame.loc[frame["split"] == "dev", "gold_label"]) == {"HAM", "SPAM"}  # the expert's own labels
+    assert (frame.loc[frame["split"] != "dev", "gold_label"].fillna("") == "").all()
     assert set(frame["aggregator"]) == {"mv"}
     assert (frame["label"] != "").sum() > 1500

@@ -71,7 +71,7 @@ class ImportPlan:
     labels: tuple[str, ...]
     problems: list[RowProblem]
     notes: list[str]
-    text_column: str | None
+    text_column: str
 
     def split_counts(self) -> dict[str, int]:
         if self.rows.empty:
@@ -79,6 +79,17 @@ class ImportPlan:
         counts = self.rows["split"].value_counts().to_dict()
         counts["audit"] = int(self.rows["audit"].sum())
         return {k: int(v) for k, v in sorted(counts.items())}
+
+
+def with_text_column(frame: pd.DataFrame, opts: IngestOptions) -> IngestOptions:
+    """`opts` with its text column named: as given, else chosen by content (refused when no column reads as text)."""
+    if opts.text_column is not None:
+        return opts
+    chosen = choose_text_column(frame)
+    if chosen is None:
+        raise IngestError("no column holds free text (cells of several words); the columns are: "
+                          f"{', '.join(map(str, frame.columns))}; name the text column")
+    return IngestOptions(**{**opts.__dict__, "text_column": chosen})
 
 
 # ---- validating ----------------------------------------------------------------------------------
@@ -126,11 +137,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     """Check and normalise a raw frame. Returns (clean frame, label names, problems).
 
     A problem's row is the row of the file: the frame's index when it is the reader's row positions."""
-    if opts.text_column is None:
-        opts = IngestOptions(**{**opts.__dict__, "text_column": choose_text_column(frame)})
-        if opts.text_column is None:
-            raise IngestError("no column holds free text (cells of several words); the columns are: "
-                              f"{', '.join(map(str, frame.columns))}; name the text column")
+    opts = with_text_column(frame, opts)
     if opts.text_column not in frame.columns:
         raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
     labels = tuple(opts.labels) if opts.labels else labels
@@ -212,11 +219,12 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportPlan:
     """What an import would do, without writing anything: the clean rows with their splits, every problem,
     and notes for the user (the dev split smaller than asked, no unlabeled rows, the text column chosen)."""
-    text_column = opts.text_column or choose_text_column(frame)
-    clean, labels, problems = validate(frame, opts, labels)
+    resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
+    text_column = resolved.text_column
+    clean, labels, problems = validate(frame, resolved, labels)
     problems = sorted([*read_problems, *problems], key=lambda p: p.row)
     notes: list[str] = []
-    if opts.text_column is None and text_column is not None and text_column.lower() != "text":
+    if opts.text_column is None and text_column.lower() != "text":
         notes.append(f"the text is read from column {text_column!r} (the longest free text); choose another "
                      "text column if that is wrong")
     if clean.empty:

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -127,7 +128,8 @@ def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
 
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
                 audit_fraction: float = IngestOptions.audit_fraction,
-                reuse: bool = False, raw_estimates: bool = False) -> dict:
+                reuse: bool = False, raw_estimates: bool = False, select: dict | None = None,
+                gate: dict | None = None) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
         shutil.rmtree(workdir)
@@ -147,7 +149,8 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
             proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
         else:
-            proposer, config = OfflineProposer(), EvolveConfig(seed=seed)
+            proposer = OfflineProposer(select=replace(SelectConfig(), **(select or {})))
+            config = EvolveConfig(gate=GateConfig.from_dict(gate), seed=seed)
         evolve(store, proposer, executor, generations, config)
         row["evolve_s"] = round(time.monotonic() - started, 1)
         row["pool"] = len(store.pool_ids())
@@ -250,6 +253,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.md")
     parser.add_argument("--raw-estimates", action="store_true",
                         help="ablation: raw precision and no cross-fitted gain in the offline selection and the gate")
+    parser.add_argument("--select", type=json.loads, default=None,
+                        help='ablation: JSON overriding the offline selection (SelectConfig)')
+    parser.add_argument("--gate", type=json.loads, default=None,
+                        help="ablation: JSON overriding the gate's thresholds (GateConfig)")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
@@ -261,15 +268,21 @@ def main() -> None:
                                       + ("-raw" if args.raw_estimates else ""))
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
-                                    args.reuse, args.raw_estimates))
+                                    args.reuse, args.raw_estimates, args.select, args.gate))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
+
+
+def ablation_flags(args: argparse.Namespace) -> str:
+    return "".join(f" --{name} '{json.dumps(value)}'" for name, value in (("select", args.select), ("gate", args.gate))
+                   if value)
 
 
 def write(args: argparse.Namespace, rows: list[dict], aggregators: tuple[str, ...]) -> None:
     text = (f"Measured {date.today().isoformat()} at commit {commit()} on {machine()} (`nproc` {os.cpu_count()}, "
             f"`uname -m` {platform.machine()}) with `python bench/quality.py --seeds "
-            f"{' '.join(map(str, args.seeds))}{' --raw-estimates' if args.raw_estimates else ''}` "
+            f"{' '.join(map(str, args.seeds))}{' --raw-estimates' if args.raw_estimates else ''}"
+            f"{ablation_flags(args)}` "
             f"({args.generations} generations, offline agents, dev = 500 rows "
             f"or the whole valid split when smaller, audit share {args.audit_fraction}). Test macro-F1; "
             "rows with no label count as wrong. `evolve s`: wall time of the generations on a shared machine.\n\n"

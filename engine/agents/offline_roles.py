@@ -16,6 +16,7 @@ from engine.agents.offline_mine import (
     keyword_banks,
     surface_proposals,
 )
+from engine.agents.offline_seed import seeded_proposals
 from engine.agents.offline_select import Proposal, predictions, vote_counts
 from engine.agents.templates import AnnotatorSpec, parse_spec
 from engine.score import per_class_f1
@@ -34,11 +35,13 @@ def _jitter(proposals: list[Proposal], rng: np.random.Generator, scale: float = 
 
 def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator,
                         min_precision: float) -> list[Proposal]:
-    """Single cues, keyword banks, vetoed variants and surface thresholds mined from all of dev."""
+    """Single cues, keyword banks, vetoed variants and surface thresholds mined from all of dev, and cues
+    seeded from the labels' names and descriptions."""
     singles = cue_proposals(ws, min_precision=min_precision)
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     vetoed = exception_variants(ws, singles + banks)
-    return _jitter(singles + banks + vetoed + surface_proposals(ws, min_precision=min_precision), rng)
+    seeded = seeded_proposals(ws, min_precision)
+    return _jitter(singles + banks + vetoed + seeded + surface_proposals(ws, min_precision=min_precision), rng)
 
 
 def _votes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:

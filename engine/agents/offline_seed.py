@@ -1,0 +1,76 @@
+"""Cues from what the task says, not from the rows: the words of each label's name and description.
+
+A class called `card_arrival` or `Antagonist` names its own best cue. Mining a few hundred dev rows can miss
+such a word (it fires on too few rows to rank) or rank a dev-only fluke above it; a word taken from the label
+was not chosen by looking at dev, so its dev figures are not inflated by that choice. Seeded candidates still
+face the preview of the gate and the gate itself on dev, like every other candidate.
+"""
+from __future__ import annotations
+
+import re
+from itertools import permutations
+
+import numpy as np
+
+from engine.agents.mining import MIN_PREFIX, stems
+from engine.agents.offline_mine import OfflineWorkspace
+from engine.agents.offline_select import Proposal
+from engine.agents.templates import AnnotatorSpec
+
+SEED_BOOST = 2.0  # rank seeded cues above mined ones of equal dev lift: their choice did not read dev
+MAX_WORDS = 6  # content words kept per label (name first, then description)
+STOPWORDS = frozenset(
+    "a an and are as at be by can for from has have in into is it its my not of on or that the this to was "
+    "were which with e1 e2 other none any after before your you how what why when where".split()
+)
+
+
+def label_words(label: str, description: str = "") -> list[str]:
+    """Content words of a label's name (split at `_`, `-`, `/`, spaces and camelCase), then of its description."""
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", f"{label} {description}")
+    words: list[str] = []
+    for word in re.findall(r"[a-z0-9]+", spaced.lower()):
+        if len(word) >= 3 and word not in STOPWORDS and not word.isdigit() and word not in words:
+            words.append(word)
+    return words[:MAX_WORDS]
+
+
+def word_cue(word: str) -> str:
+    """The widest safe cue for a word: its shortest stem prefix (`arriv*` for arrival), else the word itself."""
+    prefixes = sorted(stems(word), key=len)
+    return prefixes[0] if prefixes and len(prefixes[0]) - 1 >= MIN_PREFIX else word
+
+
+def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
+    """(class, spec) pairs: each label word alone in each view, and each ordered pair of a class's words as a
+    conjunction (the first in the view, the second anywhere in the text), which names like `card_arrival`
+    need: `card` alone fits a dozen banking classes."""
+    out: list[tuple[int, AnnotatorSpec]] = []
+    for label_id, label in enumerate(ws.task.labels):
+        words = label_words(label, str(ws.task.label_descriptions.get(label, "")))
+        cues = list(dict.fromkeys(word_cue(w) for w in words))
+        for view in ws.views:
+            if view not in ("sentence", "between", "lead"):
+                continue  # entity names and short windows say little about a class name's words
+            out += [(label_id, AnnotatorSpec("cue", label, view, (cue,))) for cue in cues]
+            out += [(label_id, AnnotatorSpec("cue", label, view, (first,), also=(second,)))
+                    for first, second in permutations(cues, 2)]
+    return out
+
+
+def seeded_proposals(ws: OfflineWorkspace, min_precision: float) -> list[Proposal]:
+    """Seeded specs that fire on dev with at least `min_precision`, ranked by lift x sqrt(support), boosted."""
+    out: list[Proposal] = []
+    for label_id, spec in seeded_specs(ws):
+        fired = ws.fires(spec)
+        n = int(fired.sum())
+        if n == 0:
+            continue
+        correct = int(np.count_nonzero(fired & ws.hit(label_id)))
+        precision = correct / n
+        lift = precision - float(ws.class_prior[label_id])
+        if precision < min_precision or lift <= 0:
+            continue
+        out.append(Proposal(spec, label_id, fired, prior=float(SEED_BOOST * lift * np.sqrt(correct)),
+                            note="seeded from the label's name or description"))
+    return out

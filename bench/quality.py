@@ -149,7 +149,8 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
             proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
         else:
-            proposer = OfflineProposer(select=replace(SelectConfig(), **(select or {})))
+            chosen = replace(SelectConfig(), **(select or {}))  # the proposer passes min_fires on itself
+            proposer = OfflineProposer(select=chosen, min_fires=chosen.min_fires)
             config = EvolveConfig(gate=GateConfig.from_dict(gate), seed=seed)
         evolve(store, proposer, executor, generations, config)
         row["evolve_s"] = round(time.monotonic() - started, 1)

@@ -123,6 +123,19 @@ def _llm_summary(proposer: Any) -> dict | None:
     return summary
 
 
+def _label_descriptions(path: str | None) -> dict[str, str]:
+    """A JSON object {label: description}; the offline agents seed cues from it, the LLM agents read it."""
+    if not path:
+        return {}
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--label-descriptions {path}: {err}") from err
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise UsageError(f'--label-descriptions {path}: expected a JSON object {{"label": "description", ...}}')
+    return value
+
+
 def cmd_run(args: argparse.Namespace) -> dict:
     from engine.sandbox.executor import SandboxExecutor
 
@@ -133,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
         opts = IngestOptions(dev_size=args.dev_size, audit_fraction=args.audit_fraction, seed=args.seed,
                              text_column=args.text_column,
                              label_column=args.label_column, multi_label=args.multi_label,
-                             label_separator=args.label_separator)
+                             label_separator=args.label_separator, task_name=args.task_name,
+                             label_descriptions=_label_descriptions(args.label_descriptions))
         report = import_path(store, args.data, opts)
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
               file=sys.stderr, flush=True)
@@ -318,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--multi-label", action="store_true",
                      help="a label cell may hold several labels (CSV: joined by --label-separator; JSONL: a list)")
     run.add_argument("--label-separator", default="|", help="between the labels of a multi-label cell")
+    run.add_argument("--label-descriptions", metavar="JSON",
+                     help='file with {"label": "what it means", ...}: seeds the agents\' cues (import only)')
+    run.add_argument("--task-name", help="the task's name (import only; default: the file's name)")
     run.add_argument("--gate-config", help="JSON file overriding gate thresholds")
     run.add_argument("--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)")
     run.add_argument("--model", help="model name (else EVOPOOL_MODEL)")

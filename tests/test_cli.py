@@ -82,6 +82,26 @@ def test_run_holds_back_audit_rows_on_request(tmp_path, demo_csv):
     Store.close_all()
 
 
+def test_run_takes_the_task_name_and_label_descriptions_at_import(tmp_path, demo_csv):
+    labels = sorted(pd.read_csv(demo_csv)["label"].dropna().unique())
+    described = tmp_path / "labels.json"
+    described.write_text(json.dumps({labels[0]: "what the first class means", "nonsense": "no such label"}))
+    ws = tmp_path / "named"
+    summary, out = evopool("run", str(demo_csv), "--workdir", str(ws), "--generations", "0",
+                           "--task-name", "Comment triage", "--label-descriptions", str(described))
+    assert out.returncode == 0, out.stderr
+    assert "descriptions given for labels the data does not have (ignored): nonsense" in out.stderr
+    store = Store.open(ws)
+    task = store.load_task()
+    assert task.name == "Comment triage"
+    assert dict(task.label_descriptions) == {labels[0]: "what the first class means"}
+    Store.close_all()
+    bad = tmp_path / "bad.json"
+    bad.write_text('["not", "an", "object"]')
+    _, out = evopool("run", str(demo_csv), "--workdir", str(tmp_path / "other"), "--label-descriptions", str(bad))
+    assert out.returncode == 2 and "expected a JSON object" in out.stderr
+
+
 def test_bad_input_is_a_one_line_domain_error_not_a_traceback(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,text,label\n1,hello,a\n1,again,b\n")

@@ -256,11 +256,15 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     if clean.empty:
         raise IngestError(f"{source}: no usable rows")
     notes = list(plan.notes)
+    stray = sorted(set(opts.label_descriptions) - set(labels))
+    if stray:
+        notes.append(f"descriptions given for labels the data does not have (ignored): {', '.join(stray)}")
     if not (clean["split"] == "dev").any():
         raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
                           "add a label column with at least a few labeled rows per class")
     field_names = tuple(sorted({k for f in clean["fields"] for k in f}))
-    task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=opts.label_descriptions,
+    described = {label: text for label, text in opts.label_descriptions.items() if label in labels}
+    task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=described,
                 instructions=opts.instructions, fields=field_names, multi_label=opts.multi_label)
     store.add_examples(dataset, source, clean)
     store.save_task(task)

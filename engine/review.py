@@ -13,10 +13,11 @@ import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
 from engine.evolve import ensure_votes
+from engine.explain import Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
-from engine.score import pool_macro_f1, score_annotator
+from engine.score import chance_precision, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 
@@ -121,6 +122,29 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     if parent is not None and parent.id in store.pool_ids():
         reject(store, parent.id, f"replaced by edited version {annotator.id}")
     return annotator
+
+
+def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanation]:
+    """Each verdict row (annotator_id, verdict, reasons, decided_by) in plain words, keyed by the row's index:
+    its fires and precision on the fitness rows, chance for its classes there, and the deciding check."""
+    if verdicts.empty:
+        return {}
+    task = store.load_task()
+    ids = list(dict.fromkeys(verdicts["annotator_id"]))
+    votes = store.vote_matrix(ids, FITNESS).votes
+    y = store.gold(FITNESS)
+    names = {a.id: a.name or a.id[:8] for a in store.annotators()}
+    column = {a: votes[:, j] for j, a in enumerate(ids)}
+    scores = {a: score_annotator(a, column[a], y) for a in ids}
+    chance = {a: chance_precision(column[a], y, len(task.labels)) for a in ids}
+    out = {}
+    for index, row in verdicts.iterrows():
+        a = row["annotator_id"]
+        s = scores[a] if scores[a].fires else store.scores([a]).get(a)
+        label = task.labels[s.label] if s is not None and s.label != ABSTAIN else ""
+        out[index] = explain(row["verdict"], list(row["reasons"]), s, label, len(y), chance[a],
+                             row["decided_by"], names)
+    return out
 
 
 THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance

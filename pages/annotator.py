@@ -31,6 +31,9 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
+last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
+if not last_verdict.empty:
+    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]])
 for label, rows in review.thin_classes(store, votes):
     st.warning(f"**{queries.escape_md(label)}** has only {rows} dev row(s) the gate judges on: this annotator's "
                "precision for it is mostly chance, and the class weighs as much in macro-F1 as the biggest one. "

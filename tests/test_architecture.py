@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine", "engine.domain", "engine.events", "engine.text_views"),
     ("engine.store",),
     ("engine.ingest", "engine.sandbox", "engine.llm", "engine.embed", "engine.score"),
-    ("engine.agents", "engine.gate", "engine.aggregators", "engine.weak_spots"),
+    ("engine.agents", "engine.gate", "engine.explain", "engine.aggregators", "engine.weak_spots"),
     ("engine.evolve", "engine.labeling", "engine.review", "engine.export"),
     ("engine.corpus",),
     ("engine.jobs",),

@@ -247,6 +247,13 @@ def test_evolve_screen_shows_the_timeline_and_each_verdict_with_its_reasons(home
     for reasons in gate["reasons"]:
         assert reasons and reasons[0].split(":")[0] in shown
     assert "Gate reasons" in shown
+    # every card says its verdict in plain words with the annotator's own fires and precision on the fitness rows
+    assert shown.count("In plain words:") == len(gate)
+    for annotator_id in gate["annotator_id"]:
+        s = score.score_annotator(annotator_id, store.vote_matrix([annotator_id], FITNESS).votes[:, 0],
+                                  store.gold(FITNESS))
+        if s.fires:
+            assert f"right on {s.correct} of them (precision {s.precision:.2f})" in shown
 
 
 def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):
@@ -297,6 +304,7 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert shown["Fires"] == str(score.fires)
     assert shown["Verdict"] in ("accept", "approve")
     assert f"Fires on {score.fires} dev rows" in texts(at)
+    assert "In plain words:** It votes (mostly) **" in texts(at) and "Accepted" in texts(at)
     history = table_with(at, "reason")
     assert history["by"].tolist()[0] == "gate" and history["verdict"].tolist()[0] == "accept"
     assert "viable" in history["reason"].iloc[0]  # the gate's reasons, as recorded

@@ -17,6 +17,7 @@ from engine.score import lift
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 AT_CHANCE_LIFT = 1.0  # at or below: the precision says nothing about the class
 WEAK_LIFT = 1.5  # below: barely better than chance
+THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,24 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
     return ["Accepted: precise enough" + ("; " + "; ".join(parts) if parts else "") + "."]
 
 
+def too_few_rows(label: str, rows: int) -> str:
+    """Why a class with few dev rows cannot judge an annotator, and what the expert can do."""
+    return (f"Only {rows} dev row{'s' if rows != 1 else ''} the gate judges on {'are' if rows != 1 else 'is'} "
+            f"{label}: one row more or less right moves a precision there by up to {1 / max(rows, 1):.0%}, so "
+            f"the figure is mostly chance. Label more {label} rows (Labels screen: label rows for dev, or import "
+            "them), or read its fired rows and judge the cues yourself.")
+
+
 def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,
-            chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None) -> Explanation:
-    """The whole explanation of one verdict (`chance`: see engine.score.chance_precision)."""
+            chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None,
+            class_rows: int | None = None) -> Explanation:
+    """The whole explanation of one verdict (`chance`: see engine.score.chance_precision; `class_rows`: the
+    fitness rows of its class, said when too few to judge it)."""
     lines: list[str] = []
     at_chance, times = False, 0.0
     if score is not None:
         lines, at_chance, times = what_it_does(score, label, n_dev, chance)
+        if label and class_rows is not None and class_rows < THIN_CLASS_ROWS:
+            lines.append(too_few_rows(label, class_rows))
     lines += why_the_verdict(verdict, reasons, decided_by, names or {})
     return Explanation(tuple(lines), at_chance, chance, times)

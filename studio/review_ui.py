@@ -91,6 +91,19 @@ def explanation(plain: Explanation) -> None:
                    "reject it unless you know better.", icon=":material/warning:")
 
 
+def thin_class_note(store: Store) -> None:
+    """Which classes have too few dev rows to judge an annotator on, and what the expert can do about it."""
+    thin = review.thin_classes(store)
+    if not thin:
+        return
+    listed = ", ".join(f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin)
+    st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
+               f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
+               "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
+               "(*Label rows for dev*: they join dev with your name and the time), import more, or judge those "
+               "annotators by their fired rows.", icon=":material/warning:")
+
+
 def history(store: Store, annotator_id: str, always: bool = False) -> None:
     """Every verdict on an annotator, oldest first: the gate's and the expert's, with reasons and notes.
 

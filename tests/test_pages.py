@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -431,10 +432,17 @@ def test_labels_screen_before_and_after_computing(home):
     assert len(table) == 25
     assert {"id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"} <= set(
         table.columns)
-    assert len(at.get("download_button")) == 5
+    buttons = {b.proto.label: b.proto for b in at.get("download_button")}
+    assert len(buttons) == 6 and not buttons["Hugging Face dataset (.zip)"].disabled
     at.multiselect(key="browse_class").set_value(["SPAM"]).run()
     assert set(at.dataframe[-1].value["label"]) == {"SPAM"}
     assert isinstance(at.dataframe[-1].value, pd.DataFrame)
+    with pytest.MonkeyPatch.context() as patch:  # without `datasets` the option is off and says how to get it
+        patch.setitem(sys.modules, "datasets", None)
+        at.run()
+        buttons = {b.proto.label: b.proto for b in at.get("download_button")}
+        assert buttons["Hugging Face dataset (.zip)"].disabled
+        assert "Hugging Face dataset: off" in texts(at) and "pip install" in texts(at)
 
 
 def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, monkeypatch):

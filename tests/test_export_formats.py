@@ -11,6 +11,7 @@ from test_cli import evopool
 
 from engine.cli import main
 from engine.export_hf import HF_MISSING, hf_available
+from engine.store.workspace import Store
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,10 @@ def test_the_hugging_face_layout_loads_back_with_class_labels(workspace, tmp_pat
 def test_without_datasets_the_hf_format_says_how_to_install_it(workspace, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     assert not hf_available()
-    code = main(["export", "--workdir", workspace, "--out", str(tmp_path / "hf"), "--format", "hf"])
+    try:
+        code = main(["export", "--workdir", workspace, "--out", str(tmp_path / "hf"), "--format", "hf"])
+    finally:
+        Store.close_all()  # in this process: let the next test's CLI open the workspace
     assert code == 1
     assert HF_MISSING in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()

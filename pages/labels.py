@@ -6,7 +6,7 @@ from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import pool_key
-from studio import corpus_ui, figures, labels_ui, state, widgets
+from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
 store = widgets.require_data()
@@ -79,6 +79,10 @@ st.caption("Dev rows carry out-of-fold probabilities (each from a model that nev
 st.subheader("Labeled rows")
 frame = labels_ui.labeled_frame(name, result)
 labels_ui.browse(name, store, frame, task.labels)
+
+# ---- regression list ---------------------------------------------------------------------------------
+regression_ui.label_like(store, regression_ui.regression_list(store, result), task.labels)
+regression_ui.expert_rows_table(store, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------
 st.subheader("Download")

@@ -92,5 +92,5 @@ def summary(name: str) -> dict:
 
 def version(store: Store) -> tuple:
     """A cheap token that changes whenever verdicts, generations or the data change: the cache key."""
-    return (store.count_examples(), store.last_complete_generation(), len(store.latest_verdicts()),
-            tuple(store.pool_ids()))
+    return (store.count_examples(), store.count_examples("dev"), store.last_complete_generation(),
+            len(store.latest_verdicts()), tuple(store.pool_ids()))

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.store",),
     ("engine.ingest", "engine.sandbox", "engine.llm", "engine.embed", "engine.score"),
     ("engine.agents", "engine.gate", "engine.explain", "engine.aggregators", "engine.weak_spots"),
-    ("engine.evolve", "engine.labeling", "engine.review", "engine.export", "engine.export_hf"),
+    ("engine.evolve", "engine.labeling", "engine.review", "engine.expert_rows", "engine.export", "engine.export_hf"),
     ("engine.corpus",),
     ("engine.jobs",),
     ("engine.cli",),

@@ -89,6 +89,10 @@ def button(at: AppTest, label: str):
     return next(b for b in at.form_submit_button if b.label == label)
 
 
+def store_of(home: Path, name: str) -> Store:
+    return Store.open(home / name)
+
+
 def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
@@ -428,15 +432,21 @@ def test_labels_screen_before_and_after_computing(home):
     assert shown["Rows labeled"] == f"{int((saved.hard >= 0).sum()):,} / 2,056"
     assert shown["Aggregator"] == "mv"
     assert len(at.get("plotly_chart")) == 3
-    table = at.dataframe[-1].value
+    table = table_with(at, "n_votes")
     assert len(table) == 25
     assert {"id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"} <= set(
         table.columns)
     buttons = {b.proto.label: b.proto for b in at.get("download_button")}
     assert len(buttons) == 6 and not buttons["Hugging Face dataset (.zip)"].disabled
     at.multiselect(key="browse_class").set_value(["SPAM"]).run()
-    assert set(at.dataframe[-1].value["label"]) == {"SPAM"}
-    assert isinstance(at.dataframe[-1].value, pd.DataFrame)
+    assert set(table_with(at, "n_votes")["label"]) == {"SPAM"}
+    assert isinstance(table_with(at, "n_votes"), pd.DataFrame)
+    # the regression list: exactly the dev rows whose saved (out-of-fold) label is not the gold one
+    from engine.expert_rows import regression_rows
+    wrong = regression_rows(store_of(home, "label-me"), saved.example_ids, saved.probs, saved.hard)
+    assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples('dev')} dev rows" in texts(at)
+    shown_wrong = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
+    assert list(shown_wrong["id"]) == list(wrong["id"])
     with pytest.MonkeyPatch.context() as patch:  # without `datasets` the option is off and says how to get it
         patch.setitem(sys.modules, "datasets", None)
         at.run()
@@ -473,11 +483,11 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     at.selectbox(key="aggregator").set_value("evoagg").run()
     assert not at.exception
     assert metrics(at)["Rows labeled"].endswith("/ 120") and len(at.get("plotly_chart")) == 3
-    table = at.dataframe[-1].value
+    table = table_with(at, "n_votes")
     assert {"labels", "confidence", "p_politics", "p_sports", "p_tech"} <= set(table.columns)
     assert "label" not in table.columns
     at.multiselect(key="browse_class").set_value(["tech"]).run()
-    assert all("tech" in s.split("|") for s in at.dataframe[-1].value["labels"])
+    assert all("tech" in s.split("|") for s in table_with(at, "n_votes")["labels"])
     # the threshold moves the decisions without a refit; rows labeled follow it
     saved = load_labels(workdir, "evoagg")
     assert at.slider(key="labels_threshold").value == 0.5

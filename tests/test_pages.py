@@ -603,3 +603,35 @@ def test_labels_screen_labels_a_corpus_in_the_background_and_shows_the_cluster_c
     assert "Labeled 120 rows into 2 shards" in texts(at)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine"] == "local" and [s["rows"] for s in manifest["shards"]] == [100, 20]
+
+
+def test_a_failed_import_leaves_no_workspace_behind(tmp_path, monkeypatch):
+    home = tmp_path / "failing"
+    monkeypatch.setenv("EVOPOOL_HOME", str(home))
+    at = run()
+    at.text_input(key="new_ws").input("legal").run()
+    at.button(key="create_ws").click().run()
+    assert workspace_names() == ["legal"]  # the one the user made, on purpose
+    # an empty upload and an upload whose every row is bad: nothing written, no other workspace appears
+    at.file_uploader(key="upload").upload("empty.csv", b"", "text/csv")
+    at.run()
+    assert "empty" in texts(at).lower() and not at.exception
+    at.file_uploader(key="upload").upload("bad.csv", b"id,text,label\n1,,A\n2,,B\n", "text/csv")
+    at.run()
+    if any(b.key == "do_import" for b in at.button):
+        import_and_wait(at, home / "legal")
+    assert workspace_names() == ["legal"] and not Store.open(home / "legal").has_data()
+    # the demo, when its import fails, removes the workspace it had just made
+    broken = tmp_path / "broken.csv"
+    broken.write_text("")
+    monkeypatch.setattr("studio.workspace.DEMO_CSV", broken)
+    at.button(key="load_demo").click().run()
+    assert not at.exception and "The demo could not be loaded" in texts(at)
+    assert workspace_names() == ["legal"]
+    assert sorted(p.name for p in home.iterdir()) == ["legal"]
+
+
+def workspace_names() -> list[str]:
+    from studio import workspace
+
+    return workspace.list_workspaces()

@@ -66,14 +66,18 @@ def fresh_name(base: str) -> str:
     return name
 
 
+def demo_options() -> IngestOptions:
+    """How the demo is imported: its task name, instructions and label descriptions."""
+    return IngestOptions(dev_size=500, instructions=DEMO_INSTRUCTIONS, label_descriptions=DEMO_DESCRIPTIONS,
+                         task_name="YouTube comment spam")
+
+
 def load_demo() -> tuple[str, ImportReport]:
     """Import the bundled YouTube spam demo (CC BY 4.0) into a fresh workspace; returns its name."""
     name = fresh_name(DEMO_NAME)
     created = not exists(name)
-    opts = IngestOptions(dev_size=500, instructions=DEMO_INSTRUCTIONS, label_descriptions=DEMO_DESCRIPTIONS,
-                         task_name="YouTube comment spam")
     try:
-        report = import_path(open_store(name), DEMO_CSV, opts)
+        report = import_path(open_store(name), DEMO_CSV, demo_options())
     except Exception:
         if created:  # a failed import leaves no empty workspace behind in the list
             Store.discard_empty(workdir(name))

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,browser,ray]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,browser,ray,hf]'
 	touch $(STAMP)
 
 setup: $(STAMP)

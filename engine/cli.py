@@ -23,6 +23,7 @@ from engine.corpus.shards import OutputError
 from engine.embed.registry import EMBEDDERS
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
+from engine.export import EXPORT_FORMATS
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
@@ -41,6 +42,10 @@ class UsageError(Exception):
 
 class NotAdded(Exception):
     """`pool add`: the checks refused the code or the gate rejected it without --approve (exit 1)."""
+
+
+class MissingExtra(Exception):
+    """An option needs an optional extra that is not installed (exit 1, with how to install it)."""
 
 
 class NoData(Exception):
@@ -199,6 +204,10 @@ def cmd_eval(args: argparse.Namespace) -> dict:
 
 def cmd_export(args: argparse.Namespace) -> dict:
     from engine.export import write_export
+    from engine.export_hf import HF_MISSING, hf_available
+
+    if args.format == "hf" and not hf_available():
+        raise MissingExtra(HF_MISSING)
     from engine.labeling import soft_labels
     from engine.sandbox.executor import SandboxExecutor
 
@@ -360,7 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="write every example with its soft label")
     common(ex)
     ex.add_argument("--out", required=True, type=Path)
-    ex.add_argument("--format", choices=("csv", "jsonl", "parquet"))
+    ex.add_argument("--format", choices=EXPORT_FORMATS,
+                    help="csv, jsonl, parquet (default: from --out's suffix, else csv) or hf: a Hugging Face "
+                         "DatasetDict folder with ClassLabel features (needs the hf extra: pip install "
+                         "'evopool-studio[hf]')")
     labeling(ex)
     ex.set_defaults(handler=cmd_export)
 
@@ -423,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         result = args.handler(args)
     except UsageError as err:
         args.parser.error(str(err))  # exits 2
-    except (*DOMAIN_ERRORS, NoData, NotAdded) as err:
+    except (*DOMAIN_ERRORS, NoData, NotAdded, MissingExtra) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
     if result is not None:

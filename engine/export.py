@@ -17,7 +17,8 @@ import pandas as pd
 from engine.domain import ABSTAIN, SoftLabels
 from engine.store.workspace import Store
 
-FORMATS = ("csv", "jsonl", "parquet")
+FORMATS = ("csv", "jsonl", "parquet")  # one file each
+EXPORT_FORMATS = (*FORMATS, "hf")  # hf: a Hugging Face DatasetDict folder (engine/export_hf.py)
 
 
 def probability_column(label: str) -> str:
@@ -170,9 +171,16 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
 def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray, out: str | Path,
                  fmt: str | None = None, extra: dict | None = None,
                  threshold: float | None = None) -> tuple[Path, Path]:
-    """Write the labeled dataset and a `<file>.manifest.json` beside it (threshold: multi-label only)."""
+    """Write the labeled dataset and a `<file>.manifest.json` beside it (threshold: multi-label only).
+
+    fmt "hf" writes a folder in the Hugging Face `datasets` layout (needs the `hf` extra)."""
     frame = labeled_frame(store, soft, hard, n_votes)
-    path = write_frame(frame, out, fmt)
+    if fmt == "hf":
+        from engine.export_hf import write_hf
+
+        path = write_hf(frame, store.load_task().labels, out, label_separator(store))
+    else:
+        path = write_frame(frame, out, fmt)
     manifest_path = path.with_name(path.name + ".manifest.json")
     manifest_text = json.dumps(manifest(store, soft, frame, extra, threshold), indent=2)
     write_atomically(manifest_path, manifest_text.encode("utf-8"))

@@ -2,7 +2,9 @@
 
 Deterministic, in four steps (every verdict carries its reasons with the numbers behind it):
 
-1. viability: enough precision for the proposer's role, enough fires, not faulting on most rows;
+1. viability: enough precision for the proposer's role, enough fires, not faulting on most rows, and a
+   precision above chance (the share of dev its voted classes hold: "words <= 54" voting the biggest class
+   is right as often as a coin weighted by that class, and says nothing);
 2. diversity: no near-copy (Jaccard of fired dev rows) of a pool member or an earlier newcomer; a newcomer
    that covers a pool member's fired rows with clearly higher precision replaces (prunes) it -- such a
    member is not held against the newcomer in the Jaccard check, since replacing it is the point;
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
-from engine.score import pool_macro_f1, score_annotator, wilson_lower
+from engine.score import chance_precision, pool_macro_f1, score_annotator, wilson_lower
 
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 
@@ -42,6 +44,7 @@ class GateConfig:
     marginal_epsilon: float = 0.001
     harm_tolerance: float = 0.02
     precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
+    min_lift: float = 1.0  # raw precision must exceed this times chance (its voted classes' share of dev); 0: off
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> GateConfig:
@@ -94,9 +97,13 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum(a & b)) / union if union else 0.0
 
 
-def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig) -> tuple[bool, list[str]]:
+def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
+               chance: float = 0.0) -> tuple[bool, list[str]]:
     min_p = cfg.min_precision(role)
     fails = []
+    if cfg.min_lift > 0 and score.fires and score.precision <= chance * cfg.min_lift + _TOL:
+        fails.append(f"no better than chance: precision {score.precision:.2f} <= {chance * cfg.min_lift:.2f}, "
+                     f"the share of dev its classes hold" + (f" x {cfg.min_lift:g}" if cfg.min_lift != 1 else ""))
     if score.faults > n_dev / 2:
         fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
     if score.fires < cfg.min_fires:
@@ -112,7 +119,8 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig) ->
         return False, fails
     return True, [(f"viable: {shown}: {_cmp(lower, '>=', min_p)} ({role}), " if cfg.precision_z > 0 else
                    f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), ")
-                  + f"fires {score.fires} >= {cfg.min_fires}"]
+                  + f"fires {score.fires} >= {cfg.min_fires}"
+                  + (f", precision {score.precision:.2f} vs chance {chance:.2f}" if chance > 0 else "")]
 
 
 @dataclass
@@ -201,9 +209,10 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
     return records
 
 
-def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig) -> None:
-    """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows."""
-    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg)
+def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0) -> None:
+    """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows, better
+    than chance (`chance`: the precision its votes would get on random rows)."""
+    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance)
     record.decide("accept" if ok else "reject", *why)
     record.in_play = ok
 
@@ -314,7 +323,7 @@ def run_gate(
     records = _intake(candidates, pool_ids, locked, n)
     for record in records:
         if not record.verdict:
-            check_viability(record, n, config)
+            check_viability(record, n, config, chance_precision(record.votes, y, n_classes))
     state = GenerationState(y, n_classes, pool_ids, pv, precision, records, locked)
 
     kept = check_diversity(state, config)

@@ -13,10 +13,11 @@ import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
 from engine.evolve import ensure_votes
+from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
-from engine.score import pool_macro_f1, score_annotator
+from engine.score import chance_precision, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 
@@ -123,18 +124,48 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     return annotator
 
 
-THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
+def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanation]:
+    """Each verdict row (annotator_id, verdict, reasons, decided_by) in plain words, keyed by the row's index:
+    its fires and precision on the fitness rows, chance for its classes there, and the deciding check."""
+    if verdicts.empty:
+        return {}
+    task = store.load_task()
+    ids = list(dict.fromkeys(verdicts["annotator_id"]))
+    votes = store.vote_matrix(ids, FITNESS).votes
+    y = store.gold(FITNESS)
+    names = {a.id: a.name or a.id[:8] for a in store.annotators()}
+    column = {a: votes[:, j] for j, a in enumerate(ids)}
+    scores = {a: score_annotator(a, column[a], y) for a in ids}
+    chance = {a: chance_precision(column[a], y, len(task.labels)) for a in ids}
+    rows_of = class_rows(store)
+    out = {}
+    for index, row in verdicts.iterrows():
+        a = row["annotator_id"]
+        s = scores[a] if scores[a].fires else store.scores([a]).get(a)
+        label = task.labels[s.label] if s is not None and s.label != ABSTAIN else ""
+        out[index] = explain(row["verdict"], list(row["reasons"]), s, label, len(y), chance[a],
+                             row["decided_by"], names, rows_of.get(label))
+    return out
 
 
-def thin_classes(store: Store, votes: np.ndarray, min_rows: int = THIN_CLASS_ROWS) -> list[tuple[str, int]]:
-    """(label, fitness rows) of each class this annotator votes for that has fewer than `min_rows` dev rows the
-    gate judges on: with 2-10 rows, one lucky or unlucky row moves its precision by 0.1-0.5, and each such
-    class weighs as much in macro-F1 as the biggest one. The studio says so, and what the expert can do."""
+def class_rows(store: Store) -> dict[str, int]:
+    """Fitness rows (the dev rows the gate judges on) of each class, in label order."""
     task = store.load_task()
     gold = store.gold(FITNESS)
     per_class = gold.sum(axis=0) if gold.ndim == 2 else np.bincount(gold[gold >= 0], minlength=len(task.labels))
-    voted = sorted({int(v) for v in np.asarray(votes).ravel() if v != ABSTAIN})
-    return [(task.labels[c], int(per_class[c])) for c in voted if per_class[c] < min_rows]
+    return {label: int(per_class[c]) for c, label in enumerate(task.labels)}
+
+
+def thin_classes(store: Store, votes: np.ndarray | None = None,
+                 min_rows: int = THIN_CLASS_ROWS) -> list[tuple[str, int]]:
+    """(label, fitness rows) of each class (only those `votes` vote for, when given) with fewer than `min_rows`
+    dev rows the gate judges on: with 2-10 rows, one lucky or unlucky row moves its precision by 0.1-0.5, and
+    each such class weighs as much in macro-F1 as the biggest one. The studio says so, and what the expert can do."""
+    rows = class_rows(store)
+    labels = list(rows)
+    voted = (range(len(labels)) if votes is None else
+             sorted({int(v) for v in np.asarray(votes).ravel() if v != ABSTAIN}))
+    return [(labels[c], rows[labels[c]]) for c in voted if rows[labels[c]] < min_rows]
 
 def submit(store: Store, executor: Executor, source: str, name: str = "", approve_anyway: bool = False,
            gate: GateConfig | None = None) -> dict:

@@ -208,3 +208,27 @@ def wilson_lower(correct: float, n: float, z: float = 1.0) -> float:
     centre = p + z * z / (2 * n)
     spread = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return float((centre - spread) / (1 + z * z / n))
+
+
+def class_shares(y: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) share of dev rows of each class ((n, k) label sets: share of rows whose set holds it)."""
+    y = np.asarray(y, dtype=np.int64)
+    if y.shape[0] == 0:
+        return np.zeros(n_classes)
+    if y.ndim == 2:
+        return (y > 0).mean(axis=0).astype(np.float64)
+    return np.bincount(y[y >= 0], minlength=n_classes)[:n_classes] / y.shape[0]
+
+
+def chance_precision(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+    """The precision an annotator with these votes would get by firing on random rows: the mean share of dev
+    held by the classes it votes (a rule like "words <= 54" that votes the biggest class scores about this).
+    0.0 when it never fires."""
+    v = np.asarray(votes, dtype=np.int64).ravel()
+    fired = v[v != ABSTAIN]
+    return float(class_shares(y, n_classes)[fired].mean()) if fired.size else 0.0
+
+
+def lift(precision: float, chance: float) -> float:
+    """How many times better than chance a precision is (inf when chance is 0)."""
+    return precision / chance if chance > 0 else float("inf")

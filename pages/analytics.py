@@ -5,7 +5,7 @@ import streamlit as st
 
 from engine import score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
-from studio import figures, queries, state, widgets
+from studio import figures, queries, review_ui, state, widgets
 
 widgets.header("Analytics", "the pool as a whole")
 store = widgets.require_data()
@@ -41,6 +41,7 @@ else:
                    help=f"the pool's {rule} on the dev rows it was chosen on (no audit rows held back), so "
                         "optimistic")
 
+review_ui.thin_class_note(store)
 left, right = st.columns(2)
 with left:
     dev_share = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())

@@ -1,7 +1,7 @@
 """Annotator: read and edit one annotator's code, re-score it on dev, save a new version, see its lineage."""
 import streamlit as st
 
-from engine import review
+from engine import explain, review
 from engine.sandbox.checks import CodeRejected
 from studio import annotator_ui, editor, queries, review_ui, state, widgets
 
@@ -31,11 +31,11 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
+last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
+if not last_verdict.empty:
+    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]])
 for label, rows in review.thin_classes(store, votes):
-    st.warning(f"**{queries.escape_md(label)}** has only {rows} dev row(s) the gate judges on: this annotator's "
-               "precision for it is mostly chance, and the class weighs as much in macro-F1 as the biggest one. "
-               "Label more rows of this class (import them into dev), or read its fired rows below and judge "
-               "the cues yourself.", icon=":material/warning:")
+    st.warning(explain.too_few_rows(queries.escape_md(label), rows), icon=":material/warning:")
 
 code_col, side_col = st.columns([3, 2])
 with code_col:

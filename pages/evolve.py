@@ -77,6 +77,8 @@ else:
     st.info("No complete generation yet: press **Run** above.")
     st.stop()
 
+review_ui.thin_class_note(store)
+
 # ---- verdicts -------------------------------------------------------------------------------------
 st.subheader("Verdicts")
 st.caption("Every candidate with the gate's verdict and reasons. Approve or reject against the gate: your "

@@ -1,12 +1,12 @@
 """Labels & export: turn the pool's votes into soft labels, check them, and download the labeled data."""
 import streamlit as st
 
-from engine import export
+from engine import export, export_hf
 from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import pool_key
-from studio import corpus_ui, figures, labels_ui, state, widgets
+from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
 store = widgets.require_data()
@@ -80,20 +80,35 @@ st.subheader("Labeled rows")
 frame = labels_ui.labeled_frame(name, result)
 labels_ui.browse(name, store, frame, task.labels)
 
+# ---- regression list ---------------------------------------------------------------------------------
+regression_ui.label_like(store, regression_ui.regression_list(store, result), task.labels)
+regression_ui.expert_rows_table(store, task.labels)
+
 # ---- downloads --------------------------------------------------------------------------------------
 st.subheader("Download")
-cols = st.columns(5)
+cols = st.columns(6)
 for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
     col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt),
                         file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",
                         icon=":material/download:", key=f"download_{fmt}", type="primary" if fmt == "csv" else
                         "secondary")
-cols[3].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
+hf_ready = export_hf.hf_available()
+cols[3].download_button("Hugging Face dataset (.zip)",
+                        lambda: export_hf.hf_zip_bytes(frame, task.labels, f"{name}-labels",
+                                                       export.label_separator(store)),
+                        file_name=f"{name}-labels-hf.zip", mime="application/zip", on_click="ignore",
+                        icon=":material/dataset:", key="download_hf", disabled=not hf_ready,
+                        help=("a DatasetDict (one split per workspace split) saved with save_to_disk; `label` is a "
+                              "ClassLabel. Unzip, then datasets.load_from_disk(folder)") if hf_ready else
+                        export_hf.HF_MISSING)
+cols[4].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
                         mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
-cols[4].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame),
+cols[5].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame),
                         file_name=f"{name}-labels.manifest.json", mime="application/json", on_click="ignore",
                         icon=":material/receipt_long:", key="download_manifest",
                         help="provenance: the pool, the aggregator (and what auto chose), dev and audit scores")
+if not hf_ready:
+    st.caption(f"Hugging Face dataset: off, {export_hf.HF_MISSING}.")
 if task.multi_label:
     cut = result.dev_scores.threshold or THRESHOLD
     st.caption(f"Columns: {', '.join(frame.columns)}. `labels` holds every class whose probability reaches "

@@ -57,8 +57,12 @@ def start_cards() -> None:
         st.write("2,056 real YouTube comments labeled HAM or SPAM (UCI YouTube Spam Collection, CC BY 4.0): "
                  "1,686 unlabeled, 120 for dev, 250 held out.")
         if st.button("Load the demo", type="primary", icon=":material/rocket_launch:", key="load_demo"):
-            with st.spinner("Importing the demo…"):
-                name, report = workspace.load_demo()
+            try:
+                with st.spinner("Importing the demo…"):
+                    name, report = workspace.load_demo()
+            except (IngestError, OSError) as err:  # nothing is left behind: see workspace.load_demo
+                st.error(f"The demo could not be loaded: {str(err).splitlines()[0]}")
+                return
             state.select_workspace(name)
             state.put(state.LAST_IMPORT, report)
             state.flash(f"Demo loaded into workspace {name}. Next: Evolve.")

@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import review
+from engine.explain import Explanation
 from engine.store.workspace import Store
 from studio import queries, state
 
@@ -43,6 +44,7 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
     table = queries.annotator_table(store).set_index("id")
     if only != "all":
         gate = gate[gate["verdict"] == only]
+    words = review.explain_verdicts(store, gate)
     for row in gate.itertuples():
         info = table.loc[row.annotator_id] if row.annotator_id in table.index else None
         name = info["name"] if info is not None else row.annotator_id
@@ -56,7 +58,12 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
             title += f" · expert: {now}"
         if row.verdict != "accept" and len(row.reasons):
             title += f" — {queries.escape_md(row.reasons[-1])}"  # the decisive reason
+        plain = words.get(row.Index)
+        if plain is not None and plain.at_chance:
+            title += " · :orange[no better than chance]"
         with st.expander(title):
+            if plain is not None:
+                explanation(plain)
             st.markdown("**Gate reasons**")
             st.markdown("\n".join(f"- {queries.escape_md(r)}" for r in row.reasons) or "_none given_")
             annotator = store.annotator(row.annotator_id)
@@ -73,6 +80,28 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
                     state.select_annotator(row.annotator_id)
                     st.switch_page("pages/annotator.py", query_params={state.QP_WORKSPACE: state.workspace_name(),
                                                                         state.QP_ANNOTATOR: row.annotator_id})
+
+
+def explanation(plain: Explanation) -> None:
+    """The plain-words verdict, and a warning when the precision is no better than the class's share."""
+    st.markdown("**In plain words:** " + " ".join(plain.lines))
+    if plain.at_chance:
+        st.warning(f"This annotator is right no more often than chance ({plain.chance:.0%} of dev is its class): "
+                   "a rule on length or punctuation often looks like this. Its votes add noise, not knowledge; "
+                   "reject it unless you know better.", icon=":material/warning:")
+
+
+def thin_class_note(store: Store) -> None:
+    """Which classes have too few dev rows to judge an annotator on, and what the expert can do about it."""
+    thin = review.thin_classes(store)
+    if not thin:
+        return
+    listed = ", ".join(f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin)
+    st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
+               f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
+               "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
+               "(*Label rows for dev*: they join dev with your name and the time), import more, or judge those "
+               "annotators by their fired rows.", icon=":material/warning:")
 
 
 def history(store: Store, annotator_id: str, always: bool = False) -> None:

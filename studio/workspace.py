@@ -66,12 +66,22 @@ def fresh_name(base: str) -> str:
     return name
 
 
+def demo_options() -> IngestOptions:
+    """How the demo is imported: its task name, instructions and label descriptions."""
+    return IngestOptions(dev_size=500, instructions=DEMO_INSTRUCTIONS, label_descriptions=DEMO_DESCRIPTIONS,
+                         task_name="YouTube comment spam")
+
+
 def load_demo() -> tuple[str, ImportReport]:
     """Import the bundled YouTube spam demo (CC BY 4.0) into a fresh workspace; returns its name."""
     name = fresh_name(DEMO_NAME)
-    opts = IngestOptions(dev_size=500, instructions=DEMO_INSTRUCTIONS, label_descriptions=DEMO_DESCRIPTIONS,
-                         task_name="YouTube comment spam")
-    report = import_path(open_store(name), DEMO_CSV, opts)
+    created = not exists(name)
+    try:
+        report = import_path(open_store(name), DEMO_CSV, demo_options())
+    except Exception:
+        if created:  # a failed import leaves no empty workspace behind in the list
+            Store.discard_empty(workdir(name))
+        raise
     return name, report
 
 
@@ -92,5 +102,5 @@ def summary(name: str) -> dict:
 
 def version(store: Store) -> tuple:
     """A cheap token that changes whenever verdicts, generations or the data change: the cache key."""
-    return (store.count_examples(), store.last_complete_generation(), len(store.latest_verdicts()),
-            tuple(store.pool_ids()))
+    return (store.count_examples(), store.count_examples("dev"), store.last_complete_generation(),
+            len(store.latest_verdicts()), tuple(store.pool_ids()))

@@ -39,36 +39,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def studio_url(tmp_path):
-    """A real `streamlit run` of the studio on a free port, with an empty EVOPOOL_HOME."""
+def start_studio(home: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """A real `streamlit run` of the studio on a free port with EVOPOOL_HOME=home; (process, url) once healthy."""
     port = _free_port()
-    env = {**os.environ, "EVOPOOL_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "EVOPOOL_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    log = (tmp_path / "streamlit.log").open("w")
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "streamlit_app.py"), "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log.close()  # the child keeps its own handle
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
                 if reply.status == 200:
-                    break
+                    return proc, url
         except OSError:
             time.sleep(0.3)
-    else:
-        proc.terminate()
-        pytest.fail("streamlit did not start: " + (tmp_path / "streamlit.log").read_text()[-2000:])
-    yield url
+    stop_studio(proc)
+    pytest.fail("streamlit did not start: " + log_path.read_text()[-2000:])
+
+
+def stop_studio(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
+        proc.wait()
+
+
+@pytest.fixture
+def studio_url(tmp_path):
+    """A real `streamlit run` of the studio on a free port, with an empty EVOPOOL_HOME."""
+    proc, url = start_studio(tmp_path / "home", tmp_path / "streamlit.log")
+    yield url
+    stop_studio(proc)
 
 
 def _shot(page, name: str) -> None:
@@ -214,3 +223,107 @@ def test_expert_journey(studio_url, tmp_path):
     assert (frame.loc[frame["split"] != "dev", "gold_label"].fillna("") == "").all()
     assert set(frame["aggregator"]) == {"mv"}
     assert (frame["label"] != "").sum() > 1500
+
+
+def idea_that_would_come_back(workdir: Path) -> str:
+    """The name of a generation-1 annotator of the demo whose idea the offline agents propose again in generation
+    2, in other words, when it is rejected but the agents are not told (what the studio's demo gives: same data,
+    options and seed). The browser test rejects that one, so its check can fail."""
+    import dataclasses
+
+    from engine import review
+    from engine.agents.base import ExpertFeedback
+    from engine.agents.feedback import repeats_rejected
+    from engine.agents.offline import OfflineProposer
+    from engine.agents.templates import parse_spec
+    from engine.evolve import EvolveConfig, build_context, evolve
+    from engine.ingest.importer import import_path
+    from engine.sandbox.executor import SandboxExecutor
+    from engine.store.workspace import Store
+    from studio import workspace as studio_ws
+
+    store = Store.open(workdir)
+    import_path(store, studio_ws.DEMO_CSV, studio_ws.demo_options())
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+    verdicts = store.verdicts(generation=1)
+    for annotator_id in verdicts[verdicts["verdict"] == "accept"]["annotator_id"]:
+        annotator = store.annotator(annotator_id)
+        spec = parse_spec(annotator.source)
+        review.reject(store, annotator_id, "probe")
+        told = build_context(store, 2, EvolveConfig())
+        untold = dataclasses.replace(told, feedback=ExpertFeedback())
+        back = [c for role in ("generator", "improver", "refiner") for c in OfflineProposer().propose(role, untold)
+                if (s := parse_spec(c.source)) is not None and repeats_rejected(s, [spec])]
+        review.approve(store, annotator_id, "probe undone")
+        if back:
+            Store.close_all()
+            return annotator.name
+    Store.close_all()
+    pytest.fail("no generation-1 idea of the demo comes back when rejected untold: this test would prove nothing")
+
+
+def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
+    """Reject an accepted annotator in the browser with a reason, run the next generation from the browser, and
+    none of its candidates is the rejected idea again (engine.agents.feedback.repeats_rejected), though the
+    agents propose it again when they are not told (see idea_that_would_come_back)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from engine.agents.feedback import repeats_rejected
+    from engine.agents.templates import parse_spec
+    from engine.store.workspace import Store
+
+    target = idea_that_would_come_back(tmp_path / "probe")
+    reason = "a length rule says nothing about the class"
+    proc, url = start_studio(tmp_path / "home", tmp_path / "streamlit.log")
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.set_default_timeout(30_000)
+            try:
+                page.goto(url)
+                page.get_by_role("button", name="Load the demo").click()
+                expect(page.get_by_text("Imported 2,056 rows")).to_be_visible()
+                _idle(page)
+                _goto(page, "Evolve")
+                page.get_by_role("button", name="Run 1 generation (to 1)").click()
+                expect(page.get_by_role("button", name="Run 1 generation (to 2)")).to_be_visible(timeout=120_000)
+                _idle(page)
+                shown = re.escape(target).replace("<=", "(?:<=|≤)").replace(">=", "(?:>=|≥)")  # markdown's ≤
+                card = page.get_by_test_id("stExpander").filter(has_text=re.compile(shown)).filter(
+                    has_text="accept").first
+                card.locator("summary").click()
+                expect(card.get_by_text("In plain words")).to_be_visible()
+                card.get_by_label("Your reason (logged)").fill(reason)
+                card.get_by_role("button", name="Reject (take out of the pool)").click()
+                expect(page.get_by_text("logged with your reason")).to_be_visible()
+                _idle(page)
+                page.get_by_role("button", name="Run 1 generation (to 2)").click()
+                expect(page.get_by_role("button", name="Run 1 generation (to 3)")).to_be_visible(timeout=120_000)
+                _idle(page)
+                _shot(page, "feedback-generation-2")
+            except Exception:
+                _shot(page, "feedback-failure")
+                raise
+            finally:
+                browser.close()
+    finally:
+        stop_studio(proc)  # DuckDB lets one process hold the workspace: read it once the studio is gone
+
+    store = Store.open(tmp_path / "home" / "youtube-spam-demo")
+    try:
+        verdicts = store.verdicts()
+        human = verdicts[verdicts["decided_by"] == "human"]
+        assert list(human["verdict"]) == ["reject"] and list(human["note"]) == [reason]
+        rejected = store.annotator(human["annotator_id"].iloc[0])
+        assert rejected.name == target
+        spec = parse_spec(rejected.source)
+        assert store.last_complete_generation() == 2
+        newcomers = store.annotators(generation=2)
+        assert newcomers, "the second generation proposed nothing"
+        repeats = [a.name for a in newcomers if (s := parse_spec(a.source)) is not None and repeats_rejected(s, [spec])]
+        assert repeats == [], f"generation 2 proposed the rejected idea again: {repeats}"
+        assert rejected.id not in store.pool_ids()
+    finally:
+        Store.close_all()

@@ -46,7 +46,8 @@ P = votes(c0=range(10))  # perfect on class 0, silent on class 1
 R = votes(c1=range(10, 20))  # perfect on class 1
 
 
-RAW = GateConfig(precision_z=0)  # the raw precision, no confidence bound
+RAW = GateConfig(precision_z=0, min_lift=0)  # the raw precision, no confidence bound, no chance check
+NO_LIFT = GateConfig(min_lift=0)  # for rules shown with annotators no better than chance (0.5 on 2 classes)
 
 
 def test_viability_threshold_depends_on_the_role():
@@ -67,12 +68,35 @@ def test_viability_threshold_depends_on_the_role():
 
 def test_viability_judges_the_lower_bound_of_precision_not_the_raw_figure():
     lucky = votes(c1=[10, 11, 0, 1, 2])  # 2 of 5 right: raw 0.40 >= 0.30, but 0.22 at the lower bound
-    judged = gate({}, [cand("L", lucky)], config=GateConfig(precision_z=1.0))
+    judged = gate({}, [cand("L", lucky)], config=GateConfig(precision_z=1.0, min_lift=0))
     assert decision(judged, "L").verdict == "reject"
     assert "precision 0.40, lower bound 0.22 over 5 fires: 0.22 < 0.30 (generator)" in reasons(judged, "L")
     assert decision(gate({}, [cand("L", lucky)], config=RAW), "L").verdict == "accept"
     steady = votes(c1=[10, 11, 12, 0, 1])  # 3 of 5: lower bound 0.38
-    assert decision(gate({}, [cand("S", steady)], config=GateConfig(precision_z=1.0)), "S").verdict == "accept"
+    assert decision(gate({}, [cand("S", steady)], config=GateConfig(precision_z=1.0, min_lift=0)),
+                    "S").verdict == "accept"
+
+
+def test_viability_rejects_a_precision_no_better_than_the_class_share():
+    # 8 class-1 rows of 20: a rule voting class 1 on rows picked regardless of content is right 40% of the time
+    y = np.array([0] * 12 + [1] * 8)
+    at_chance = np.full(20, ABSTAIN)
+    at_chance[[0, 1, 2, 12, 13]] = 1  # 2 of 5 right: precision 0.40, exactly the class's share
+    better = np.full(20, ABSTAIN)
+    better[[0, 12, 13, 14, 15, 16]] = 1  # 5 of 6 right: 0.83, about 2x chance
+    annotator = Annotator(id="A", name="A", source="", agent="improver", generation=1)
+    other = Annotator(id="B", name="B", source="", agent="improver", generation=1)
+    raw = GateConfig(precision_z=0)
+    out = run_gate([], np.zeros((20, 0), dtype=int), {}, [(annotator, at_chance, score_annotator("A", at_chance, y)),
+                   (other, better, score_annotator("B", better, y))], y, 2, raw)
+    assert decision(out, "A").verdict == "reject"
+    assert "no better than chance: precision 0.40 <= 0.40" in " | ".join(decision(out, "A").reasons)
+    assert decision(out, "B").verdict == "accept"
+    assert "precision 0.83 vs chance 0.40" in " | ".join(decision(out, "B").reasons)
+    # the check can be turned off; then 0.40 >= 0.25 (improver) passes
+    off = run_gate([], np.zeros((20, 0), dtype=int), {}, [(annotator, at_chance, score_annotator("A", at_chance, y))],
+                   y, 2, GateConfig(precision_z=0, min_lift=0))
+    assert decision(off, "A").verdict == "accept"
 
 
 def test_viability_rejects_few_fires_and_mostly_faulting():
@@ -123,7 +147,7 @@ def test_newcomer_covering_a_pool_member_with_higher_precision_prunes_it():
 
 def test_marginal_step_drops_a_newcomer_whose_removal_raises_f1():
     W = votes(c0=list(range(5)) + list(range(10, 15)))  # precision 0.5, ties R down to class 0 on rows 10-14
-    out = gate({"P": P, "R": R}, [cand("W", W)])
+    out = gate({"P": P, "R": R}, [cand("W", W)], config=NO_LIFT)
     assert decision(out, "W").verdict == "reject"
     # with W: class 0 F1 20/25 = 0.8, class 1 F1 10/15 -> 0.733
     assert "removing it raises pool dev macro-F1 0.733 -> 1.000" in reasons(out, "W")
@@ -141,7 +165,7 @@ def test_do_no_harm_reverts_the_generation():
     # each harms only together with the other: removing either alone leaves a 1-1 tie that still says 0
     W1 = votes(c0=list(range(5)) + list(range(10, 15)))
     W2 = votes(c0=list(range(5, 10)) + list(range(10, 15)))
-    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)])
+    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)], config=NO_LIFT)
     assert out.reverted
     for cid in ("W1", "W2"):
         assert decision(out, cid).verdict == "reject"
@@ -150,7 +174,7 @@ def test_do_no_harm_reverts_the_generation():
     assert out.f1_before == pytest.approx(1.0) and out.f1_after == pytest.approx(1.0)
 
     # with a looser tolerance the same generation stands
-    loose = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)], config=GateConfig(harm_tolerance=0.5))
+    loose = gate({"P": P, "R": R}, [cand("W1", W1), cand("W2", W2)], config=GateConfig(harm_tolerance=0.5, min_lift=0))
     assert not loose.reverted and loose.pool_ids == ("P", "R", "W1", "W2")
 
 
@@ -158,7 +182,8 @@ def test_revert_keeps_human_approved_newcomers():
     W1 = votes(c0=list(range(5)) + list(range(10, 15)))
     W2 = votes(c0=list(range(5, 10)) + list(range(10, 15)))
     H = votes(c1=range(15, 20))
-    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("H", H), cand("W2", W2)], human_locked={"H": "approve"})
+    out = gate({"P": P, "R": R}, [cand("W1", W1), cand("H", H), cand("W2", W2)], human_locked={"H": "approve"},
+               config=NO_LIFT)
     assert out.reverted and out.pool_ids == ("P", "R", "H")
     assert decision(out, "H").verdict == "approve" and decision(out, "H").decided_by == "human"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,10 @@ def table_with(at: AppTest, column: str) -> pd.DataFrame:
 
 def button(at: AppTest, label: str):
     return next(b for b in at.form_submit_button if b.label == label)
+
+
+def store_of(home: Path, name: str) -> Store:
+    return Store.open(home / name)
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -247,6 +252,13 @@ def test_evolve_screen_shows_the_timeline_and_each_verdict_with_its_reasons(home
     for reasons in gate["reasons"]:
         assert reasons and reasons[0].split(":")[0] in shown
     assert "Gate reasons" in shown
+    # every card says its verdict in plain words with the annotator's own fires and precision on the fitness rows
+    assert shown.count("In plain words:") == len(gate)
+    for annotator_id in gate["annotator_id"]:
+        s = score.score_annotator(annotator_id, store.vote_matrix([annotator_id], FITNESS).votes[:, 0],
+                                  store.gold(FITNESS))
+        if s.fires:
+            assert f"right on {s.correct} of them (precision {s.precision:.2f})" in shown
 
 
 def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):
@@ -297,6 +309,7 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert shown["Fires"] == str(score.fires)
     assert shown["Verdict"] in ("accept", "approve")
     assert f"Fires on {score.fires} dev rows" in texts(at)
+    assert "In plain words:** It votes (mostly) **" in texts(at) and "Accepted" in texts(at)
     history = table_with(at, "reason")
     assert history["by"].tolist()[0] == "gate" and history["verdict"].tolist()[0] == "accept"
     assert "viable" in history["reason"].iloc[0]  # the gate's reasons, as recorded
@@ -419,14 +432,27 @@ def test_labels_screen_before_and_after_computing(home):
     assert shown["Rows labeled"] == f"{int((saved.hard >= 0).sum()):,} / 2,056"
     assert shown["Aggregator"] == "mv"
     assert len(at.get("plotly_chart")) == 3
-    table = at.dataframe[-1].value
+    table = table_with(at, "n_votes")
     assert len(table) == 25
     assert {"id", "text", "split", "label", "confidence", "p_HAM", "p_SPAM", "n_votes", "aggregator"} <= set(
         table.columns)
-    assert len(at.get("download_button")) == 5
+    buttons = {b.proto.label: b.proto for b in at.get("download_button")}
+    assert len(buttons) == 6 and not buttons["Hugging Face dataset (.zip)"].disabled
     at.multiselect(key="browse_class").set_value(["SPAM"]).run()
-    assert set(at.dataframe[-1].value["label"]) == {"SPAM"}
-    assert isinstance(at.dataframe[-1].value, pd.DataFrame)
+    assert set(table_with(at, "n_votes")["label"]) == {"SPAM"}
+    assert isinstance(table_with(at, "n_votes"), pd.DataFrame)
+    # the regression list: exactly the dev rows whose saved (out-of-fold) label is not the gold one
+    from engine.expert_rows import regression_rows
+    wrong = regression_rows(store_of(home, "label-me"), saved.example_ids, saved.probs, saved.hard)
+    assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples('dev')} dev rows" in texts(at)
+    shown_wrong = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
+    assert list(shown_wrong["id"]) == list(wrong["id"])
+    with pytest.MonkeyPatch.context() as patch:  # without `datasets` the option is off and says how to get it
+        patch.setitem(sys.modules, "datasets", None)
+        at.run()
+        buttons = {b.proto.label: b.proto for b in at.get("download_button")}
+        assert buttons["Hugging Face dataset (.zip)"].disabled
+        assert "Hugging Face dataset: off" in texts(at) and "pip install" in texts(at)
 
 
 def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, monkeypatch):
@@ -457,11 +483,11 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     at.selectbox(key="aggregator").set_value("evoagg").run()
     assert not at.exception
     assert metrics(at)["Rows labeled"].endswith("/ 120") and len(at.get("plotly_chart")) == 3
-    table = at.dataframe[-1].value
+    table = table_with(at, "n_votes")
     assert {"labels", "confidence", "p_politics", "p_sports", "p_tech"} <= set(table.columns)
     assert "label" not in table.columns
     at.multiselect(key="browse_class").set_value(["tech"]).run()
-    assert all("tech" in s.split("|") for s in at.dataframe[-1].value["labels"])
+    assert all("tech" in s.split("|") for s in table_with(at, "n_votes")["labels"])
     # the threshold moves the decisions without a refit; rows labeled follow it
     saved = load_labels(workdir, "evoagg")
     assert at.slider(key="labels_threshold").value == 0.5
@@ -577,3 +603,35 @@ def test_labels_screen_labels_a_corpus_in_the_background_and_shows_the_cluster_c
     assert "Labeled 120 rows into 2 shards" in texts(at)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine"] == "local" and [s["rows"] for s in manifest["shards"]] == [100, 20]
+
+
+def test_a_failed_import_leaves_no_workspace_behind(tmp_path, monkeypatch):
+    home = tmp_path / "failing"
+    monkeypatch.setenv("EVOPOOL_HOME", str(home))
+    at = run()
+    at.text_input(key="new_ws").input("legal").run()
+    at.button(key="create_ws").click().run()
+    assert workspace_names() == ["legal"]  # the one the user made, on purpose
+    # an empty upload and an upload whose every row is bad: nothing written, no other workspace appears
+    at.file_uploader(key="upload").upload("empty.csv", b"", "text/csv")
+    at.run()
+    assert "empty" in texts(at).lower() and not at.exception
+    at.file_uploader(key="upload").upload("bad.csv", b"id,text,label\n1,,A\n2,,B\n", "text/csv")
+    at.run()
+    if any(b.key == "do_import" for b in at.button):
+        import_and_wait(at, home / "legal")
+    assert workspace_names() == ["legal"] and not Store.open(home / "legal").has_data()
+    # the demo, when its import fails, removes the workspace it had just made
+    broken = tmp_path / "broken.csv"
+    broken.write_text("")
+    monkeypatch.setattr("studio.workspace.DEMO_CSV", broken)
+    at.button(key="load_demo").click().run()
+    assert not at.exception and "The demo could not be loaded" in texts(at)
+    assert workspace_names() == ["legal"]
+    assert sorted(p.name for p in home.iterdir()) == ["legal"]
+
+
+def workspace_names() -> list[str]:
+    from studio import workspace
+
+    return workspace.list_workspaces()

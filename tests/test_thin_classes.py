@@ -22,3 +22,17 @@ def test_thin_classes_names_the_voted_classes_with_few_fitness_rows(store):
     assert thin_classes(store, votes) == [("rare", 4)]
     assert thin_classes(store, votes, min_rows=31) == [("common", 30), ("rare", 4)]
     assert thin_classes(store, np.full(len(y), ABSTAIN)) == []
+    # every thin class, voted or not, for the evolve and analytics screens' note
+    assert sorted(thin_classes(store)) == [("rare", 4), ("unvoted", 3)]
+
+
+def test_the_plain_words_verdict_says_a_class_is_too_thin_and_what_to_do():
+    from engine.domain import AnnotatorScore
+    from engine.explain import explain
+
+    score = AnnotatorScore("a", fires=4, coverage=0.1, precision=0.75, label=1, correct=3)
+    thin = explain("accept", ["viable: ..."], score, "rare", 40, 0.1, class_rows=4).text()
+    assert "Only 4 dev rows the gate judges on are rare" in thin and "by up to 25%" in thin
+    assert "Label more rare rows" in thin
+    plenty = explain("accept", ["viable: ..."], score, "rare", 40, 0.1, class_rows=40).text()
+    assert "Only" not in plenty

@@ -69,6 +69,31 @@ class ExamplesMixin:
             self._cur.unregister("incoming_rows")
             self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, utc_now(), len(rows)])
 
+    def move_to_dev(self, labeled: Sequence[tuple[str, int, Sequence[int] | None]], by: str, note: str = "") -> int:
+        """Give unlabeled pool rows the expert's label and move them into dev's fitness rows, recording who and
+        when in `expert_labels`. `labeled`: (example id, class id, class ids of a multi-label set or None).
+        Rows not in the pool (dev, test, unknown) are left alone. Returns how many rows moved; all or nothing."""
+        ids = [str(i) for i, _, _ in labeled]
+        in_pool = {r[0] for r in self._q("SELECT id FROM examples WHERE split = 'pool' AND id IN (SELECT unnest(?))",
+                                         [ids])}
+        now = utc_now()
+        with self.transaction():
+            for example_id, label, label_set in labeled:
+                if str(example_id) not in in_pool:
+                    continue
+                members = [int(c) for c in label_set] if label_set is not None else None
+                self._q("UPDATE examples SET split = 'dev', audit = FALSE, label = ?, label_set = ? WHERE id = ?",
+                        [int(label), members, str(example_id)])
+                self._q("INSERT OR REPLACE INTO expert_labels VALUES (?, ?, ?, ?, ?, 'pool', ?)",
+                        [str(example_id), int(label), members, by, now, note])
+        return len(in_pool)
+
+    def expert_labels(self) -> pd.DataFrame:
+        """Every row the expert labeled into dev: example_id, label, label_set, labeled_by, labeled_at, from_split,
+        note, and the row's text; oldest first."""
+        return self._df("SELECT e.*, x.text FROM expert_labels e JOIN examples x ON x.id = e.example_id "
+                        "ORDER BY e.labeled_at, e.example_id")
+
     def count_examples(self, split: str | None = None) -> int:
         if split is None:
             return self._q("SELECT count(*) FROM examples")[0][0]

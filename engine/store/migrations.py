@@ -70,4 +70,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         # who wrote an annotator ("llm:<model>", "offline", "person"); why a generation did not complete
         "ALTER TABLE annotators ADD COLUMN written_by VARCHAR; ALTER TABLE generations ADD COLUMN note VARCHAR;",
     ),
+    (
+        "006_expert_labels",
+        # unlabeled (pool) rows the expert labeled in the studio, which then joined dev: who, when, from where
+        """
+        CREATE TABLE expert_labels (
+            example_id VARCHAR PRIMARY KEY, label INTEGER, label_set INTEGER[], labeled_by VARCHAR,
+            labeled_at TIMESTAMP, from_split VARCHAR, note VARCHAR);
+        """,
+    ),
 ]

@@ -94,6 +94,25 @@ class PoolMixin:
             self._q("INSERT OR REPLACE INTO vote_runs VALUES (?, ?, ?, ?, ?, ?)",
                     [annotator_id, split, len(votes), faults, first_error, seconds])
 
+    def add_votes(self, annotator_id: str, example_ids: Sequence[str], votes: np.ndarray) -> None:
+        """Set one annotator's votes on these rows only (rows that moved split: the rest of its run stands)."""
+        votes = np.asarray(votes)
+        fired = votes != ABSTAIN
+        rows = pd.DataFrame({"annotator_id": annotator_id,
+                             "example_id": np.asarray(example_ids, dtype=object)[fired],
+                             "vote": votes[fired].astype(np.int32)})
+        with self.transaction():
+            self._q("DELETE FROM votes WHERE annotator_id = ? AND example_id IN (SELECT unnest(?))",
+                    [annotator_id, [str(i) for i in example_ids]])
+            self._cur.register("incoming_votes", rows)
+            self._q("INSERT INTO votes SELECT annotator_id, example_id, vote FROM incoming_votes")
+            self._cur.unregister("incoming_votes")
+
+    def annotators_with_votes(self, split: str) -> list[str]:
+        """Ids of the annotators that have a stored run on `split`."""
+        return [r[0] for r in self._q("SELECT annotator_id FROM vote_runs WHERE split = ? ORDER BY annotator_id",
+                                      [split])]
+
     def voted_splits(self, annotator_id: str) -> dict[str, dict]:
         rows = self._q("SELECT split, n, faults, first_error, seconds FROM vote_runs WHERE annotator_id = ?",
                        [annotator_id])

@@ -42,8 +42,9 @@ class SavedLabels:
 
 
 def pool_key(store: Store) -> str:
-    """Fingerprint of what soft labels depend on: the pool and the number of rows."""
-    text = json.dumps([sorted(store.pool_ids()), store.count_examples()])
+    """Fingerprint of what soft labels depend on: the pool, the number of rows and of dev rows (the expert may
+    label rows into dev)."""
+    text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -69,6 +69,25 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
         return cls(conn, path)
 
     @classmethod
+    def discard_empty(cls, workdir: str | Path) -> bool:
+        """Close and delete a workspace that holds no rows (one a failed first import created); a workspace with
+        data is never touched. Returns whether it was deleted."""
+        workdir = Path(workdir)
+        path = (workdir / DB_NAME).resolve()
+        if not path.is_file() or cls.open(workdir).has_data():
+            return False
+        with cls._lock:
+            conn = cls._connections.pop(str(path), None)
+            if conn is not None:
+                conn.close()
+        for leftover in workdir.iterdir():
+            if leftover.is_file() and leftover.name.startswith(DB_NAME):  # the file and its .wal
+                leftover.unlink()
+        if not any(workdir.iterdir()):
+            workdir.rmdir()
+        return True
+
+    @classmethod
     def close_all(cls) -> None:
         with cls._lock:
             for conn in cls._connections.values():

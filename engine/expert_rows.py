@@ -1,0 +1,114 @@
+"""The expert grows dev: the dev rows the labels get wrong (a regression list), unlabeled rows like one of them,
+and rows the expert labels in the studio joining dev with a record of who and when, so small classes grow.
+
+A labeled row joins dev's fitness rows (never audit or test): the agents and the gate see it from the next
+generation on. Every annotator that was run on dev gets its vote on the row (from its stored pool run, else a
+sandbox run on just those rows) and its dev score is recomputed, so every screen's figures include the row.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from engine.domain import ABSTAIN, FITNESS
+from engine.sandbox.executor import Executor
+from engine.score import score_annotator
+from engine.store.workspace import Store
+
+SIMILAR_SCAN = 20_000  # unlabeled rows compared with a regression row (the first ones, in import order)
+
+
+def regression_rows(store: Store, example_ids: Sequence[str], probs: np.ndarray, hard: np.ndarray) -> pd.DataFrame:
+    """Dev rows whose label (out-of-fold, as saved soft labels give dev rows) is not the gold one: id, text, gold,
+    predicted, confidence, sorted with the most confident mistakes first. A multi-label row is wrong when its
+    predicted set differs from the gold set. An unlabeled prediction ("") counts as wrong."""
+    labels = store.load_task().labels
+    frame = store.examples_frame("dev")
+    position = pd.Series(np.arange(len(example_ids)), index=pd.Index(list(example_ids)))
+    keep = frame["id"].isin(position.index).to_numpy()
+    frame = frame[keep].reset_index(drop=True)
+    rows = position[frame["id"]].to_numpy()
+    gold = store.gold("dev")[keep]
+    p, h = probs[rows], hard[rows]
+
+    def names(row: np.ndarray | int) -> str:
+        if np.ndim(row):
+            return ", ".join(labels[c] for c in np.flatnonzero(row))
+        return labels[int(row)] if row != ABSTAIN else ""
+
+    if h.ndim == 2:
+        wrong = (h.astype(bool) != gold.astype(bool)).any(axis=1)
+        sure = np.maximum(p, 1 - p).min(axis=1)
+    else:
+        wrong = h != gold
+        sure = np.where(h != ABSTAIN, p.max(axis=1), 0.0)
+    out = pd.DataFrame({"id": frame["id"][wrong].to_numpy(), "text": frame["text"][wrong].to_numpy(),
+                        "gold": [names(g) for g in gold[wrong]], "predicted": [names(x) for x in h[wrong]],
+                        "confidence": sure[wrong].round(3)})
+    return out.sort_values("confidence", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def similar_rows(store: Store, text: str, n: int = 10, scan: int = SIMILAR_SCAN) -> pd.DataFrame:
+    """The unlabeled rows most like `text` by TF-IDF cosine (words and bigrams): id, text, similarity."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    frame = store.examples_frame("pool", limit=scan)
+    if frame.empty:
+        return pd.DataFrame(columns=["id", "text", "similarity"])
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+    matrix = vectorizer.fit_transform(frame["text"].astype(str))
+    query = vectorizer.transform([text])
+    similarity = (matrix @ query.T).toarray().ravel()
+    best = np.argsort(-similarity, kind="stable")[:n]
+    best = best[similarity[best] > 0]
+    return pd.DataFrame({"id": frame["id"].to_numpy()[best], "text": frame["text"].to_numpy()[best],
+                         "similarity": similarity[best].round(3)})
+
+
+def _class_ids(store: Store, labeled: Mapping[str, str | Sequence[str]]) -> list[tuple[str, int, list[int] | None]]:
+    """Label names → (id, class id, label set on a multi-label task); an unknown name is an error."""
+    task = store.load_task()
+    index = {name: i for i, name in enumerate(task.labels)}
+    out = []
+    for example_id, given in labeled.items():
+        names = [given] if isinstance(given, str) else list(given)
+        unknown = [g for g in names if g not in index]
+        if unknown or not names:
+            raise ValueError(f"row {example_id}: {unknown or 'no label'} not in the label set {list(task.labels)}")
+        if len(names) > 1 and not task.multi_label:
+            raise ValueError(f"row {example_id}: one label per row on a single-label task, got {names}")
+        ids = sorted(index[g] for g in names)
+        out.append((str(example_id), ids[0], ids if task.multi_label else None))
+    return out
+
+
+def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Sequence[str]], by: str,
+               note: str = "") -> list[str]:
+    """The expert labels unlabeled rows: they join dev's fitness rows (who, when and `note` recorded), every
+    annotator run on dev gets its vote on them, and dev scores are recomputed. Returns the ids that moved (rows
+    not in the unlabeled pool are left alone: test rows stay holdout)."""
+    entries = _class_ids(store, labeled)
+    if not by.strip():
+        raise ValueError("say who labeled the rows (a name): it is recorded with them")
+    pool_rows = store.examples_frame("pool", ids=[e[0] for e in entries])
+    moving = [e for e in entries if e[0] in set(pool_rows["id"])]
+    if not moving:
+        return []
+    annotators = store.annotators_with_votes("dev")
+    unvoted = [a for a in store.annotators(annotators) if "pool" not in store.voted_splits(a.id)]
+    store.move_to_dev(moving, by.strip(), note)
+    ids = [e[0] for e in moving]
+    if unvoted:
+        task = store.load_task()
+        frame = store.examples_frame("dev", ids=ids)
+        inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
+        for annotator, result in zip(unvoted, executor.run(unvoted, inputs, list(task.labels)), strict=True):
+            store.add_votes(annotator.id, list(frame["id"]), result.votes)
+    gold = store.gold(FITNESS)
+    votes = store.vote_matrix(annotators, FITNESS).votes
+    for j, annotator_id in enumerate(annotators):
+        faults = store.voted_splits(annotator_id)["dev"]["faults"]
+        store.save_score(score_annotator(annotator_id, votes[:, j], gold, faults=faults))
+    return ids

@@ -1,0 +1,144 @@
+"""A gate verdict in plain words, for the expert: what the annotator does, how it compares with chance, and
+which of the gate's checks decided, with the numbers the gate wrote in its reasons.
+
+The gate's reasons are terse ("fires 3 < 5", "Jaccard 0.97 > 0.95"); this turns them into sentences a domain
+expert reads without knowing the gate. It adds no judgement of its own beyond chance: the share of dev the
+annotator's voted classes hold, the precision a rule that fires on rows regardless of their content gets.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from engine.domain import AnnotatorScore
+from engine.score import lift
+
+NUMBER = r"(-?\d+(?:\.\d+)?)"
+AT_CHANCE_LIFT = 1.0  # at or below: the precision says nothing about the class
+WEAK_LIFT = 1.5  # below: barely better than chance
+THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Sentences for the expert, and whether the annotator's precision is no better than chance."""
+
+    lines: tuple[str, ...]
+    at_chance: bool
+    chance: float
+    lift: float
+
+    def text(self) -> str:
+        return " ".join(self.lines)
+
+
+def _find(pattern: str, reasons: Sequence[str]) -> re.Match | None:
+    for reason in reasons:
+        found = re.search(pattern, reason)
+        if found:
+            return found
+    return None
+
+
+def _named(text: str, names: Mapping[str, str]) -> str:
+    return names.get(text, text[:8] if len(text) > 12 else text)
+
+
+def what_it_does(score: AnnotatorScore, label: str, n_dev: int, chance: float) -> tuple[list[str], bool, float]:
+    """Its fires and precision, then chance: (sentences, at chance?, lift)."""
+    if not score.fires:
+        return [f"It voted on none of the {n_dev} dev rows the gate judges on."], False, 0.0
+    lines = [f"It votes (mostly) **{label}** on {score.fires} of {n_dev} dev rows and is right on {score.correct} "
+             f"of them (precision {score.precision:.2f})."]
+    times = lift(score.precision, chance)
+    if chance <= 0:
+        return lines, False, times
+    if times <= AT_CHANCE_LIFT + 1e-9:
+        lines.append(f"That is **no better than chance**: {chance:.0%} of dev is {label}, so a rule that fires on "
+                     f"rows whatever they say (text length, say) is right as often. Its precision tells you "
+                     "nothing about the class.")
+        return lines, True, times
+    if times < WEAK_LIFT:
+        lines.append(f"That is only a little better than chance ({chance:.0%} of dev is {label}; "
+                     f"{times:.1f}x).")
+    else:
+        lines.append(f"That is {times:.1f}x better than chance ({chance:.0%} of dev is {label}).")
+    return lines, False, times
+
+
+def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names: Mapping[str, str]) -> list[str]:
+    """Which check decided, in words, with the gate's own numbers."""
+    if decided_by == "human":
+        return ["You (the expert) " + ("approved it: it stays in the pool whatever the gate says."
+                                      if verdict == "approve" else "rejected it: the gate will not let it back.")]
+    if verdict == "approve":
+        return ["An expert approved it earlier, so the gate keeps it without checks."]
+    if verdict == "prune":
+        found = _find(r"covered by (\S+): " + NUMBER, reasons)
+        who = _named(found.group(1), names) if found else "a newcomer"
+        share = f" ({float(found.group(2)):.0%} of its rows)" if found else ""
+        return [f"Pruned: {who} fires on the same rows{share} with clearly higher precision, so it replaces this "
+                "one."]
+    if verdict == "reject":
+        if _find(r"rejected by a human", reasons):
+            return ["An expert rejected it earlier; the gate does not re-admit it."]
+        if found := _find(r"generation reverted: pool dev macro-F1 would fall " + NUMBER + " -> " + NUMBER, reasons):
+            return [f"Rejected with its whole generation: together the newcomers would have lowered the pool's dev "
+                    f"macro-F1 from {found.group(1)} to {found.group(2)}, so the gate undid the generation."]
+        lines = []
+        if found := _find(r"faults on " + NUMBER + " of " + NUMBER, reasons):
+            lines.append(f"Rejected: its code fails on {found.group(1)} of {found.group(2)} dev rows.")
+        if found := _find(r"fires " + NUMBER + " < " + NUMBER, reasons):
+            lines.append(f"Rejected: it fires on only {found.group(1)} dev rows; the gate needs {found.group(2)} "
+                         "to judge a precision.")
+        if _find(r"no better than chance", reasons):
+            lines.append("Rejected: its precision is no better than chance.")
+        if found := _find(r"lower bound " + NUMBER + r" over " + NUMBER + r" fires: \S+ < " + NUMBER
+                          + r" \((\w+)\)", reasons):
+            lines.append(f"Rejected: allowing for luck on {found.group(2)} fires, its precision may be as low as "
+                         f"{found.group(1)}, under the {found.group(3)} a {found.group(4)} must reach.")
+        elif found := _find(r"^precision " + NUMBER + " < " + NUMBER + r" \((\w+)\)", reasons):
+            lines.append(f"Rejected: precision {found.group(1)} is under the {found.group(2)} a {found.group(3)} "
+                         "must reach.")
+        if found := _find(r"too similar to (\S+): Jaccard " + NUMBER, reasons):
+            lines.append(f"Rejected: it fires on nearly the same rows as {_named(found.group(1), names)} (overlap "
+                         f"{float(found.group(2)):.0%}), so it adds nothing new.")
+        if found := _find(r"removing it raises pool dev macro-F1 " + NUMBER + " -> " + NUMBER, reasons):
+            lines.append(f"Rejected: the pool is better without it (dev macro-F1 {found.group(1)} with it, "
+                         f"{found.group(2)} without).")
+        return lines or ["Rejected: " + "; ".join(reasons)]
+    if _find(r"already in the pool", reasons):
+        return ["Kept: it was already in the pool."]
+    parts = []
+    if found := _find(r"diverse: max Jaccard " + NUMBER + r" <= \S+(?: \(vs (\S+)\))?", reasons):
+        parts.append(f"it fires on rows the others miss (its largest overlap is {float(found.group(1)):.0%}"
+                     + (f", with {_named(found.group(2), names)})" if found.group(2) else ")"))
+    if found := _find(r"marginal: pool dev macro-F1 " + NUMBER + " without it, " + NUMBER + " with it", reasons):
+        gain = float(found.group(2)) - float(found.group(1))
+        parts.append(f"the pool's dev macro-F1 is {found.group(2)} with it and {found.group(1)} without "
+                     f"({gain:+.3f})")
+    return ["Accepted: precise enough" + ("; " + "; ".join(parts) if parts else "") + "."]
+
+
+def too_few_rows(label: str, rows: int) -> str:
+    """Why a class with few dev rows cannot judge an annotator, and what the expert can do."""
+    return (f"Only {rows} dev row{'s' if rows != 1 else ''} the gate judges on {'are' if rows != 1 else 'is'} "
+            f"{label}: one row more or less right moves a precision there by up to {1 / max(rows, 1):.0%}, so "
+            f"the figure is mostly chance. Label more {label} rows (Labels screen: label rows for dev, or import "
+            "them), or read its fired rows and judge the cues yourself.")
+
+
+def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,
+            chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None,
+            class_rows: int | None = None) -> Explanation:
+    """The whole explanation of one verdict (`chance`: see engine.score.chance_precision; `class_rows`: the
+    fitness rows of its class, said when too few to judge it)."""
+    lines: list[str] = []
+    at_chance, times = False, 0.0
+    if score is not None:
+        lines, at_chance, times = what_it_does(score, label, n_dev, chance)
+        if label and class_rows is not None and class_rows < THIN_CLASS_ROWS:
+            lines.append(too_few_rows(label, class_rows))
+    lines += why_the_verdict(verdict, reasons, decided_by, names or {})
+    return Explanation(tuple(lines), at_chance, chance, times)

@@ -1,0 +1,84 @@
+"""The labels screen's regression list: the dev rows the labels get wrong, unlabeled rows like one of them, and
+labeling those rows into dev (who and when recorded), so the classes the labels miss grow."""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import streamlit as st
+
+from engine.expert_rows import label_rows, regression_rows, similar_rows
+from engine.store.saved_labels import SavedLabels
+from engine.store.workspace import Store
+from studio import editor, state
+
+EXPERT_NAME = "expert_name"
+NOT_LABELED = "(leave unlabeled)"
+
+
+def regression_list(store: Store, result: SavedLabels) -> pd.DataFrame:
+    wrong = regression_rows(store, result.example_ids, result.probs, result.hard)
+    st.subheader("Dev rows it gets wrong (regression list)")
+    dev = store.count_examples("dev")
+    st.caption(f"{len(wrong)} of {dev} dev rows: {result.aggregator}'s out-of-fold label (from a model that never "
+               "saw the row's gold label) is not yours. Most confident mistakes first. Select one to find unlabeled "
+               "rows like it and label them: they join dev, so the next generation and the aggregators learn from "
+               "them.")
+    if wrong.empty:
+        st.success("It gets every dev row right.")
+    return wrong
+
+
+def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> None:
+    """The regression table; for the selected row, unlabeled rows like it in an editor with a label column."""
+    if wrong.empty:
+        return
+    picked = st.dataframe(wrong, hide_index=True, on_select="rerun", selection_mode="single-row",
+                          key="regression_table", column_config={
+                              "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                            format="%.2f")})
+    if not picked.selection.rows:
+        return
+    row = wrong.iloc[picked.selection.rows[0]]
+    like = similar_rows(store, row["text"])
+    st.markdown(f"**Unlabeled rows like `{row['id']}`** (gold *{row['gold']}*, labeled *{row['predicted']}*)")
+    if like.empty:
+        st.caption("No unlabeled row shares its words.")
+        return
+    like.insert(2, "your label", NOT_LABELED)
+    with st.form("label_like", border=False):
+        edited = st.data_editor(like, hide_index=True, key=f"like_{row['id']}", disabled=["id", "text", "similarity"],
+                                column_config={"your label": st.column_config.SelectboxColumn(
+                                    options=[NOT_LABELED, *labels], required=True)})
+        who = st.text_input("Your name (recorded with the labels)", key=EXPERT_NAME,
+                            value=st.session_state.get(EXPERT_NAME) or os.environ.get("USER", ""))
+        submitted = st.form_submit_button("Add the labeled rows to dev", icon=":material/add_task:")
+    if submitted:
+        chosen = {i: label for i, label in zip(edited["id"], edited["your label"], strict=True)
+                  if label != NOT_LABELED}
+        add_to_dev(store, chosen, who, f"like dev row {row['id']} ({row['gold']}, labeled {row['predicted']})")
+
+
+def add_to_dev(store: Store, chosen: dict[str, str], who: str, note: str) -> None:
+    if not chosen:
+        st.warning("Pick a label for at least one row first.")
+        return
+    try:
+        moved = label_rows(store, editor.shared_executor(), chosen, who, note)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    state.flash(f"{len(moved)} row(s) joined dev, labeled by {who.strip()}. The next generation sees them; "
+                "recompute the soft labels to include them.")
+    st.rerun()
+
+
+def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
+    """Every row the expert labeled into dev, with who and when."""
+    record = store.expert_labels()
+    if record.empty:
+        return
+    with st.expander(f"Rows labeled into dev in the studio ({len(record)})"):
+        st.dataframe(pd.DataFrame({"when": record["labeled_at"].astype(str).str[:19], "by": record["labeled_by"],
+                                   "id": record["example_id"], "label": [labels[int(v)] for v in record["label"]],
+                                   "text": record["text"], "note": record["note"]}), hide_index=True)

@@ -1,0 +1,98 @@
+"""Rows the expert labels join dev (who and when recorded, votes and scores brought up to date), and the
+regression list names the dev rows the labels get wrong. Real DuckDB workspace, real sandbox, offline agents."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.agents.offline import OfflineProposer
+from engine.domain import ABSTAIN, FITNESS
+from engine.evolve import evolve
+from engine.expert_rows import label_rows, regression_rows, similar_rows
+from engine.ingest.importer import import_path
+from engine.labeling import soft_labels
+from engine.sandbox.executor import SandboxExecutor
+from engine.score import score_annotator
+from engine.store.workspace import Store
+
+
+@pytest.fixture
+def evolved(store, demo_csv):
+    import_path(store, demo_csv)
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+        yield store, executor
+
+
+def test_labeled_pool_rows_join_dev_with_who_and_when_and_every_figure_follows(evolved):
+    store, executor = evolved
+    fitness_before = store.count_examples(FITNESS)
+    test_before = store.example_ids("test")
+    pool = store.examples_frame("pool", limit=3)
+    chosen = {pool["id"][0]: "SPAM", pool["id"][1]: "HAM", pool["id"][2]: "SPAM", test_before[0]: "HAM"}
+    moved = label_rows(store, executor, chosen, by="maria", note="from the regression list")
+    assert moved == list(pool["id"])  # the test row is not touched: holdout stays holdout
+    assert store.count_examples(FITNESS) == fitness_before + 3 and store.example_ids("test") == test_before
+    labels = store.load_task().labels
+    dev = store.examples_frame("dev", ids=moved).set_index("id")
+    assert [labels[int(dev.loc[i, "label"])] for i in moved] == ["SPAM", "HAM", "SPAM"]
+    record = store.expert_labels()
+    assert set(record["example_id"]) == set(moved)
+    assert set(record["labeled_by"]) == {"maria"} and record["labeled_at"].notna().all()
+    assert set(record["note"]) == {"from the regression list"} and set(record["from_split"]) == {"pool"}
+
+    # every pool member has its real vote on the new rows (a fresh sandbox run gives the same) and its stored
+    # score is the one recomputed on the grown fitness rows
+    members = store.pool_ids()
+    stored = store.vote_matrix(members, FITNESS, example_ids=moved).votes
+    frame = store.examples_frame("dev", ids=moved)
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
+    fresh = executor.run(store.annotators(members), inputs, list(labels))
+    by_id = {r.annotator_id: r.votes for r in fresh}
+    for j, member in enumerate(members):
+        position = {i: k for k, i in enumerate(frame["id"])}
+        assert [int(v) for v in stored[:, j]] == [int(by_id[member][position[i]]) for i in moved]
+    votes = store.vote_matrix(members, FITNESS).votes
+    for j, member in enumerate(members):
+        expected = score_annotator(member, votes[:, j], store.gold(FITNESS))
+        assert store.scores([member])[member].fires == expected.fires
+        assert store.scores([member])[member].precision == pytest.approx(expected.precision)
+
+
+def test_labeling_refuses_unknown_labels_and_a_missing_name(evolved):
+    store, executor = evolved
+    row = store.example_ids("pool")[0]
+    with pytest.raises(ValueError, match="not in the label set"):
+        label_rows(store, executor, {row: "EGGS"}, by="maria")
+    with pytest.raises(ValueError, match="who labeled"):
+        label_rows(store, executor, {row: "HAM"}, by=" ")
+    assert row in store.example_ids("pool") and store.expert_labels().empty
+
+
+def test_the_regression_list_is_the_dev_rows_the_labels_get_wrong(evolved):
+    store, executor = evolved
+    result = soft_labels(store, executor, "mv")
+    wrong = regression_rows(store, result.soft.example_ids, result.soft.probs, result.hard)
+    labels = store.load_task().labels
+    position = {i: k for k, i in enumerate(result.soft.example_ids)}
+    dev_ids, gold = store.example_ids("dev"), store.gold("dev")
+    expected = {i for i, g in zip(dev_ids, gold, strict=True) if result.hard[position[i]] != g}
+    assert set(wrong["id"]) == expected and len(expected) > 0
+    for row in wrong.itertuples():
+        h = result.hard[position[row.id]]
+        assert row.predicted == (labels[h] if h != ABSTAIN else "") and row.gold != row.predicted
+    assert list(wrong["confidence"]) == sorted(wrong["confidence"], reverse=True)
+    like = similar_rows(store, wrong["text"][0], n=5)
+    assert 0 < len(like) <= 5 and set(like["id"]) <= set(store.example_ids("pool"))
+    assert np.all(np.diff(like["similarity"].to_numpy()) <= 0)
+
+
+def test_the_record_survives_reopening(tmp_path, demo_csv):
+    store = Store.open(tmp_path / "ws")
+    import_path(store, demo_csv)
+    with SandboxExecutor() as executor:
+        label_rows(store, executor, {store.example_ids("pool")[0]: "HAM"}, by="li")
+    Store.close_all()
+    again = Store.open(tmp_path / "ws")
+    assert list(again.expert_labels()["labeled_by"]) == ["li"]
+    Store.close_all()

@@ -1,0 +1,70 @@
+"""The gate's verdicts in plain words: each check's reason turns into a sentence with the gate's own numbers,
+and an annotator no better than chance is flagged. Verdicts come from the real gate on a small dev split."""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.domain import ABSTAIN, Annotator
+from engine.explain import explain
+from engine.gate import GateConfig, run_gate
+from engine.score import chance_precision, score_annotator
+
+# 30 dev rows: 20 of class 0 ("ham"), 10 of class 1 ("spam")
+Y = np.array([0] * 20 + [1] * 10)
+LABELS = ("ham", "spam")
+RAW = GateConfig(precision_z=0)
+
+
+def column(spam_rows: list[int]) -> np.ndarray:
+    out = np.full(Y.shape[0], ABSTAIN)
+    out[spam_rows] = 1
+    return out
+
+
+def judge(candidates: dict[str, np.ndarray], config: GateConfig = RAW) -> dict:
+    """{id: (decision, Explanation)} from the real gate over an empty pool."""
+    entries = [(Annotator(id=i, name=i, source="", agent="generator", generation=1), v, score_annotator(i, v, Y))
+               for i, v in candidates.items()]
+    outcome = run_gate([], np.zeros((30, 0), dtype=int), {}, entries, Y, 2, config)
+    out = {}
+    for d in outcome.decisions:
+        v = candidates[d.annotator_id]
+        s = score_annotator(d.annotator_id, v, Y)
+        out[d.annotator_id] = (d, explain(d.verdict, d.reasons, s, LABELS[s.label], 30, chance_precision(v, Y, 2),
+                                          names={"good": "spam words"}))
+    return out
+
+
+def test_an_annotator_at_the_class_share_is_rejected_and_called_no_better_than_chance():
+    # votes spam on 6 rows, 2 of them spam: precision 0.33, spam is 33% of dev; a length rule looks like this
+    judged = judge({"length": column([0, 1, 2, 3, 20, 21])})
+    decision, words = judged["length"]
+    assert decision.verdict == "reject"
+    assert words.at_chance and abs(words.chance - 1 / 3) < 1e-9
+    text = words.text()
+    assert "no better than chance" in text and "33% of dev is spam" in text
+    assert "right on 2 of them (precision 0.33)" in text
+
+
+def test_accept_says_how_far_above_chance_and_the_gates_diversity_and_contribution_numbers():
+    judged = judge({"good": column([20, 21, 22, 23, 24, 25, 0])})  # 6 of 7 right
+    decision, words = judged["good"]
+    assert decision.verdict == "accept" and not words.at_chance
+    text = words.text()
+    assert "2.6x better than chance" in text  # 0.857 / 0.333
+    assert text.count("Accepted") == 1 and "dev macro-F1" in text
+
+
+def test_each_rejecting_check_is_named_with_its_numbers():
+    judged = judge({"good": column([20, 21, 22, 23, 24, 25, 26]),
+                    "copy": column([20, 21, 22, 23, 24, 25, 26]),  # the same rows as good
+                    "rare": column([20, 21, 22])})
+    _, copy_words = judged["copy"]
+    assert judged["copy"][0].verdict == "reject"
+    assert "nearly the same rows as spam words (overlap 100%)" in copy_words.text()
+    assert "fires on only 3 dev rows; the gate needs 5" in judged["rare"][1].text()
+
+
+def test_an_experts_verdict_is_said_to_be_the_experts():
+    words = explain("reject", ("too noisy",), None, "spam", 30, 0.3, decided_by="human")
+    assert words.lines == ("You (the expert) rejected it: the gate will not let it back.",)

@@ -1,0 +1,107 @@
+"""One source of truth: every screen, rendered under AppTest on a workspace built by the CLI, shows the figures
+`evopool eval` / `evopool pool` print as JSON for the same workspace: the same dev macro-F1 of the pool and of
+auto, the same aggregator auto chose, the same pool size, generation, row counts and annotator precision."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DEMO_CSV
+from streamlit.testing.v1 import AppTest
+from test_cli import evopool
+
+from engine.jobs import start_labels
+from engine.store.saved_labels import load_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "streamlit_app.py")
+WS = "agree"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    """A workspace from `evopool run`, the CLI's JSON about it, and the studio's saved auto labels."""
+    home = tmp_path_factory.mktemp("agree_home")
+    ws = str(home / WS)
+    _, out = evopool("run", str(DEMO_CSV), "--workdir", ws, "--generations", "2", "--seed", "0")
+    assert out.returncode == 0, out.stderr
+    facts = {"home": home}
+    for aggregator in ("mv", "auto"):
+        facts[aggregator], out = evopool("eval", "--workdir", ws, "--split", "dev", "--aggregator", aggregator)
+        assert out.returncode == 0, out.stderr
+    lines = subprocess.run([sys.executable, "-m", "engine.cli", "pool", "--workdir", ws], capture_output=True,
+                           text=True, check=True).stdout.strip().splitlines()
+    facts["pool"] = [json.loads(line) for line in lines]
+    job = start_labels(home / WS, "auto", compare=False)  # what the labels screen's button starts
+    assert job.wait(600) and job.status == "done", job.error
+    facts["saved"] = load_labels(home / WS, "auto")
+    return facts
+
+
+@pytest.fixture(autouse=True)
+def _home(built, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(built["home"]))
+
+
+def render(page: str, **params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["ws"] = WS
+    at.query_params.update(params)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_the_cli_workspace_has_no_audit_rows_so_dev_is_what_every_screen_scores():
+    # the demo's 120 dev rows are too few for audit rows: every dev figure below is on the same 120 rows
+    at = render("pages/project.py")
+    assert metrics(at)["Dev (labeled)"] == "120"
+
+
+def test_project_screen_and_sidebar_agree_with_eval(built):
+    at = render("pages/project.py")
+    assert metrics(at)["Dev (labeled)"] == str(built["mv"]["n"])
+    facts = "\n".join(c.value for c in at.sidebar.caption)
+    assert f"generation {built['mv']['generation']}" in facts and f"pool of {built['mv']['pool_size']}" in facts
+
+
+def test_evolve_and_analytics_show_the_pool_dev_macro_f1_eval_gives_for_mv(built):
+    expected = built["mv"]["macro_f1"]  # 4 decimals
+    at = render("pages/evolve.py")
+    assert metrics(at)["Complete generations"] == str(built["mv"]["generation"])
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    line = next(t for t in spec["data"] if t.get("name") == "dev macro-F1")  # no audit rows: all of dev
+    y = line["y"]
+    if isinstance(y, dict):  # plotly's typed array
+        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"])
+    assert round(float(y[-1]), 4) == pytest.approx(expected, abs=1e-4)
+    at = render("pages/analytics.py")
+    assert metrics(at)["Dev macro-F1"] == f"{expected:.3f}"
+    assert metrics(at)["Annotators in the pool"] == str(built["mv"]["pool_size"])
+
+
+def test_labels_screen_shows_the_aggregator_and_dev_macro_f1_eval_gives_for_auto(built):
+    auto, saved = built["auto"], built["saved"]
+    assert saved.dev_scores.choice.chosen == auto["chosen"]  # the studio's job and the CLI choose alike
+    at = render("pages/labels.py")
+    shown = "\n".join([c.value for c in at.caption] + [m.value for m in at.markdown])
+    assert f"Auto chose {auto['chosen']}" in shown
+    assert metrics(at)["Dev macro-F1"] == f"{auto['macro_f1']:.3f}"
+
+
+def test_annotator_screen_shows_the_precision_and_fires_evopool_pool_prints(built):
+    for member in built["pool"][:3]:
+        at = render("pages/annotator.py", annotator=member["id"])
+        shown = metrics(at)
+        assert shown["Precision (dev)"] == f"{member['precision']:.2f}"
+        assert shown["Fires"] == str(member["fires"])

@@ -29,27 +29,19 @@ from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN
 from engine.sandbox.checks import MAX_SOURCE_CHARS, CodeRejected, check_source
 from engine.sandbox.executor import jsonable
-from engine.text_views import LEAD, normalise, view_text
+from engine.text_views import block_of, normalise, normalised_block, raw_piece, rows_of, window
 
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
 MAX_CUE_CHARS = 80
-SEPARATOR = "\n"  # between rows of a joined view: no cue (and no \w) matches it, and \b sees it as an edge
+WINDOWED = ("lead", "before", "after")  # views that keep some of their words (text_views.window)
 
 
 @dataclass(frozen=True)
 class CompiledAnnotator:
-    """A validated template spec with its regexes (cue kind) built from the checked cues."""
+    """A template spec whose cues passed the checks; `fired` runs it over a `Views`."""
 
     spec: AnnotatorSpec
-    cue: re.Pattern[str] | None = None
-    also: re.Pattern[str] | None = None
-    unless: re.Pattern[str] | None = None
-
-
-def _pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
-    """The template's own construction (templates._pattern_line), applied to validated cues only."""
-    return re.compile(r"\b(?:" + "|".join(cue.replace("*", r"\w*") for cue in cues) + r")\b")
 
 
 def _safe_cues(cues: tuple[str, ...]) -> bool:
@@ -60,7 +52,7 @@ def _safe_spec(spec: AnnotatorSpec) -> bool:
     if spec.kind == "surface":
         return (spec.feature in surface.MEASURES and spec.op in (">=", "<=")
                 and math.isfinite(spec.threshold))
-    return spec.kind == "cue" and all(_safe_cues(c) for c in (spec.cues, spec.also, spec.unless))
+    return spec.kind == "cue" and bool(spec.cues) and all(_safe_cues(c) for c in (spec.cues, spec.also, spec.unless))
 
 
 @lru_cache(maxsize=4096)
@@ -78,10 +70,7 @@ def compile_annotator(source: str) -> CompiledAnnotator | None:
         check_source(source)  # what the sandbox would refuse must stay refused
     except (CodeRejected, ValueError, TypeError, KeyError, SyntaxError, RecursionError, MemoryError):
         return None
-    if spec.kind == "surface":
-        return CompiledAnnotator(spec)
-    return CompiledAnnotator(spec, _pattern(spec.cues), _pattern(spec.also) if spec.also else None,
-                             _pattern(spec.unless) if spec.unless else None)
+    return CompiledAnnotator(spec)
 
 
 def compiles(source: str) -> bool:
@@ -90,55 +79,117 @@ def compiles(source: str) -> bool:
 
 
 # ---- the scan ------------------------------------------------------------------------------------------
-_PLAIN = (str, int, float, bool, type(None))
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+FIELDS = ("text", "entity1", "entity2", "span1", "span2")  # what the views read
 
 
 def _as_sent(value: Any) -> Any:
     """A field value as the sandbox worker sees it (the executor ships examples as JSON)."""
-    if type(value) in _PLAIN:
-        return value
-    if type(value) in (list, tuple) and all(type(v) is int for v in value):
-        return value  # spans: tuple() of either is the same
-    return json.loads(json.dumps(value, default=jsonable))
+    return value if type(value) in _PLAIN else json.loads(json.dumps(value, default=jsonable))
+
+
+def _sent_example(example: dict) -> dict:
+    """The example itself when the fields the views read survive JSON unchanged (the usual case: strings and
+    int spans), else those fields as the worker would see them."""
+    for key in FIELDS:
+        value = example.get(key)
+        kind = type(value)
+        if kind in _PLAIN or ((kind is list or kind is tuple) and len(value) == 2
+                              and type(value[0]) is int and type(value[1]) is int):
+            continue
+        return {k: _as_sent(example[k]) for k in FIELDS if k in example}
+    return example
+
+
+def needle(cue: str) -> bytes:
+    """The bytes whose presence in a padded normalised row (b" w1 w2 ... ") is exactly a match of the
+    template's `\\b<cue>\\b` (a `*` as `\\w*`): the view holds only words split by single spaces, so a cue
+    without a leading `*` starts a word (a space before it) and one without a trailing `*` ends one."""
+    core = cue.strip("*").encode("ascii")
+    return (b"" if cue.startswith("*") else b" ") + core + (b"" if cue.endswith("*") else b" ")
 
 
 class Views:
-    """Each view's normalised text for every row, cut once for the whole pool, joined for one regex pass."""
-
-    FIELDS = ("text", "entity1", "entity2", "span1", "span2")
+    """Each view of every row, normalised once for the whole pool into a block (text_views.normalised_block),
+    and which rows hold each cue, found by a substring search over the block and kept for other annotators."""
 
     def __init__(self, examples: Sequence[dict]):
         self.examples = examples
+        self.n = len(examples)
         self._sent: list[dict] | None = None
+        self._blocks: dict[str, tuple[bytes, list[int]]] = {}
         self._rows: dict[str, list[str]] = {}
-        self._joined: dict[str, tuple[str, list[int]]] = {}
+        self._padded: dict[str, list[bytes]] = {}
+        self._hits: dict[tuple[str, bytes], np.ndarray] = {}
         self._measures: dict[str, np.ndarray] = {}
 
     def sent(self) -> list[dict]:
         if self._sent is None:
-            self._sent = [{k: _as_sent(ex[k]) for k in self.FIELDS if k in ex} for ex in self.examples]
+            self._sent = [_sent_example(ex) for ex in self.examples]
         return self._sent
 
     def rows(self, view: str) -> list[str]:
+        """The view's normalised rows (kept only for the views others are cut from)."""
         if view not in self._rows:
-            if view == "sentence":
-                out = [normalise(ex.get("text")) for ex in self.sent()]
-            elif view == "lead":
-                out = [" ".join(s.split()[:LEAD]) for s in self.rows("sentence")]
+            source = "sentence" if view == "lead" else view
+            if source != view:
+                rows = self.rows(source)
             else:
-                out = [view_text(ex, view) for ex in self.sent()]
-            self._rows[view] = out
+                pieces = [raw_piece(ex, view) for ex in self.sent()]
+                block = normalised_block(pieces)
+                rows = [normalise(p) for p in pieces] if block is None else rows_of(block)
+            self._rows[view] = [window(view, row) for row in rows] if view in WINDOWED else rows
         return self._rows[view]
 
-    def joined(self, view: str) -> tuple[str, list[int]]:
-        """The view's rows joined by SEPARATOR, and each row's start offset."""
-        if view not in self._joined:
-            rows, starts, at = self.rows(view), [], 0
-            for row in rows:
-                starts.append(at)
-                at += len(row) + 1
-            self._joined[view] = (SEPARATOR.join(rows), starts)
-        return self._joined[view]
+    def block(self, view: str) -> tuple[bytes, list[int]]:
+        """The view's block (text_views.normalised_block) and the offsets of its row separators."""
+        if view not in self._blocks:
+            block = None
+            if view not in WINDOWED and view not in self._rows:
+                block = normalised_block([raw_piece(ex, view) for ex in self.sent()])
+            if block is None:
+                block = block_of(self.rows(view))
+            separators = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0).tolist()
+            self._blocks[view] = (block, separators)
+        return self._blocks[view]
+
+    def padded(self, view: str) -> list[bytes]:
+        """The view's rows as the block holds them (b" w1 w2 "), for tests row by row."""
+        if view not in self._padded:
+            self._padded[view] = self.block(view)[0].split(b"\x00")
+        return self._padded[view]
+
+    def rows_with(self, view: str, cue: str) -> np.ndarray:
+        """(n,) bool: the rows whose view matches the cue."""
+        key = (view, needle(cue))
+        if key not in self._hits:
+            self._hits[key] = self._search(view, key[1])
+        return self._hits[key]
+
+    def _search(self, view: str, wanted: bytes) -> np.ndarray:
+        """Find the needle in the block, one find per hit row; once it proves common (hits in more than one
+        row in eight), test the remaining rows one by one instead."""
+        block, separators = self.block(view)
+        mask = np.zeros(self.n, dtype=bool)
+        pos, find, last, hits = 0, block.find, len(separators), 0
+        while (pos := find(wanted, pos)) >= 0:
+            row = bisect.bisect_right(separators, pos)
+            mask[row] = True
+            if row >= last:
+                break
+            hits += 1
+            if hits >= 64 and hits * 8 > row:
+                rest = self.padded(view)[row + 1:]
+                mask[row + 1:] = np.fromiter((wanted in r for r in rest), dtype=bool, count=len(rest))
+                break
+            pos = separators[row] + 1
+        return mask
+
+    def any_of(self, view: str, cues: tuple[str, ...]) -> np.ndarray:
+        mask = np.zeros(self.n, dtype=bool)
+        for cue in cues:
+            mask |= self.rows_with(view, cue)
+        return mask
 
     def measure(self, feature: str) -> np.ndarray:
         if feature not in self._measures:
@@ -148,43 +199,17 @@ class Views:
         return self._measures[feature]
 
 
-def _matching_rows(pattern: re.Pattern[str], joined: str, starts: list[int]) -> np.ndarray:
-    """Indices of rows where `pattern` matches: one search per matching row, the rest scanned in C."""
-    hits, pos, search, n = [], 0, pattern.search, len(starts)
-    while True:
-        match = search(joined, pos)
-        if match is None:
-            break
-        row = bisect.bisect_right(starts, match.start()) - 1
-        hits.append(row)
-        if row + 1 >= n:
-            break
-        pos = starts[row + 1]
-    return np.asarray(hits, dtype=np.int64)
-
-
 def fired(compiled: CompiledAnnotator, views: Views) -> np.ndarray:
     """(n,) bool: the rows where the annotator returns its label."""
-    spec, n = compiled.spec, len(views.examples)
+    spec = compiled.spec
     if spec.kind == "surface":
         values = views.measure(spec.feature)
         return values >= spec.threshold if spec.op == ">=" else values <= spec.threshold
-    assert compiled.cue is not None
-    mask = np.zeros(n, dtype=bool)
-    mask[_matching_rows(compiled.cue, *views.joined(spec.view))] = True
-    for pattern, wanted in ((compiled.also, True), (compiled.unless, False)):
-        if pattern is None or not mask.any():
-            continue
-        candidates = np.flatnonzero(mask)
-        if len(candidates) * 8 < n:  # few rows left: test them one by one
-            sentence = views.rows("sentence")
-            keep = np.fromiter((bool(pattern.search(sentence[i])) == wanted for i in candidates), bool,
-                               len(candidates))
-            mask[candidates[~keep]] = False
-        else:
-            found = np.zeros(n, dtype=bool)
-            found[_matching_rows(pattern, *views.joined("sentence"))] = True
-            mask &= found if wanted else ~found
+    mask = views.any_of(spec.view, spec.cues)
+    if spec.also and mask.any():
+        mask &= views.any_of("sentence", spec.also)
+    if spec.unless and mask.any():
+        mask &= ~views.any_of("sentence", spec.unless)
     return mask
 
 

@@ -24,31 +24,45 @@ def normalise(text: object) -> str:
     return " ".join(WORD.findall(str(text or "").lower()))
 
 
-def _ordered_spans(example: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The two entity spans sorted by start; raises like the emitted code does when they are unusable."""
-    first, second = sorted([tuple(example["span1"]), tuple(example["span2"])])
-    return first, second
+SPAN_VIEWS = ("between", "before", "after")
+
+
+def span_pieces(example: dict[str, Any]) -> tuple[str, str, str]:
+    """The raw text between, before and after the two entity mentions (`raw_piece` of the SPAN_VIEWS at once).
+    The spans are unpacked exactly as each emitted helper unpacks them, so malformed ones fail (to '') alike:
+    "before" reads only the first span's start, "after" only the second's end, "between" both."""
+    try:
+        first, second = sorted([tuple(example["span1"]), tuple(example["span2"])])
+        text = str(example.get("text") or "")
+    except (KeyError, TypeError, ValueError):
+        return "", "", ""
+    try:
+        (_, first_end), (second_start, _) = first, second
+        between = text[first_end:second_start]
+    except (TypeError, ValueError):
+        between = ""
+    try:
+        first_start, _ = first
+        before = text[:first_start]
+    except (TypeError, ValueError):
+        before = ""
+    try:
+        _, second_end = second
+        after = text[second_end:]
+    except (TypeError, ValueError):
+        after = ""
+    return between, before, after
 
 
 def raw_piece(example: dict[str, Any], view: str) -> str:
     """The raw text a view keeps words of ('' where the view does not exist): `view_text` normalises it and
-    keeps its `window`. Spans are unpacked exactly as the emitted helpers do, so malformed ones fail alike."""
+    keeps its `window`."""
     if view in ("sentence", "lead"):
         return str(example.get("text") or "")
     if view in ("entity1", "entity2"):
         return str(example.get(view) or "")
-    try:
-        if view == "between":
-            (_, first_end), (second_start, _) = _ordered_spans(example)
-            return str(example.get("text") or "")[first_end:second_start]
-        if view == "before":
-            (first_start, _), _ = _ordered_spans(example)
-            return str(example.get("text") or "")[:first_start]
-        if view == "after":
-            _, (_, second_end) = _ordered_spans(example)
-            return str(example.get("text") or "")[second_end:]
-    except (KeyError, TypeError, ValueError):
-        return ""
+    if view in SPAN_VIEWS:
+        return span_pieces(example)[SPAN_VIEWS.index(view)]
     raise ValueError(f"unknown view {view!r}")
 
 
@@ -56,11 +70,11 @@ def window(view: str, normalised: str) -> str:
     """The words of a normalised piece the view keeps: the first LEAD ("lead"), the last or first WINDOW
     ("before" / "after"), all of them otherwise. Split with a bound, so long pieces cost little."""
     if view == "lead":
-        return " ".join(normalised.split(" ", LEAD)[:LEAD]) if normalised else ""
+        return " ".join(normalised.split(" ", LEAD)[:LEAD])
     if view == "before":
-        return " ".join(normalised.rsplit(" ", WINDOW)[-WINDOW:]) if normalised else ""
+        return " ".join(normalised.rsplit(" ", WINDOW)[-WINDOW:])
     if view == "after":
-        return " ".join(normalised.split(" ", WINDOW)[:WINDOW]) if normalised else ""
+        return " ".join(normalised.split(" ", WINDOW)[:WINDOW])
     return normalised
 
 

@@ -29,7 +29,7 @@ from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN
 from engine.sandbox.checks import MAX_SOURCE_CHARS, CodeRejected, check_source
 from engine.sandbox.executor import jsonable
-from engine.text_views import block_of, normalise, normalised_block, raw_piece, rows_of, window
+from engine.text_views import SPAN_VIEWS, block_of, normalise, normalised_block, rows_of, span_pieces, window
 
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
@@ -118,6 +118,7 @@ class Views:
         self.n = len(examples)
         self._sent: list[dict] | None = None
         self._blocks: dict[str, tuple[bytes, list[int]]] = {}
+        self._pieces: dict[str, list[str]] = {}
         self._rows: dict[str, list[str]] = {}
         self._padded: dict[str, list[bytes]] = {}
         self._hits: dict[tuple[str, bytes], np.ndarray] = {}
@@ -128,16 +129,27 @@ class Views:
             self._sent = [_sent_example(ex) for ex in self.examples]
         return self._sent
 
-    def rows(self, view: str) -> list[str]:
-        """The view's normalised rows (kept only for the views others are cut from)."""
-        if view not in self._rows:
-            source = "sentence" if view == "lead" else view
-            if source != view:
-                rows = self.rows(source)
+    def pieces(self, view: str) -> list[str]:
+        """The raw text each row's view is cut from (text_views.raw_piece); the span views in one pass."""
+        if view not in self._pieces:
+            sent = self.sent()
+            if view in SPAN_VIEWS:
+                cut = [span_pieces(ex) for ex in sent]
+                for i, name in enumerate(SPAN_VIEWS):
+                    self._pieces[name] = [row[i] for row in cut]
             else:
-                pieces = [raw_piece(ex, view) for ex in self.sent()]
-                block = normalised_block(pieces)
-                rows = [normalise(p) for p in pieces] if block is None else rows_of(block)
+                field = "text" if view in ("sentence", "lead") else view
+                self._pieces[view] = [str(ex.get(field) or "") for ex in sent]
+        return self._pieces[view]
+
+    def rows(self, view: str) -> list[str]:
+        """The view's normalised rows (text_views.view_text of every row)."""
+        if view not in self._rows:
+            if view == "lead":
+                rows = self.rows("sentence")
+            else:
+                block = normalised_block(self.pieces(view))
+                rows = [normalise(p) for p in self.pieces(view)] if block is None else rows_of(block)
             self._rows[view] = [window(view, row) for row in rows] if view in WINDOWED else rows
         return self._rows[view]
 
@@ -146,7 +158,7 @@ class Views:
         if view not in self._blocks:
             block = None
             if view not in WINDOWED and view not in self._rows:
-                block = normalised_block([raw_piece(ex, view) for ex in self.sent()])
+                block = normalised_block(self.pieces(view))
             if block is None:
                 block = block_of(self.rows(view))
             separators = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0).tolist()

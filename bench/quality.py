@@ -36,6 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
@@ -45,7 +46,6 @@ from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E4
 from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
-from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
@@ -108,7 +108,7 @@ def save_embedding_cache(store: Store, path: Path) -> None:
         np.savez(path, hashes=np.array(keys), vectors=np.stack([found[h] for h in keys]))
 
 
-def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
+def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
     """The pool's majority-vote macro-F1 on fitness (where it was chosen), audit and test rows."""
     from engine.evolve import ensure_votes
 
@@ -142,7 +142,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
             proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)

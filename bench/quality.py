@@ -127,7 +127,7 @@ def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
 
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
                 audit_fraction: float = IngestOptions.audit_fraction,
-                reuse: bool = False, raw_estimates: bool = False) -> dict:
+                reuse: bool = False, raw_estimates: bool = False, compiled: bool = True) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
         shutil.rmtree(workdir)
@@ -142,7 +142,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()
-    with CompiledExecutor() as executor:
+    with CompiledExecutor(compiled=compiled) as executor:
         if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
             proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
@@ -250,6 +250,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.md")
     parser.add_argument("--raw-estimates", action="store_true",
                         help="ablation: raw precision and no cross-fitted gain in the offline selection and the gate")
+    parser.add_argument("--sandbox-only", action="store_true",
+                        help="run template annotators in the sandbox too (the figures must not change)")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
@@ -261,7 +263,7 @@ def main() -> None:
                                       + ("-raw" if args.raw_estimates else ""))
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
-                                    args.reuse, args.raw_estimates))
+                                    args.reuse, args.raw_estimates, not args.sandbox_only))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
 

@@ -2,12 +2,15 @@
 
 `compile_annotator(source)` reads the spec back (templates.parse_spec) and accepts it only when rendering that
 spec gives the very same source (as emitted, or as `make_annotator` normalised it), the sandbox's checker
-passes it, and every cue is of the form the miners write (lower-case words and digits, single spaces, a
-leading and/or trailing `*`). Only then is a regex built here, in the app process, from the validated cues
-(never from the source's text), so a crafted source cannot bring its own pattern: anything else is None and
-runs in the sandbox. `scan` then applies many compiled annotators at once: each view is cut once per row for
-the whole pool, and each annotator is one regex search over all rows joined. Votes equal the sandbox's exactly
-(tests/test_compiled.py runs both paths on generated specs and on real pools).
+passes it, and every cue has the form the miners write (lower-case ASCII words and digits, single spaces, an
+optional `*` at either end; bounded count and length). Anything else is None and runs in the sandbox. No
+pattern is ever built from the source: a validated cue becomes a plain byte string (`needle`), so a crafted
+source can bring no regex (ReDoS) or code into this process.
+
+`scan` applies many compiled annotators at once: each view of every row is normalised once for the whole pool
+into one ASCII block (text_views.normalised_block), and a cue's rows are found by substring search over that
+block, shared by every annotator that uses the cue. Votes, faults and error texts equal the sandbox's
+(tests/test_compiled.py checks both paths on generated specs, awkward rows and the ChemProt pool).
 """
 from __future__ import annotations
 
@@ -166,7 +169,7 @@ class Views:
         return self._blocks[view]
 
     def padded(self, view: str) -> list[bytes]:
-        """The view's rows as the block holds them (b" w1 w2 "), for tests row by row."""
+        """The view's rows as the block holds them (b" w1 w2 "), for needles too common to find one by one."""
         if view not in self._padded:
             self._padded[view] = self.block(view)[0].split(b"\x00")
         return self._padded[view]

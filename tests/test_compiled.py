@@ -152,7 +152,7 @@ def test_compiled_and_sandbox_give_identical_results_on_random_specs(demo_csv):
     assert sum(compiles(a.source) for a in pool) == 40
     progress: list[tuple[int, int]] = []
     with SandboxExecutor(workers=2) as sandbox:
-        fast = CompiledExecutor(sandbox).run(pool, examples, LABELS, lambda d, t: progress.append((d, t)))
+        fast = CompiledExecutor(sandbox, chunk_rows=97).run(pool, examples, LABELS, lambda *p: progress.append(p))
         slow = sandbox.run(pool, examples, LABELS)
     assert [r.annotator_id for r in fast] == [a.id for a in pool]
     for a, b in zip(fast, slow, strict=True):

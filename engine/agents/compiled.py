@@ -239,9 +239,9 @@ class ScanResult:
 
 
 def scan(pool: Sequence[CompiledAnnotator], examples: Sequence[dict], labels: Sequence[str],
-         views: Views | None = None) -> list[ScanResult]:
+         views: Views | None = None, offset: int = 0) -> list[ScanResult]:
     """Votes of every compiled annotator on every example; a label outside `labels` is a fault per firing
-    row, worded as the sandbox words it."""
+    row, worded as the sandbox words it (`offset`: the index of `examples[0]` in the whole run)."""
     views = views or Views(examples)
     label_index = {name: i for i, name in enumerate(str(label) for label in labels)}
     out = []
@@ -256,6 +256,6 @@ def scan(pool: Sequence[CompiledAnnotator], examples: Sequence[dict], labels: Se
         elif mask.any():
             faults = int(mask.sum())
             first_error = (f"returned {repr(compiled.spec.label)[:60]}, not a label "
-                           f"(example {int(np.argmax(mask))})")
+                           f"(example {offset + int(np.argmax(mask))})")
         out.append(ScanResult(votes, faults, first_error, time.perf_counter() - started))
     return out

@@ -11,25 +11,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self
 
+import numpy as np
+
 from engine.agents.compiled import CompiledAnnotator, Views, compile_annotator, scan
-from engine.domain import Annotator, ExecutionResult
+from engine.domain import ABSTAIN, Annotator, ExecutionResult
 from engine.sandbox.executor import Executor, Progress, SandboxExecutor
 
 
 class CompiledExecutor:
     """An `Executor` that compiles what it can and hands the rest to a sandbox.
 
-    `CompiledExecutor(sandbox=None, **sandbox_options)`: `sandbox` is any `Executor` for the code that does not
-    compile (default: a `SandboxExecutor(**sandbox_options)` this object owns and closes); `compiled=False`
-    sends everything to the sandbox (the old path, for comparisons).
+    `CompiledExecutor(sandbox=None, *, compiled=True, chunk_rows=65536, **sandbox_options)`: `sandbox` is any
+    `Executor` for the code that does not compile (default: a `SandboxExecutor(**sandbox_options)` this object
+    owns and closes); `compiled=False` sends everything to the sandbox (the old path, for comparisons);
+    compiled annotators scan `chunk_rows` rows at a time, which bounds the memory their views take.
     """
 
-    def __init__(self, sandbox: Executor | None = None, *, compiled: bool = True, **sandbox_options: Any):
+    def __init__(self, sandbox: Executor | None = None, *, compiled: bool = True, chunk_rows: int = 65536,
+                 **sandbox_options: Any):
         if sandbox is not None and sandbox_options:
             raise ValueError("give either a sandbox or options for a new one, not both")
+        if chunk_rows < 1:
+            raise ValueError("chunk_rows must be at least 1")
         self._owns_sandbox = sandbox is None
         self.sandbox: Executor = sandbox if sandbox is not None else SandboxExecutor(**sandbox_options)
         self.compiled = compiled
+        self.chunk_rows = chunk_rows
 
     def __enter__(self) -> Self:
         return self
@@ -67,13 +74,9 @@ class CompiledExecutor:
         n, total = len(examples), len(annotators) * len(examples)
         results: list[ExecutionResult | None] = [None] * len(annotators)
         if compiled:
-            views = Views(examples)
-            for done, (i, form) in enumerate(compiled.items(), start=1):
-                (out,) = scan([form], examples, labels, views)
-                results[i] = ExecutionResult(annotators[i].id, out.votes, faults=out.faults,
-                                             first_error=out.first_error, seconds=out.seconds)
-                if on_progress is not None:
-                    on_progress(done * n, total)
+            for i, result in zip(compiled, self._scan(list(compiled.values()), examples, labels, on_progress, total),
+                                 strict=True):
+                results[i] = ExecutionResult(annotators[i].id, *result)
         if sandboxed:
             offset = len(compiled) * n
 
@@ -86,3 +89,20 @@ class CompiledExecutor:
             for i, result in zip(sandboxed, rest, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]
+
+    def _scan(self, pool: list[CompiledAnnotator], examples: Sequence[dict], labels: Sequence[str],
+              on_progress: Progress | None, total: int) -> list[tuple[np.ndarray, int, str | None, float]]:
+        """(votes, faults, first_error, seconds) of each compiled annotator, chunk by chunk of rows."""
+        n = len(examples)
+        votes = [np.full(n, ABSTAIN, dtype=np.int64) for _ in pool]
+        faults, errors, seconds = [0] * len(pool), [None] * len(pool), [0.0] * len(pool)
+        for start in range(0, n, self.chunk_rows):
+            chunk = examples[start:start + self.chunk_rows]
+            for j, out in enumerate(scan(pool, chunk, labels, Views(chunk), offset=start)):
+                votes[j][start:start + len(chunk)] = out.votes
+                faults[j] += out.faults
+                errors[j] = errors[j] or out.first_error
+                seconds[j] += out.seconds
+            if on_progress is not None:
+                on_progress((start + len(chunk)) * len(pool), total)
+        return list(zip(votes, faults, errors, seconds, strict=True))

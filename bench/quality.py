@@ -37,6 +37,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
@@ -46,7 +47,6 @@ from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E4
 from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
-from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
@@ -109,7 +109,7 @@ def save_embedding_cache(store: Store, path: Path) -> None:
         np.savez(path, hashes=np.array(keys), vectors=np.stack([found[h] for h in keys]))
 
 
-def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
+def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
     """The pool's majority-vote macro-F1 on fitness (where it was chosen), audit and test rows."""
     from engine.evolve import ensure_votes
 
@@ -129,7 +129,7 @@ def pool_mv(store: Store, executor: SandboxExecutor) -> dict:
 def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregators: tuple[str, ...],
                 audit_fraction: float = IngestOptions.audit_fraction,
                 reuse: bool = False, raw_estimates: bool = False, select: dict | None = None,
-                gate: dict | None = None) -> dict:
+                gate: dict | None = None, compiled: bool = True) -> dict:
     folder = SHARED / name
     if workdir.exists() and not reuse:
         shutil.rmtree(workdir)
@@ -144,7 +144,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()
-    with SandboxExecutor() as executor:
+    with CompiledExecutor(compiled=compiled) as executor:
         if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
             proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
@@ -258,6 +258,8 @@ def main() -> None:
                         help='ablation: JSON overriding the offline selection (SelectConfig)')
     parser.add_argument("--gate", type=json.loads, default=None,
                         help="ablation: JSON overriding the gate's thresholds (GateConfig)")
+    parser.add_argument("--sandbox-only", action="store_true",
+                        help="run template annotators in the sandbox too (the figures must not change)")
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
@@ -269,7 +271,8 @@ def main() -> None:
                                       + ("-raw" if args.raw_estimates else ""))
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
-                                    args.reuse, args.raw_estimates, args.select, args.gate))
+                                    args.reuse, args.raw_estimates, args.select, args.gate,
+                                    not args.sandbox_only))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
 

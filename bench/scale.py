@@ -2,9 +2,9 @@
 
 The rows are the bundled demo (YouTube comments): its labeled dev/test rows as they are, and its 1,686 pool
 comments resampled with replacement up to --rows (each copy gets a " #<n>" suffix, so every text is distinct
-for the embedding cache). Timed steps: import, evolve (offline agents), the pool voting on every row in the
-sandbox workers, soft labels with majority vote and with EvoAgg over the static embedding table, and each
-page's first and second render under Streamlit's AppTest.
+for the embedding cache). Timed steps: import, evolve (offline agents), the pool voting on every row (template
+annotators compiled, any other code in the sandbox workers), soft labels with majority vote and with EvoAgg
+over the static embedding table, and each page's first and second render under Streamlit's AppTest.
 
     python bench/scale.py [--rows 100000] [--generations 2] [--out bench/results/scale.md]
 """
@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import machine  # noqa: E402
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.evolve import ensure_votes, evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame  # noqa: E402
 from engine.jobs import JobRegistry, start_labels  # noqa: E402
-from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 AGGREGATORS = ("mv", "evoagg", "auto")
@@ -104,7 +104,7 @@ def main() -> None:
     r: dict = {"rows": args.rows}
     frame = build_frame(args.rows)
     timed(r, "import_s", lambda: import_frame(store, frame, IngestOptions(), dataset="scale", source="demo x"))
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         timed(r, "evolve_s", lambda: evolve(store, OfflineProposer(), executor, args.generations))
         pool = store.pool_ids()
         r["pool"] = len(pool)
@@ -122,7 +122,7 @@ def main() -> None:
             "| step | seconds |\n|---|---|\n"
             f"| import {args.rows:,} rows | {r['import_s']} |\n"
             f"| evolve {args.generations} generations (dev only) | {r['evolve_s']} |\n"
-            f"| {r['pool']} annotators vote on every pool row (sandbox) | {r['vote_pool_s']} "
+            f"| {r['pool']} annotators vote on every pool row (compiled / sandbox) | {r['vote_pool_s']} "
             f"({r['votes_per_s']:,} annotator-votes/s) |\n"
             f"| soft labels, majority vote (votes cached), saved | {r['labels_mv_s']} |\n"
             f"| soft labels, EvoAgg (embeds every row once), saved | {r['labels_evoagg_s']} |\n"

@@ -142,7 +142,7 @@ def _label_descriptions(path: str | None) -> dict[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
-    from engine.sandbox.executor import SandboxExecutor
+    from engine.agents.compiled_executor import CompiledExecutor
 
     store = args.store
     if not store.has_data():
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     on_event = _progress(args.verbose)
     proposer = _proposer(args, on_event)
     try:
-        with SandboxExecutor() as executor:
+        with CompiledExecutor() as executor:
             done = evolve(store, proposer, executor, args.generations, config, on_event)
     except LLMError:
         _llm_summary(proposer)  # a failed run still tells what its calls came to
@@ -194,24 +194,24 @@ def _not_complete(store: Store, target: int) -> str | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> dict:
+    from engine.agents.compiled_executor import CompiledExecutor
     from engine.labeling import evaluate
-    from engine.sandbox.executor import SandboxExecutor
 
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose),
                         threshold=args.threshold)
 
 
 def cmd_export(args: argparse.Namespace) -> dict:
+    from engine.agents.compiled_executor import CompiledExecutor
     from engine.export import write_export
     from engine.export_hf import HF_MISSING, hf_available
 
     if args.format == "hf" and not hf_available():
         raise MissingExtra(HF_MISSING)
     from engine.labeling import soft_labels
-    from engine.sandbox.executor import SandboxExecutor
 
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose),
                              threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
@@ -240,10 +240,10 @@ def _rows_progress():
 
 def cmd_label(args: argparse.Namespace) -> dict:
     """Label a corpus outside the workspace: the pool and the dev-fitted aggregator, shard by shard."""
+    from engine.agents.compiled_executor import CompiledExecutor
     from engine.corpus.engines import label_corpus
     from engine.corpus.labeler import fit_labeler
     from engine.corpus.reading import find_files, survey
-    from engine.sandbox.executor import SandboxExecutor
 
     files = survey(find_files(args.input))  # a missing or corrupt file fails before any fitting
     if args.engine == "ray":
@@ -251,7 +251,7 @@ def cmd_label(args: argparse.Namespace) -> dict:
         require_ray()  # before the minutes of fitting, not after
     print(f"corpus: {len(files)} file(s), about {sum(f.rows for f in files):,} rows; fitting {args.aggregator} "
           "on the workspace's dev rows", file=sys.stderr, flush=True)
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         labeler = fit_labeler(args.store, executor, args.aggregator, seed=args.seed, text_column=args.text_column,
                               threshold=args.threshold)
     Store.close_all()  # workers never touch the workspace; let the studio open it while this runs
@@ -278,14 +278,14 @@ def cmd_pool(args: argparse.Namespace) -> dict | None:
 
 def cmd_pool_add(args: argparse.Namespace) -> dict:
     """Submit an expert's annotator file the way the studio's editor does; exit 1 when nothing was added."""
+    from engine.agents.compiled_executor import CompiledExecutor
     from engine.review import submit
-    from engine.sandbox.executor import SandboxExecutor
 
     if args.file is None:
         raise UsageError("pool add needs the annotator's FILE")
     source = args.file.read_text(encoding="utf-8")
     gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:
         result = submit(args.store, executor, source, args.name or "", args.approve, gate)
     if not result["added"]:
         print(json.dumps(result))

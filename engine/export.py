@@ -282,9 +282,13 @@ def votes_all(rows, unsandboxed=False):
             sys.exit("EvoPool is not installed, so there is no sandbox to run these annotators in; install it "
                      "(pip install evopool-studio) or pass --unsandboxed after reading the code (see the header)")
         return _unsandboxed_votes(rows)
+    try:  # unedited template annotators run compiled (no code of theirs runs), the rest in the sandbox
+        from engine.agents.compiled_executor import CompiledExecutor as Executor
+    except ImportError:  # an EvoPool from before compiled annotators
+        Executor = SandboxExecutor
     pool = [Annotator(id=_id, name=_id, source=source, agent="export", generation=0)
             for _id, source in SOURCES.items()]
-    with SandboxExecutor() as executor:
+    with Executor() as executor:
         results = executor.run(pool, rows, LABELS)
     return [{r.annotator_id: (LABELS[r.votes[i]] if r.votes[i] >= 0 else None) for r in results}
             for i in range(len(rows))]

@@ -199,7 +199,7 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = D
                  budget: Mapping[str, Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Run `generations_more` more generations in a background thread.
 
-    `proposer` / `executor_factory` replace the defaults (the agents named by `agents`, a SandboxExecutor).
+    `proposer` / `executor_factory` replace the defaults (the agents named by `agents`, a CompiledExecutor).
     """
     from engine.evolve import EvolveConfig, evolve
 
@@ -236,9 +236,10 @@ def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None
 
 
 def _sandbox():
-    from engine.sandbox.executor import SandboxExecutor
+    """Template annotators compiled in this process, all other code in the sandbox's workers."""
+    from engine.agents.compiled_executor import CompiledExecutor
 
-    return SandboxExecutor()
+    return CompiledExecutor()
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.agents.compiled_executor import CompiledExecutor
 from engine.corpus.labeler import Labeler
 from engine.corpus.reading import CorpusBatch, CorpusFile, iter_batches
 from engine.corpus.shards import ShardRecord, prepare, shard_name, write_manifest, write_shard
-from engine.sandbox.executor import SandboxExecutor
 
 ENGINES = ("local", "ray")
 Progress = Callable[[int, int], None]  # (rows done, rows in the corpus)
@@ -42,7 +42,7 @@ class ShardWriter:
     def __init__(self, labeler: Labeler, output: str, sandbox_workers: int = 1):
         self.labeler = labeler
         self.output = Path(output)
-        self.executor = SandboxExecutor(workers=sandbox_workers)
+        self.executor = CompiledExecutor(workers=sandbox_workers)
 
     def write(self, batch: CorpusBatch) -> ShardRecord:
         labeled = self.labeler.label(batch, self.executor)

@@ -34,7 +34,7 @@ class Executor(Protocol):
             on_progress: Progress | None = None) -> list[ExecutionResult]: ...
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Numpy scalars/arrays and other odd field values become plain JSON values."""
     if hasattr(value, "tolist"):
         return value.tolist()
@@ -96,7 +96,7 @@ class _RunState:
 
     def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], batch_size: int):
         self.run_id = run_id
-        rows = [json.dumps(example, default=_jsonable) for example in examples]
+        rows = [json.dumps(example, default=jsonable) for example in examples]
         self.chunks = _chunk_bounds([len(row) for row in rows], batch_size, CHUNK_CHARS)
         head = json.dumps(labels)
         self.loads = [

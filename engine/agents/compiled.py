@@ -60,11 +60,15 @@ def _safe_spec(spec: AnnotatorSpec) -> bool:
     return spec.kind == "cue" and bool(spec.cues) and all(_safe_cues(c) for c in (spec.cues, spec.also, spec.unless))
 
 
-@lru_cache(maxsize=4096)
 def compile_annotator(source: str) -> CompiledAnnotator | None:
     """The compiled form of an unedited template annotator, or None (it then runs in the sandbox)."""
     if not isinstance(source, str) or len(source) > MAX_SOURCE_CHARS:
         return None
+    return _compile(source)
+
+
+@lru_cache(maxsize=1024)  # a pool is compiled on every run; templates are a few KB each
+def _compile(source: str) -> CompiledAnnotator | None:
     try:
         spec = parse_spec(source)
         if spec is None or not _safe_spec(spec):

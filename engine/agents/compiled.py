@@ -60,11 +60,15 @@ def _safe_spec(spec: AnnotatorSpec) -> bool:
     return spec.kind == "cue" and bool(spec.cues) and all(_safe_cues(c) for c in (spec.cues, spec.also, spec.unless))
 
 
-@lru_cache(maxsize=4096)
 def compile_annotator(source: str) -> CompiledAnnotator | None:
     """The compiled form of an unedited template annotator, or None (it then runs in the sandbox)."""
     if not isinstance(source, str) or len(source) > MAX_SOURCE_CHARS:
         return None
+    return _compile(source)
+
+
+@lru_cache(maxsize=1024)  # a pool is compiled on every run; templates are a few KB each
+def _compile(source: str) -> CompiledAnnotator | None:
     try:
         spec = parse_spec(source)
         if spec is None or not _safe_spec(spec):
@@ -116,13 +120,13 @@ def needle(cue: str) -> bytes:
 
 class Views:
     """Each view of every row, normalised once for the whole pool into a block (text_views.normalised_block),
-    and which rows hold each cue, found by a substring search over the block and kept for other annotators."""
+    and which rows hold a set of cues (RE2 over the block's rows), kept for other annotators with that set."""
 
     def __init__(self, examples: Sequence[dict]):
         self.examples = examples
         self.n = len(examples)
         self._sent: list[dict] | None = None
-        self._blocks: dict[str, tuple[bytes, list[int]]] = {}
+        self._blocks: dict[str, tuple[bytes, np.ndarray]] = {}
         self._pieces: dict[str, list[str]] = {}
         self._rows: dict[str, list[str]] = {}
         self._arrow: dict[str, pa.Array] = {}
@@ -158,7 +162,7 @@ class Views:
             self._rows[view] = [window(view, row) for row in rows] if view in WINDOWED else rows
         return self._rows[view]
 
-    def block(self, view: str) -> tuple[bytes, list[int]]:
+    def block(self, view: str) -> tuple[bytes, np.ndarray]:
         """The view's block (text_views.normalised_block) and the offsets of its row separators."""
         if view not in self._blocks:
             block = None
@@ -166,7 +170,7 @@ class Views:
                 block = normalised_block(self.pieces(view))
             if block is None:
                 block = block_of(self.rows(view))
-            separators = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0).tolist()
+            separators = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0)
             self._blocks[view] = (block, separators)
         return self._blocks[view]
 
@@ -176,7 +180,7 @@ class Views:
             block, separators = self.block(view)
             offsets = np.empty(len(separators) + 2, dtype=np.int64)
             offsets[0], offsets[-1] = 0, len(block)
-            offsets[1:-1] = np.asarray(separators, dtype=np.int64) + 1
+            offsets[1:-1] = separators + 1
             self._arrow[view] = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
                                                       [None, pa.py_buffer(offsets), pa.py_buffer(block)])
         return self._arrow[view]
@@ -186,6 +190,8 @@ class Views:
         literal alternatives over [a-z0-9 ] only: linear time, nothing for a source to inject)."""
         needles = tuple(sorted({needle(cue) for cue in cues}))
         key = (view, needles)
+        if self.n == 0:
+            return np.zeros(0, dtype=bool)
         if key not in self._hits:
             pattern = "|".join(n.decode("ascii") for n in needles)
             found = pc.match_substring_regex(self.arrow_rows(view), pattern=pattern)

@@ -42,6 +42,25 @@ def spec_contract(task: Task) -> str:
     )
 
 
+SCHEMA_NAME = "annotator_specs"
+CUE_PATTERN = r"^[a-z0-9]+( [a-z0-9]+){0,%d}[*]?$" % (MAX_CUE_WORDS - 1)
+
+
+def spec_schema(task: Task, n: int) -> dict[str, Any]:
+    """The JSON schema of a structured reply, for constrained decoding: a server that honours it (llama.cpp,
+    vLLM, Ollama, OpenAI) can only emit an object `parse_specs` accepts, which a 135M model cannot manage
+    unaided. The root is an object (OpenAI's structured outputs require one); `parse_specs` reads the
+    inner objects, so a reply with or without the wrapper parses the same."""
+    spec = {"type": "object", "additionalProperties": False, "required": ["label", "cues", "view"],
+            "properties": {
+                "label": {"type": "string", "enum": list(task.labels)},
+                "cues": {"type": "array", "minItems": 1, "maxItems": MAX_CUES,
+                         "items": {"type": "string", "pattern": CUE_PATTERN, "maxLength": 40}},
+                "view": {"type": "string", "enum": list(views_for(task))}}}
+    return {"type": "object", "additionalProperties": False, "required": ["annotators"],
+            "properties": {"annotators": {"type": "array", "items": spec, "minItems": 1, "maxItems": max(1, n)}}}
+
+
 def parse_specs(text: str, task: Task) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply."""
     objects = _objects(text)

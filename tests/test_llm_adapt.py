@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from fake_openai_server import FakeOpenAIServer
-from test_llm_agents import TASK, context_for
+from test_llm_agents import DEV, TASK, context_for
 from test_llm_runs import client_for, evopool
 
 from engine.agents.llm import LLMProposer
-from engine.agents.llm_spec import spec_schema
+from engine.agents.llm_spec import label_vocabulary, spec_schema
 from engine.agents.templates import AnnotatorSpec, render
 from engine.events import EventKind
 from engine.llm.adapt import LatencyWatch, rejects_format, stretched_timeout
@@ -46,14 +46,30 @@ def test_spec_calls_carry_the_schema_and_code_calls_none(fake_openai):
     fake_openai.reply("```python\nx = 1\n```")
     got = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec").propose("generator", context_for([]))
     assert [c.source for c in got] == [render(AnnotatorSpec("cue", "spam", "sentence", ("free", "prize")))]
+    aimed = TASK.labels[1]  # generation 1's first generator call takes the second label
+    words = label_vocabulary(context_for([]), aimed)
     sent = fake_openai.requests[0].body["response_format"]
     assert sent == {"type": "json_schema", "json_schema": {"name": "annotator_specs",
-                                                           "schema": spec_schema(TASK, 2)}}
+                                                           "schema": spec_schema(TASK, 2, aimed, words)}}
     item = sent["json_schema"]["schema"]["properties"]["annotators"]["items"]
-    assert item["properties"]["label"]["enum"] == list(TASK.labels)
-    assert item["required"] == ["label", "cues", "view"]
+    assert item["properties"]["label"]["enum"] == [aimed] and item["required"] == ["label", "cues", "view"]
+    assert item["properties"]["cues"]["items"]["enum"] == words and words
+    aimed_rows = " ".join(ex.text.lower() for ex in DEV if ex.label == TASK.labels.index(aimed))
+    assert all(w in aimed_rows for w in words)  # every offered word is in that label's dev rows
+    asked = fake_openai.requests[0].last_user_message
+    assert f'that vote "{aimed}"' in asked and ", ".join(words) in asked
     LLMProposer(client_for(fake_openai), n_per_role=1, mode="code").propose("generator", context_for([]))
     assert "response_format" not in fake_openai.requests[1].body
+
+
+def test_spec_calls_take_the_labels_in_turn(fake_openai):
+    for _ in range(2):
+        fake_openai.reply(SPEC_REPLY)
+    LLMProposer(client_for(fake_openai), n_per_role=2, parallel=1, mode="spec").propose(
+        "generator", context_for([], generation=2))
+    enums = [r.body["response_format"]["json_schema"]["schema"]["properties"]["annotators"]["items"]
+             ["properties"]["label"]["enum"] for r in fake_openai.requests]
+    assert enums == [[TASK.labels[0]], [TASK.labels[1]]]
 
 
 def test_a_refused_format_is_asked_again_in_the_next_shape_and_remembered(fake_openai):

@@ -93,6 +93,8 @@ class _Job:
     parent_ids: tuple[str, ...] = ()
     mode: str = "code"  # "code" | "spec": what the messages ask for
     task: Task | None = None
+    label: str | None = None  # spec mode: the one label this call's annotators may vote
+    vocabulary: tuple[str, ...] = ()  # spec mode: the words its cues may be (empty: any word)
 
 
 @dataclass
@@ -195,14 +197,33 @@ class LLMProposer:
         for index, parent in enumerate(targets):
             seed = _seed(context, role, index, parent.id if parent else "")
             rng = np.random.default_rng(seed)
+            label = self._spec_label(role, index, parent, context) if mode == "spec" else None
+            words = tuple(llm_spec.label_vocabulary(context, label)) if label and role != "refiner" else ()
             if role == "generator":
-                messages = prompts.generator_messages(context, rng, self.per_call, mode=mode)
+                messages = prompts.generator_messages(context, rng, self.per_call, mode=mode, label=label,
+                                                      words=words)
             elif role == "improver":
-                messages = prompts.improver_messages(context, rng, self.per_call, mode=mode)
+                messages = prompts.improver_messages(context, rng, self.per_call, mode=mode, label=label,
+                                                     words=words)
             else:
                 messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode)
-            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task))
+            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task,
+                             label, words))
         return jobs
+
+    @staticmethod
+    def _spec_label(role: str, index: int, parent: Annotator | None, context: ProposalContext) -> str | None:
+        """The label a spec call is aimed at: the generator's calls take the labels in turn (shifted each
+        generation), the improver's start from the label with the lowest dev F1, a refiner keeps its
+        parent's. Small models mix up which label a cue signals; one label per call leaves them no choice."""
+        labels = context.task.labels
+        if role == "refiner":
+            score = context.scores.get(parent.id) if parent is not None else None
+            return labels[score.label] if score is not None and 0 <= score.label < len(labels) else None
+        if role == "improver":
+            order = np.argsort(prompts.dev_class_f1(context), kind="stable")
+            return labels[int(order[index % len(labels)])]
+        return labels[(index + context.generation) % len(labels)]
 
     def _run(self, jobs: list[_Job]) -> list[tuple[_Job, _Outcome]]:
         """Run the calls (up to `parallel` at once); results come back in job order."""
@@ -266,7 +287,7 @@ class LLMProposer:
 
     def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
         if job.mode == "spec" and job.task is not None:  # constrained decoding, where the server offers it
-            schema = llm_spec.spec_schema(job.task, self.per_call)
+            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary))
             reply = self.client.complete(messages, role=job.role, seed=job.seed, schema=schema)
         else:
             reply = self.client.complete(messages, role=job.role, seed=job.seed)

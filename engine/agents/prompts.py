@@ -196,17 +196,32 @@ def _ask(n: int, what: str, mode: str = "code") -> str:
     return f"Write {n} new annotator{'s' if n != 1 else ''} {what}. One ```python block per annotator."
 
 
+def _for_label(label: str, where: str, words: tuple[str, ...] = ()) -> str:
+    """What a spec call aimed at one label asks for: a small model mixes up which label a cue signals and
+    invents words, so the call names the label and, when given, the words its cues may be chosen from (the
+    schema then allows only those)."""
+    ask = (f"that vote {json.dumps(label)}: cue words or short phrases that appear in {where} labeled "
+           f"{json.dumps(label)} and rarely in the others")
+    if words:
+        ask += (f". Choose the cues among these words of {json.dumps(label)} dev rows, only those that signal "
+                f"{json.dumps(label)} rather than another label: {', '.join(words)}")
+    return ask
+
+
 def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                       mode: str = "code") -> list[dict]:
+                       mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
     assert_no_holdout(context)
     shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
-    user = (f"Labeled examples from the dev split:\n{shown}\n\n"
-            + _ask(n, "for this task, each using a different cue and together covering several labels", mode))
+    what = (_for_label(label, "the examples above", words) if label is not None else
+            "for this task, each using a different cue and together covering several labels")
+    user = f"Labeled examples from the dev split:\n{shown}\n\n" + _ask(n, what, mode)
     return [system_message(context.task, mode), {"role": "user", "content": user + expert_feedback_text(context)}]
 
 
 def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                      mode: str = "code") -> list[dict]:
+                      mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
@@ -230,7 +245,9 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
         parts.append("\nSome labeled examples:")
         parts += [render_example(ex, task) for ex in examples_per_class(context, rng, per_class=2)]
     where = "the groups above" if grouped else "the examples above"
-    if weak:
+    if label is not None:
+        target = _for_label(label, where, words)
+    elif weak:
         focus = ", ".join(json.dumps(task.labels[c]) for c in weak)
         target = f"that fix the weak labels ({focus}), using {where} where they help"
     else:

@@ -535,7 +535,8 @@ class OpenAICompatibleClient:
             self.format_shape = shapes[shapes.index(err.shape) + 1]
             then = (f'now asks with "{self.format_shape}"' if self.format_shape else
                     "asks without one from now on: replies are checked but not constrained")
-            note = (f'the server refused response_format "{err.shape}" ({self._scrub(err.said)[:160]}): '
+            said = " ".join(self._scrub(err.said).split())
+            note = (f'the server refused response_format "{err.shape}" ({said[:160]}): '
                     f"constrained decoding {then}")
             self.notes.append(note)
         if self.on_note is not None:

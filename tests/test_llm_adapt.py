@@ -18,7 +18,8 @@ from test_llm_agents import DEV, TASK, context_for
 from test_llm_runs import client_for, evopool
 
 from engine.agents.llm import LLMProposer
-from engine.agents.llm_spec import label_vocabulary, spec_schema
+from engine.agents.llm_spec import spec_schema
+from engine.agents.prompts import label_vocabulary
 from engine.agents.templates import AnnotatorSpec, render
 from engine.events import EventKind
 from engine.llm.adapt import LatencyWatch, rejects_format, stretched_timeout

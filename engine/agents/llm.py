@@ -198,7 +198,7 @@ class LLMProposer:
             seed = _seed(context, role, index, parent.id if parent else "")
             rng = np.random.default_rng(seed)
             label = self._spec_label(role, index, parent, context) if mode == "spec" else None
-            words = tuple(llm_spec.label_vocabulary(context, label)) if label and role != "refiner" else ()
+            words = tuple(prompts.label_vocabulary(context, label)) if label and role != "refiner" else ()
             if role == "generator":
                 messages = prompts.generator_messages(context, rng, self.per_call, mode=mode, label=label,
                                                       words=words)

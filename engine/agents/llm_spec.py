@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any
 
-import numpy as np
-
-from engine.agents.base import ProposalContext
 from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.domain import Task
 from engine.text_views import task_views
@@ -23,7 +19,6 @@ MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
 _OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
-_VOCAB_WORD = re.compile(r"\b[a-z][a-z0-9]{2,19}\b")
 
 
 def views_for(task: Task) -> tuple[str, ...]:
@@ -52,31 +47,12 @@ SCHEMA_NAME = "annotator_specs"
 CUE_PATTERN = r"^[a-z0-9]{2,20}( [a-z0-9]{1,20}){0,%d}[*]?$" % (MAX_CUE_WORDS - 1)
 
 
-MAX_VOCABULARY = 60
-
-
-def label_vocabulary(context: ProposalContext, label: str, top: int = MAX_VOCABULARY) -> list[str]:
-    """The words a call aimed at `label` may choose its cues from: those in at least two dev rows of that
-    label (rows the pool does not cover yet, when there are enough), most frequent first. Counting is all
-    the engine does; which of them signal the label is the model's call. Under constrained decoding a
-    small model then cannot invent words the data never holds (it did: "android1870625", "hammala")."""
-    from engine.agents.prompts import STOPWORDS
-
-    k = context.task.labels.index(label)
-    rows = np.flatnonzero(context.dev_labels == k)
-    uncovered = np.intersect1d(rows, context.uncovered_dev())
-    counts: Counter[str] = Counter()
-    for i in (uncovered if uncovered.size >= 5 else rows):
-        counts.update({w for w in _VOCAB_WORD.findall(context.dev[int(i)].text.lower()) if w not in STOPWORDS})
-    return [w for w, n in counts.most_common() if n >= 2][:top]
-
-
 def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[str] | None = None) -> dict[str, Any]:
     """The JSON schema of a structured reply, for constrained decoding: a server that honours it (llama.cpp,
     vLLM, Ollama, OpenAI) can only emit an object `parse_specs` accepts, which a 135M model cannot manage
     unaided. The root is an object (OpenAI's structured outputs require one); `parse_specs` reads the
     inner objects, so a reply with or without the wrapper parses the same. `label`: the only label allowed
-    (a call aimed at one label); `vocabulary`: the only words cues may be (`label_vocabulary`)."""
+    (a call aimed at one label); `vocabulary`: the only words cues may be (`prompts.label_vocabulary`)."""
     cue = ({"type": "string", "enum": list(vocabulary)} if vocabulary else
            {"type": "string", "pattern": CUE_PATTERN, "maxLength": 40})
     spec = {"type": "object", "additionalProperties": False, "required": ["label", "cues", "view"],

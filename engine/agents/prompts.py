@@ -196,6 +196,24 @@ def _ask(n: int, what: str, mode: str = "code") -> str:
     return f"Write {n} new annotator{'s' if n != 1 else ''} {what}. One ```python block per annotator."
 
 
+MAX_VOCABULARY = 60
+_VOCAB_WORD = re.compile(r"\b[a-z][a-z0-9]{2,19}\b")
+
+
+def label_vocabulary(context: ProposalContext, label: str, top: int = MAX_VOCABULARY) -> list[str]:
+    """The words a call aimed at `label` may choose its cues from: those in at least two dev rows of that
+    label (rows the pool does not cover yet, when there are enough), most frequent first. Counting is all
+    the engine does; which of them signal the label is the model's call. Under constrained decoding a
+    small model then cannot invent words the data never holds (it did: "android1870625", "hammala")."""
+    k = context.task.labels.index(label)
+    rows = np.flatnonzero(context.dev_labels == k)
+    uncovered = np.intersect1d(rows, context.uncovered_dev())
+    counts: Counter[str] = Counter()
+    for i in (uncovered if uncovered.size >= 5 else rows):
+        counts.update({w for w in _VOCAB_WORD.findall(context.dev[int(i)].text.lower()) if w not in STOPWORDS})
+    return [w for w, n in counts.most_common() if n >= 2][:top]
+
+
 def _for_label(label: str, where: str, words: tuple[str, ...] = ()) -> str:
     """What a spec call aimed at one label asks for: a small model mixes up which label a cue signals and
     invents words, so the call names the label and, when given, the words its cues may be chosen from (the

@@ -137,7 +137,8 @@ def main() -> None:
                                                "--llm-mode", mode, "--generations", str(args.generations), *llm)
             report["modes"][mode] = {"seconds": round(seconds, 1), "run": {k: summary.get(k) for k in (
                 "generations_run", "pool_size", "dev_macro_f1", "stopped", "error")},
-                "llm": {k: (summary.get("llm") or {}).get(k) for k in ("calls", "attempts", "failures", "notes")},
+                "llm": {k: (summary.get("llm") or {}).get(k) for k in ("calls", "attempts", "failures", "notes",
+                                                                       "parallel", "timeout_s", "format_shape")},
                 **llm_figures(ws)}
             print(json.dumps({mode: report["modes"][mode]}), file=sys.stderr, flush=True)
         for name in args.datasets:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 done; 1 a domain error (bad data, a locked workspace, an LLM refusal...), told in one line on
 stderr with no traceback; 2 a usage error (argparse's: a wrong flag or choice, or DATA missing for a new
-workspace).
+workspace); 130 interrupted (Ctrl-C: LLM requests in flight are cancelled, what completed is kept).
 """
 from __future__ import annotations
 
@@ -123,6 +123,12 @@ def _llm_summary(proposer: Any) -> dict | None:
           f"{summary.get('attempts', 0)} HTTP attempts, {summary.get('tokens_in', 0)}+{summary.get('tokens_out', 0)} "
           f"tokens, ${summary.get('cost_usd', 0.0):.4f}; failed attempts: {failures}; workspace budget: {left}",
           file=sys.stderr, flush=True)
+    if summary.get("notes"):
+        shape = summary.get("format_shape")
+        print(f"LLM adapted to the server ({len(summary['notes'])} change(s), told above): now "
+              f"{summary.get('parallel', '?')} request(s) at a time, {summary.get('timeout_s', 0):.0f} s timeout, "
+              f"specs {'constrained via response_format ' + repr(shape) if shape else 'not constrained'}",
+              file=sys.stderr, flush=True)
     for why in summary.get("stopped", {}).values():
         print(f"LLM stopped: {why}", file=sys.stderr, flush=True)
     return summary
@@ -164,8 +170,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
     try:
         with CompiledExecutor() as executor:
             done = evolve(store, proposer, executor, args.generations, config, on_event)
-    except LLMError:
-        _llm_summary(proposer)  # a failed run still tells what its calls came to
+    except (LLMError, KeyboardInterrupt):
+        _llm_summary(proposer)  # a failed or interrupted run still tells what its calls came to
         raise
     result = {
         "workdir": str(args.workdir),
@@ -438,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     except (*DOMAIN_ERRORS, NoData, NotAdded, MissingExtra) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted: what completed is kept in the workspace", file=sys.stderr)
+        return 130
     if result is not None:
         print(json.dumps(result))
     return 0

@@ -4,11 +4,17 @@ Each test queues what the server should do with the next requests: answer with a
 status (and headers such as Retry-After), or hang for a while. A queued step may carry `when`, a substring
 the request body must contain, so parallel callers still get the step meant for them. Every request body
 and its headers are recorded for assertions. An empty queue answers 500 with a message saying so.
+
+`serial=True` makes it answer one chat request at a time, as llama.cpp does: the others wait their turn.
+A client that closes its connection while its request hangs or waits is noticed, as llama.cpp notices
+before it starts a queued request: the request is dropped unanswered and listed in `closed_by_client`.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -49,9 +55,11 @@ class Recorded:
 class FakeOpenAIServer:
     """Start with `with FakeOpenAIServer() as server:`; point clients at `server.base_url`."""
 
-    def __init__(self) -> None:
+    def __init__(self, serial: bool = False) -> None:
         self._steps: list[Step] = []
         self._lock = threading.Lock()
+        self._serial = _FifoLock() if serial else None  # held while one chat request is answered
+        self.closed_by_client: list[str] = []  # last user message of each request dropped unanswered
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
         self.requests: list[Recorded] = []
@@ -143,6 +151,16 @@ class FakeOpenAIServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._json(404, _error(f"no route {self.path}", "invalid_request_error"))
                     return
+                if server._serial is None:
+                    self._handle(body, raw)
+                    return
+                with server._serial:  # one at a time; a client that left while queued is not served
+                    if self._client_left():
+                        server._dropped(body)
+                        return
+                    self._handle(body, raw)
+
+            def _handle(self, body: dict, raw: str) -> None:
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
@@ -152,11 +170,31 @@ class FakeOpenAIServer:
                     with server._lock:
                         server.in_flight -= 1
 
+            def _client_left(self) -> bool:
+                """Whether the client closed its side (EOF waiting on the socket), without consuming data."""
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
+
+            def _wait(self, seconds: float) -> bool:
+                """Hang for `seconds`; False when the server stops or the client leaves meanwhile."""
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    if server._stopping.wait(min(0.02, left)):
+                        return False
+                    if self._client_left():
+                        return False
+                return True
+
             def _answer(self, body: dict, step: Step | None) -> None:
                 if step is None:
                     self._json(500, _error("fake server: no scripted reply left for this request", "server_error"))
                     return
-                if step.hang_s and server._stopping.wait(step.hang_s):
+                if step.hang_s and not self._wait(step.hang_s):
+                    if not server._stopping.is_set():
+                        server._dropped(body)
                     return
                 if step.status != 200:
                     message = step.message or f"scripted HTTP {step.status}"
@@ -179,6 +217,11 @@ class FakeOpenAIServer:
 
         return Handler
 
+    def _dropped(self, body: dict) -> None:
+        users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
+        with self._lock:
+            self.closed_by_client.append(users[-1] if users else "")
+
     def _completion(self, body: dict, step: Step) -> dict[str, Any]:
         text = step.text or ""
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
@@ -197,6 +240,24 @@ class FakeOpenAIServer:
         elif isinstance(step.usage, dict):
             out["usage"] = {**step.usage, "total_tokens": sum(step.usage.values())}
         return out
+
+
+class _FifoLock:
+    """A lock granted in the order it was asked for, as a server's request queue is."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next_ticket = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+            self._cond.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
 
 
 def _error(message: str, kind: str) -> dict[str, Any]:

@@ -6,15 +6,18 @@ then what still fails is dropped with its reason (`last_dropped`, and `candidate
 budget ends proposing cleanly with what was gathered; bad credentials propagate as `LLMAuthError`.
 
 Modes: "code" asks for free Python; "spec" asks for a JSON spec (label, cues, view) that the engine renders
-into the offline agents' readable templates (`llm_spec.py`), which small local models can fill; "auto" starts
-with code and switches to spec for the rest of the run once free-code replies keep failing the checks.
+into the offline agents' readable templates (`llm_spec.py`), which small local models can fill, the more so as
+the request carries the spec's JSON schema for servers that constrain decoding to it; "auto" starts with code
+and switches to spec for the rest of the run once free-code replies keep failing the checks.
+A run interrupted while calls are in flight (Ctrl-C, a stop from the studio) cancels them: their connections
+are closed, so the server need not finish work nobody will read.
 """
 from __future__ import annotations
 
 import hashlib
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +93,8 @@ class _Job:
     parent_ids: tuple[str, ...] = ()
     mode: str = "code"  # "code" | "spec": what the messages ask for
     task: Task | None = None
+    label: str | None = None  # spec mode: the one label this call's annotators may vote
+    vocabulary: tuple[str, ...] = ()  # spec mode: the words its cues may be (empty: any word)
 
 
 @dataclass
@@ -143,6 +148,9 @@ class LLMProposer:
         if budget is not None:
             out["budget"] = budget.summary()
         out["notes"] = list(self.notes)
+        for name in ("parallel", "timeout_s", "format_shape"):  # what the client adapted to, at the end
+            if hasattr(self.client, name):
+                out[name] = getattr(self.client, name)
         return out
 
     def _note(self, message: str) -> None:
@@ -189,14 +197,33 @@ class LLMProposer:
         for index, parent in enumerate(targets):
             seed = _seed(context, role, index, parent.id if parent else "")
             rng = np.random.default_rng(seed)
+            label = self._spec_label(role, index, parent, context) if mode == "spec" else None
+            words = tuple(prompts.label_vocabulary(context, label)) if label and role != "refiner" else ()
             if role == "generator":
-                messages = prompts.generator_messages(context, rng, self.per_call, mode=mode)
+                messages = prompts.generator_messages(context, rng, self.per_call, mode=mode, label=label,
+                                                      words=words)
             elif role == "improver":
-                messages = prompts.improver_messages(context, rng, self.per_call, mode=mode)
+                messages = prompts.improver_messages(context, rng, self.per_call, mode=mode, label=label,
+                                                     words=words)
             else:
                 messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode)
-            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task))
+            jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task,
+                             label, words))
         return jobs
+
+    @staticmethod
+    def _spec_label(role: str, index: int, parent: Annotator | None, context: ProposalContext) -> str | None:
+        """The label a spec call is aimed at: the generator's calls take the labels in turn (shifted each
+        generation), the improver's start from the label with the lowest dev F1, a refiner keeps its
+        parent's. Small models mix up which label a cue signals; one label per call leaves them no choice."""
+        labels = context.task.labels
+        if role == "refiner":
+            score = context.scores.get(parent.id) if parent is not None else None
+            return labels[score.label] if score is not None and 0 <= score.label < len(labels) else None
+        if role == "improver":
+            order = np.argsort(prompts.dev_class_f1(context), kind="stable")
+            return labels[int(order[index % len(labels)])]
+        return labels[(index + context.generation) % len(labels)]
 
     def _run(self, jobs: list[_Job]) -> list[tuple[_Job, _Outcome]]:
         """Run the calls (up to `parallel` at once); results come back in job order."""
@@ -209,7 +236,31 @@ class LLMProposer:
             return done
         with ThreadPoolExecutor(max_workers=min(self.parallel, len(jobs))) as pool:
             futures = [pool.submit(self._call, job) for job in jobs]
-            return [(job, f.result()) for job, f in zip(jobs, futures, strict=True)]
+            try:
+                wait(futures, return_when=FIRST_EXCEPTION)  # a stop raised in any call ends the wait
+                for future in futures:
+                    if future.done() and future.exception() is not None:
+                        raise future.exception()  # type: ignore[misc]
+                return [(job, f.result()) for job, f in zip(jobs, futures, strict=True)]
+            except BaseException:  # interrupted or stopped: the other answers are not needed any more
+                for future in futures:
+                    future.cancel()
+                self.cancel()
+                raise
+
+    def cancel(self) -> None:
+        """Abandon the calls in flight (their connections are closed) and refuse later ones."""
+        cancel = getattr(self.client, "cancel", None)
+        if not callable(cancel):
+            return
+        closed = cancel()
+        note = (f"the run was interrupted: {closed} open connection(s) to the server closed, so it can drop "
+                "the requests nobody waits for")
+        self.notes.append(note)
+        try:
+            self._emit(EventKind.LLM_NOTE, {"agent": "llm", "message": note})
+        except Exception:  # noqa: BLE001 - the sink may be what stops the run (a studio stop): it already did
+            pass
 
     def _call(self, job: _Job) -> _Outcome:
         """One call plus at most one repair turn; budget and call failures become part of the outcome."""
@@ -235,7 +286,11 @@ class LLMProposer:
         return outcome
 
     def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
-        reply = self.client.complete(messages, role=job.role, seed=job.seed)
+        if job.mode == "spec" and job.task is not None:  # constrained decoding, where the server offers it
+            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary))
+            reply = self.client.complete(messages, role=job.role, seed=job.seed, schema=schema)
+        else:
+            reply = self.client.complete(messages, role=job.role, seed=job.seed)
         self._emit(EventKind.LLM_CALL, {"agent": job.role, "call": job.index, "cached": reply.cached,
                                 "tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out,
                                 "cost_usd": reply.cost_usd, "latency_s": round(reply.latency_s, 3)})

@@ -42,6 +42,28 @@ def spec_contract(task: Task) -> str:
     )
 
 
+SCHEMA_NAME = "annotator_specs"
+# words of 2-20 letters or digits: no run-on gibberish, which a small model under a grammar tends to drift into
+CUE_PATTERN = r"^[a-z0-9]{2,20}( [a-z0-9]{1,20}){0,%d}[*]?$" % (MAX_CUE_WORDS - 1)
+
+
+def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[str] | None = None) -> dict[str, Any]:
+    """The JSON schema of a structured reply, for constrained decoding: a server that honours it (llama.cpp,
+    vLLM, Ollama, OpenAI) can only emit an object `parse_specs` accepts, which a 135M model cannot manage
+    unaided. The root is an object (OpenAI's structured outputs require one); `parse_specs` reads the
+    inner objects, so a reply with or without the wrapper parses the same. `label`: the only label allowed
+    (a call aimed at one label); `vocabulary`: the only words cues may be (`prompts.label_vocabulary`)."""
+    cue = ({"type": "string", "enum": list(vocabulary)} if vocabulary else
+           {"type": "string", "pattern": CUE_PATTERN, "maxLength": 40})
+    spec = {"type": "object", "additionalProperties": False, "required": ["label", "cues", "view"],
+            "properties": {
+                "label": {"type": "string", "enum": [label] if label is not None else list(task.labels)},
+                "cues": {"type": "array", "minItems": 1, "maxItems": MAX_CUES, "items": cue},
+                "view": {"type": "string", "enum": list(views_for(task))}}}
+    return {"type": "object", "additionalProperties": False, "required": ["annotators"],
+            "properties": {"annotators": {"type": "array", "items": spec, "minItems": 1, "maxItems": max(1, n)}}}
+
+
 def parse_specs(text: str, task: Task) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply."""
     objects = _objects(text)

@@ -196,17 +196,50 @@ def _ask(n: int, what: str, mode: str = "code") -> str:
     return f"Write {n} new annotator{'s' if n != 1 else ''} {what}. One ```python block per annotator."
 
 
+MAX_VOCABULARY = 60
+_VOCAB_WORD = re.compile(r"\b[a-z][a-z0-9]{2,19}\b")
+
+
+def label_vocabulary(context: ProposalContext, label: str, top: int = MAX_VOCABULARY) -> list[str]:
+    """The words a call aimed at `label` may choose its cues from: those in at least two dev rows of that
+    label (rows the pool does not cover yet, when there are enough), most frequent first. Counting is all
+    the engine does; which of them signal the label is the model's call. Under constrained decoding a
+    small model then cannot invent words the data never holds (it did: "android1870625", "hammala")."""
+    k = context.task.labels.index(label)
+    rows = np.flatnonzero(context.dev_labels == k)
+    uncovered = np.intersect1d(rows, context.uncovered_dev())
+    counts: Counter[str] = Counter()
+    for i in (uncovered if uncovered.size >= 5 else rows):
+        counts.update({w for w in _VOCAB_WORD.findall(context.dev[int(i)].text.lower()) if w not in STOPWORDS})
+    return [w for w, n in counts.most_common() if n >= 2][:top]
+
+
+def _for_label(label: str, where: str, words: tuple[str, ...] = ()) -> str:
+    """What a spec call aimed at one label asks for: a small model mixes up which label a cue signals and
+    invents words, so the call names the label and, when given, the words its cues may be chosen from (the
+    schema then allows only those)."""
+    ask = (f"that vote {json.dumps(label)}: cue words or short phrases that appear in {where} labeled "
+           f"{json.dumps(label)} and rarely in the others")
+    if words:
+        ask += (f". Choose the cues among these words of {json.dumps(label)} dev rows, only those that signal "
+                f"{json.dumps(label)} rather than another label: {', '.join(words)}")
+    return ask
+
+
 def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                       mode: str = "code") -> list[dict]:
+                       mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
     assert_no_holdout(context)
     shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
-    user = (f"Labeled examples from the dev split:\n{shown}\n\n"
-            + _ask(n, "for this task, each using a different cue and together covering several labels", mode))
+    what = (_for_label(label, "the examples above", words) if label is not None else
+            "for this task, each using a different cue and together covering several labels")
+    user = f"Labeled examples from the dev split:\n{shown}\n\n" + _ask(n, what, mode)
     return [system_message(context.task, mode), {"role": "user", "content": user + expert_feedback_text(context)}]
 
 
 def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                      mode: str = "code") -> list[dict]:
+                      mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
@@ -230,7 +263,9 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
         parts.append("\nSome labeled examples:")
         parts += [render_example(ex, task) for ex in examples_per_class(context, rng, per_class=2)]
     where = "the groups above" if grouped else "the examples above"
-    if weak:
+    if label is not None:
+        target = _for_label(label, where, words)
+    elif weak:
         focus = ", ".join(json.dumps(task.labels[c]) for c in weak)
         target = f"that fix the weak labels ({focus}), using {where} where they help"
     else:

@@ -4,7 +4,9 @@ The only module that imports `openai`. Retries are the `openai` client's own (`m
 408/409/429/5xx, timeouts and dropped connections with backoff and honours Retry-After); this module adds a
 cap on parallel requests, a spending budget, a price table, and the store's call log (one row per HTTP
 attempt, written by the HTTP client openai sends through), which doubles as a cache so a rerun with the
-same seed is reproducible and free.
+same seed is reproducible and free. It also adapts to the server (`adapt.py`): constrained decoding in the
+`response_format` shape the server accepts, fewer parallel requests and longer timeouts for a server that
+answers one at a time, and `cancel()` closes the connections of requests nobody waits for any more.
 The API key lives only in `LLMConfig` and the HTTP client: never logged, stored or shown.
 """
 from __future__ import annotations
@@ -13,9 +15,11 @@ import hashlib
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +27,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from engine.llm import adapt
 from engine.llm.costs import DEFAULT_PRICES, Budget, BudgetExhausted, PriceTable, Usage  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -147,19 +152,24 @@ class LLMReply:
 
 
 class LLMClient(Protocol):
-    """What the agents need from an LLM. `seed` picks the sample: same messages + seed = same reply."""
+    """What the agents need from an LLM. `seed` picks the sample: same messages + seed = same reply.
+    `schema`: a JSON schema the reply must follow, enforced by the server where it can (constrained decoding)."""
 
-    def complete(self, messages: list[dict], *, role: str, seed: int = 0) -> LLMReply: ...
+    def complete(self, messages: list[dict], *, role: str, seed: int = 0,
+                 schema: dict | None = None) -> LLMReply: ...
 
 
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def request_hash(model: str, messages: list[dict], temperature: float, max_tokens: int, seed: int) -> str:
+def request_hash(model: str, messages: list[dict], temperature: float, max_tokens: int, seed: int,
+                 schema: dict | None = None) -> str:
     """Cache key: the same request and sample index always map to the same stored reply."""
     payload = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
                "seed": seed}
+    if schema is not None:  # absent otherwise, so free-code requests keep their keys
+        payload["schema"] = schema
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
@@ -206,6 +216,8 @@ class _Call:
     outcomes: list[str] = field(default_factory=list)  # per attempt: "ok", "HTTP 503", "timed out", ...
     latency_s: float = 0.0  # of the last attempt
     sent: int = 0  # attempts sent for the current request (the budget reserved some before it)
+    format_shape: str | None = None  # the `response_format` shape of the current request (adapt.FORMAT_SHAPES)
+    position: int = 1  # 1 + the answers to other requests that came while the last attempt was in flight
 
 
 MAX_TIMEOUT_S = 600.0
@@ -217,12 +229,13 @@ class _Slots:
     def __init__(self, limit: int):
         self.limit = max(1, limit)
         self.in_use = 0
+        self.closed = False  # cancelled: waiters go through at once (and are refused by the caller)
         self._cond = threading.Condition()
 
     def __enter__(self) -> int:
         """Wait for a slot; returns how many requests (this one included) are then in flight."""
         with self._cond:
-            self._cond.wait_for(lambda: self.in_use < self.limit)
+            self._cond.wait_for(lambda: self.in_use < self.limit or self.closed)
             self.in_use += 1
             return self.in_use
 
@@ -235,9 +248,90 @@ class _Slots:
         with self._cond:
             self.limit = max(1, limit)
 
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
 
 class _RetryRefused(openai.OpenAIError):
     """Raised inside `send` when the budget leaves no room for a retry; openai passes OpenAIErrors through."""
+
+
+class _FormatRejected(openai.OpenAIError):
+    """Raised inside `send` when the server refused the request's `response_format`: not retried as it is
+    (llama-cpp-python answers 500, which openai would retry), but asked again in the next shape."""
+
+    def __init__(self, shape: str | None, said: str):
+        super().__init__(said)
+        self.shape, self.said = shape, said
+
+
+class _Cancelled(openai.OpenAIError):
+    """Raised inside `send` once the client was cancelled: nobody waits for the answer, so no retry."""
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Both directions: a thread blocked reading wakes at once, and the peer reads end of file."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
+
+
+class _SocketTracker:
+    """The network backend of openai's HTTP pool, wrapped to remember every socket it opens, so `cancel()`
+    can shut them down: a thread blocked reading an answer wakes at once, and the server sees the connection
+    closed (llama.cpp then drops the queued request, vLLM aborts the running one)."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self.closed = False  # after shutdown_all, a socket opened by a request already under way is shut too
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._inner.connect_tcp(*args, **kwargs)
+        self._remember(stream)
+        return stream
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._inner.connect_unix_socket(*args, **kwargs)
+        self._remember(stream)
+        return stream
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+    def _remember(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            with self._lock:
+                self._sockets.add(sock)
+                closed = self.closed
+            if closed:
+                _shutdown(sock)
+
+    def shutdown_all(self) -> int:
+        """Shut down every open socket; returns how many were open."""
+        with self._lock:
+            self.closed = True
+            open_now = [s for s in self._sockets if s.fileno() != -1]
+        for sock in open_now:
+            _shutdown(sock)
+        return len(open_now)
+
+    @classmethod
+    def install(cls, client: Any) -> _SocketTracker | None:
+        """Wrap the network backend of every connection pool `client` (an httpx Client) sends through; None
+        when the HTTP library is laid out differently (then `cancel()` only stops new attempts)."""
+        tracker = None
+        for transport in (getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()):
+            pool = getattr(transport, "_pool", None)
+            if pool is not None and hasattr(pool, "_network_backend"):
+                tracker = tracker or cls(pool._network_backend)
+                pool._network_backend = tracker
+        return tracker
 
 
 class _AttemptLoggingClient(openai.DefaultHttpxClient):
@@ -251,25 +345,39 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
         super().__init__(**kwargs)
         self._adapter = adapter
         self.slots = _Slots(slots)
+        self.sockets = _SocketTracker.install(self)
+        self.cancelled = False
+        self.answers = 0  # HTTP answers received, any status: a request's place in a server's queue
+        self._answers_lock = threading.Lock()
 
     def send(self, request: Any, **kwargs: Any) -> Any:
         call: _Call | None = getattr(self._adapter._current, "call", None)
+        if self.cancelled:
+            raise _Cancelled("the LLM client was cancelled")
         if call is not None:
             call.sent += 1
             if call.sent > 1 and not self._adapter.budget.try_attempt():
                 raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
         timeout_used = (getattr(request, "extensions", {}).get("timeout") or {}).get("read") or 0.0
         with self.slots as in_flight:
-            started = time.monotonic()
+            if self.cancelled:  # cancelled while waiting for a slot
+                raise _Cancelled("the LLM client was cancelled")
+            started, answers_before = time.monotonic(), self.answers
             try:
                 response = super().send(request, **kwargs)
                 if response.status_code >= 400:
                     response.read()  # the error message, for the log (openai reads it too)
+                with self._answers_lock:
+                    position = 1 + self.answers - answers_before
+                    self.answers += 1
             except _HTTP.TimeoutException as err:
                 self._adapter._attempt_failed(call, started, "timed out", str(err) or "no answer in time")
                 self._adapter._timed_out(max(in_flight, self.slots.in_use), timeout_used)
                 raise
             except _HTTP.TransportError as err:
+                if self.cancelled:
+                    self._adapter._attempt_failed(call, started, "cancelled", "the connection was closed by cancel()")
+                    raise _Cancelled("the LLM client was cancelled") from None
                 self._adapter._attempt_failed(call, started, "connection failed", str(err) or type(err).__name__)
                 raise
         if response.status_code >= 400:
@@ -277,13 +385,25 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
                 said = _said(response.json())
             except ValueError:
                 said = None
-            self._adapter._attempt_failed(call, started, f"HTTP {response.status_code}",
-                                          said or response.text.strip() or response.reason_phrase)
+            said = said or response.text.strip() or response.reason_phrase
+            if call is not None and call.format_shape and adapt.rejects_format(response.status_code, said):
+                self._adapter._attempt_failed(call, started, "response_format refused",
+                                              f"HTTP {response.status_code}: {said}")
+                raise _FormatRejected(call.format_shape, f"HTTP {response.status_code}: {said}")
+            self._adapter._attempt_failed(call, started, f"HTTP {response.status_code}", said)
         elif call is not None:
             call.outcomes.append("ok")
             call.latency_s = time.monotonic() - started
+            call.position = position
             self._adapter.usage.add_attempt()
         return response
+
+    def cancel(self) -> int:
+        """Refuse every later attempt and close the connections of those in flight; returns how many
+        connections were open."""
+        self.cancelled = True
+        self.slots.close()
+        return self.sockets.shutdown_all() if self.sockets is not None else 0
 
 
 class OpenAICompatibleClient:
@@ -299,6 +419,8 @@ class OpenAICompatibleClient:
         self.timeout_s = config.timeout_s  # stretched when the server proves slower than configured
         self.notes: list[str] = []  # how the client adapted to the server, in words
         self.on_note: Callable[[str], None] | None = None
+        self.format_shape: str | None = adapt.FORMAT_SHAPES[0]  # how a schema is sent; None once all were refused
+        self.latencies = adapt.LatencyWatch()
         self._adapt_lock = threading.Lock()
         self._param_fixes: set[str] = set()
         self._key = config.resolved_api_key()
@@ -315,9 +437,16 @@ class OpenAICompatibleClient:
     def __repr__(self) -> str:
         return f"OpenAICompatibleClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
 
-    def complete(self, messages: list[dict], *, role: str, seed: int = 0) -> LLMReply:
+    def cancel(self) -> int:
+        """Abandon every request in flight (closing its connection, so the server can stop working on it)
+        and refuse later ones: for a run that is interrupted or stopped. Returns how many connections were
+        open."""
+        return self._http.cancel()
+
+    def complete(self, messages: list[dict], *, role: str, seed: int = 0,
+                 schema: dict | None = None) -> LLMReply:
         cfg = self.config
-        rhash = request_hash(cfg.model, messages, cfg.temperature, cfg.max_tokens, seed)
+        rhash = request_hash(cfg.model, messages, cfg.temperature, cfg.max_tokens, seed, schema)
         if self.store is not None:
             cached = self.store.cached_llm_reply(rhash)
             if cached is not None:
@@ -335,15 +464,24 @@ class OpenAICompatibleClient:
                 if not call.sent:
                     self.usage.add_call()
                 call.sent = 0
+                call.format_shape = self.format_shape if schema is not None else None
+                fmt = adapt.response_format(call.format_shape, schema, "annotator_specs") if schema else None
                 try:
                     client = self._openai.with_options(timeout=self.timeout_s)
-                    response = client.chat.completions.create(**request)
+                    response = client.chat.completions.create(**request, **(
+                        {"response_format": fmt} if fmt is not None else {}))
+                except _FormatRejected as err:
+                    self._format_refused(err)
+                    continue  # asked again in the next shape (or without one)
                 except openai.BadRequestError as err:
                     if self._adapt(request, self._scrub(_error_message(err))):
                         call.outcomes.clear()  # reshaped for this model: a fresh request, not a failure
                         continue
                     raise
                 return self._success(response, call)
+        except _Cancelled:
+            self.usage.add_failed_call()
+            raise LLMCallFailed(f"the {role} call was cancelled (the run no longer needs its answer)") from None
         except _RetryRefused:
             self.usage.add_failed_call()
             last = call.outcomes[-1] if call.outcomes else "no answer"
@@ -386,6 +524,50 @@ class OpenAICompatibleClient:
             self.notes.append(note)
         if self.on_note is not None:
             self.on_note(note)
+
+    def _format_refused(self, err: _FormatRejected) -> None:
+        """The server refused a `response_format` shape: the next calls use the next one (or none), said once
+        per change, through `on_note`."""
+        with self._adapt_lock:
+            if err.shape != self.format_shape:
+                return  # another call already stepped past this shape
+            shapes = adapt.FORMAT_SHAPES
+            self.format_shape = shapes[shapes.index(err.shape) + 1]
+            then = (f'now asks with "{self.format_shape}"' if self.format_shape else
+                    "asks without one from now on: replies are checked but not constrained")
+            said = " ".join(self._scrub(err.said).split())
+            note = (f'the server refused response_format "{err.shape}" ({said[:160]}): '
+                    f"constrained decoding {then}")
+            self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
+
+    def _answered(self, call: _Call, tokens_out: int) -> None:
+        """Learn from an answered attempt: latency that grows with a request's place in line means a server
+        answering one at a time (send one at a time and wait longer), and an answer that came close to the
+        timeout stretches it, both before anything times out. Said once per change, through `on_note`."""
+        notes = []
+        with self._adapt_lock:
+            slots = self._http.slots
+            if slots.limit > 1:
+                self.latencies.add(call.position, call.latency_s, tokens_out)
+                if self.latencies.serialised():
+                    was, old = slots.limit, self.timeout_s
+                    slots.shrink_to(1)
+                    self.timeout_s = min(MAX_TIMEOUT_S, max(old, 3 * self.latencies.longest()))
+                    notes.append(f"latency grew with each request's place in line ({self.latencies.describe()}): "
+                                 f"the server seems to answer one at a time, so calls now go one at a time (was up to "
+                                 f"{was}) with a {self.timeout_s:.0f} s timeout (was {old:.0f} s); "
+                                 "EVOPOOL_LLM_PARALLEL=1 or --llm-preset starts there")
+            longer = adapt.stretched_timeout(self.timeout_s, call.latency_s, MAX_TIMEOUT_S)
+            if longer is not None:
+                notes.append(f"an answer took {call.latency_s:.0f} s of the {self.timeout_s:.0f} s timeout: the "
+                             f"timeout is now {longer:.0f} s")
+                self.timeout_s = longer
+            self.notes.extend(notes)
+        for note in notes:
+            if self.on_note is not None:
+                self.on_note(note)
 
     def _failure(self, err: openai.APIStatusError, role: str, call: _Call) -> LLMError:
         """What an error answer the openai client did not (or no longer) retry means for the caller."""
@@ -431,6 +613,7 @@ class OpenAICompatibleClient:
         tokens_in = getattr(usage, "prompt_tokens", None) or estimate_tokens(record["request"])
         tokens_out = getattr(usage, "completion_tokens", None) or estimate_tokens(text)
         cost = self.prices.cost(self.config.model, tokens_in, tokens_out)
+        self._answered(call, tokens_out)
         self.budget.charge(tokens_in + tokens_out, cost)
         self.usage.add_reply(tokens_in, tokens_out, cost)
         self._log(record, text, call.latency_s, tokens_in, tokens_out, cost)

@@ -182,6 +182,12 @@ def test_a_stopped_run_closes_the_connections_of_its_calls_in_flight():
     assert any("connection(s) to the server closed" in n for n in proposer.notes)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A suite started in the background (`cmd &`) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt in the child: restore the default, as a terminal gives it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_call_closes_its_connection_and_still_reports_usage(tmp_path: Path, demo_csv: Path):
     ws = str(tmp_path / "ws")
     _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
@@ -191,7 +197,8 @@ def test_ctrl_c_during_a_call_closes_its_connection_and_still_reports_usage(tmp_
         proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "--workdir", ws, "--agents", "llm",
                                  "--base-url", server.base_url, "--generations", "1"], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+                                env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+                                preexec_fn=_ctrl_c_as_in_a_terminal)
         try:
             assert _wait_for(lambda: len(server.requests) == 1, 120), "the run never called the LLM"
             proc.send_signal(signal.SIGINT)

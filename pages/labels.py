@@ -86,7 +86,7 @@ regression_ui.expert_rows_table(store, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------
 st.subheader("Download")
-cols = st.columns(6)
+cols = st.columns(4) + st.columns(4)  # the data in four formats, then the pool and the manifest
 for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
     col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt),
                         file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",

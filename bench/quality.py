@@ -260,7 +260,17 @@ def main() -> None:
                         help="ablation: JSON overriding the gate's thresholds (GateConfig)")
     parser.add_argument("--sandbox-only", action="store_true",
                         help="run template annotators in the sandbox too (the figures must not change)")
+    parser.add_argument("--merge", type=Path, nargs="*", default=None,
+                        help="write one table from the .json files of earlier runs (e.g. one run per seed, side "
+                             "by side) instead of running")
     args = parser.parse_args()
+    if args.merge:
+        rows = [row for path in args.merge for row in json.loads(path.read_text())]
+        args.seeds = sorted({row["seed"] for row in rows})
+        order = {name: i for i, name in enumerate(args.datasets)}
+        rows.sort(key=lambda row: (order.get(row["dataset"], len(order)), row["seed"]))
+        write(args, rows, tuple(args.aggregators))
+        return
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
     aggregators = tuple(args.aggregators)

@@ -20,6 +20,7 @@ from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
 from engine.gate import GateConfig, run_gate
+from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
@@ -32,6 +33,7 @@ class EvolveConfig:
     roles: tuple[str, ...] = AGENT_ROLES
     pool_sample_size: int = 4000  # unlabeled rows an agent may read for word statistics
     seed: int = 0
+    pseudo_labels: bool = True  # guess the pool sample with a dev-fitted text classifier (engine/pseudo_labels.py)
 
 
 def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,
@@ -65,12 +67,13 @@ def build_context(store: Store, generation: int, config: EvolveConfig) -> Propos
     pool_sample = tuple(store.examples("pool", [pool_ids_all[i] for i in sample_ids]))
     pool_ids = store.pool_ids()
     excluded = frozenset(a for a, v in store.human_locked().items() if v == "reject")
+    pseudo = pseudo_label(store, dev, pool_sample, config.seed) if config.pseudo_labels else None
     return ProposalContext(
         task=task, dev=dev, pool_sample=pool_sample, annotators=tuple(store.annotators(pool_ids)),
         scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS).votes,
         generation=generation, seed=config.seed, excluded_ids=excluded,
         dev_label_sets=store.label_matrix(FITNESS) if task.multi_label else None,
-        feedback=expert_feedback(store),
+        feedback=expert_feedback(store), pseudo=pseudo,
     )
 
 

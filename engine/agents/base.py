@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task
+
+if TYPE_CHECKING:
+    from engine.pseudo_labels import PseudoLabels
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class ProposalContext:
     excluded_ids: frozenset[str] = field(default_factory=frozenset)  # rejected by a human: never re-propose
     dev_label_sets: np.ndarray | None = None  # multi-label task: (n_dev, k) 0/1, each Example.label its first
     feedback: ExpertFeedback = field(default_factory=ExpertFeedback)
+    pseudo: PseudoLabels | None = None  # a dev-fitted text classifier's guesses for `pool_sample` (no label read)
 
     @property
     def dev_labels(self) -> np.ndarray:

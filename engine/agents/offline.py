@@ -63,9 +63,16 @@ class OfflineProposer:
         base = vote_counts(votes, ws.n_classes, len(ws.y))
         taken = [votes[:, j] != ABSTAIN for j in range(votes.shape[1])]
         gold = ws.y if context.dev_label_sets is None else ws.onehot  # score picks as the gate will
+        pseudo = context.pseudo if context.pseudo is not None and ws.pool is not None else None
+        evidence = None
+        if pseudo is not None:
+            def evidence(p: Proposal) -> tuple[float, float, float]:
+                if p.pool_fired is None:
+                    p.pool_fired = ws.fires(p.spec, "pool")
+                return (*pseudo.evidence(p.pool_fired, p.label), pseudo.accuracy)
         picks = greedy_select(proposals, gold, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
-                              pool_mask_of=lambda p: ws.fires(p.spec, "pool"))
+                              pool_mask_of=lambda p: ws.fires(p.spec, "pool"), pool_evidence=evidence)
         return [_candidate(p, role) for p in picks]
 
     def _workspace(self, context: ProposalContext) -> OfflineWorkspace:
@@ -116,9 +123,13 @@ def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     rationale = (
         f"{role}: {p.spec.describe()}. On dev it fires on {int(stats.get('fires', 0))} rows with precision "
-        f"{stats.get('precision', 0):.2f}; adding it changed the simulated pool macro-F1 by "
+        f"{stats.get('dev_precision', stats.get('precision', 0)):.2f}; adding it changed the simulated pool macro-F1 by "
         f"{stats.get('gain', 0):+.3f}."
     )
+    if "pool_precision" in stats:
+        rationale += (f" On the unlabeled sample, a text classifier fitted on dev puts its precision near "
+                      f"{stats['pool_precision']:.2f} (worth {stats['pool_weight']:.0f} dev rows), "
+                      f"{stats['precision']:.2f} with dev's rows pooled in.")
     if p.note:
         rationale += f" ({p.note})"
     return Candidate(source=render(p.spec), agent=role, name=_name(p), parent_ids=p.parent_ids,

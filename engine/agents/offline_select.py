@@ -79,6 +79,9 @@ class SelectConfig:
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
     precision_z: float = 1.5
+    # a vote the text alone would get right anyway adds little: with pool pseudo-labels, a pick's pooled lower
+    # bound must also reach this share of the dev-fitted text classifier's own accuracy (0: no such floor)
+    text_floor: float = 0.0
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -139,17 +142,24 @@ class _Taken:
 def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, base_counts: np.ndarray,
                   taken: list[np.ndarray], config: SelectConfig,
                   pool_covered: np.ndarray | None = None,
-                  pool_mask_of: Callable[[Proposal], np.ndarray] | None = None) -> list[Proposal]:
+                  pool_mask_of: Callable[[Proposal], np.ndarray] | None = None,
+                  pool_evidence: Callable[[Proposal], tuple[float, float, float]] | None = None) -> list[Proposal]:
     """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
     pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
 
     `gold` is the (n_dev,) labels, or (n_dev, k) label sets on a multi-label task (scored as the gate does).
     `taken` holds the (n_dev,) fired masks of the pool members; a candidate is skipped when it
     nearly duplicates a member or an earlier pick, as the gate's diversity check would do.
+    `pool_evidence(p)` -> (precision estimate, weight in rows, the text classifier's accuracy) from the pool
+    sample's pseudo-labels: pooled
+    with the dev counts before the viability bound, so a cue that is 5 of 5 on dev but mostly wrong on the
+    pool drops out (engine/pseudo_labels.py).
     """
     viable = [p for p in proposals if _viable(p, gold, config)]
     viable.sort(key=lambda p: -p.prior)
     viable = viable[: config.shortlist]
+    if pool_evidence is not None:
+        viable = [p for p in viable if _holds_on_pool(p, pool_evidence(p), config)]
     counts = base_counts.copy()
     scorer = _Scorer(gold, n_classes, config.cross_fit)
     current = scorer.score(counts)
@@ -219,6 +229,21 @@ def _best_pair(viable: list[Proposal], scorer: _Scorer, counts: np.ndarray, curr
                 if gain > best_gain + 1e-12:
                     best, best_gain = (a, b), gain
     return best, best_gain
+
+
+def _holds_on_pool(p: Proposal, evidence: tuple[float, float, float], config: SelectConfig) -> bool:
+    """Viability again, on dev's counts pooled with the pool sample's pseudo-label evidence."""
+    estimate, weight, text_accuracy = evidence
+    if weight <= 0:
+        return True
+    fires, precision = p.stats["fires"], p.stats["precision"]
+    n = fires + weight
+    pooled = (precision * fires + estimate * weight) / n
+    lower = wilson_lower(pooled * n, n, config.precision_z)
+    p.stats.update(dev_precision=precision, pool_precision=round(estimate, 3), pool_weight=round(weight, 1),
+                   precision=round(pooled, 3),
+                   precision_lower=round(lower, 3))
+    return lower >= max(config.min_precision, config.text_floor * text_accuracy)
 
 
 def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:

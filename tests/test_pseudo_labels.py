@@ -1,0 +1,99 @@
+"""Pseudo-labels for the pool sample (engine/pseudo_labels.py) and how the offline selection weighs them."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.agents.offline_select import Proposal, SelectConfig, greedy_select
+from engine.agents.templates import AnnotatorSpec
+from engine.domain import FITNESS
+from engine.ingest.importer import IngestOptions, import_frame
+from engine.pseudo_labels import PseudoLabels, pseudo_label
+from engine.store.workspace import Store
+
+
+def _pseudo(guesses: list[int], k: int, accuracy: float) -> PseudoLabels:
+    proba = np.full((len(guesses), k), 0.1)
+    proba[np.arange(len(guesses)), guesses] = 0.9
+    return PseudoLabels(proba / proba.sum(axis=1, keepdims=True), accuracy)
+
+
+def test_evidence_undoes_the_classifiers_own_errors_and_weighs_by_its_skill():
+    pseudo = _pseudo([0] * 60 + [1] * 40, k=2, accuracy=0.8)
+    fired = np.zeros(100, dtype=bool)
+    fired[:50] = True  # the classifier agrees with a vote for 0 on all 50 rows
+    estimate, weight = pseudo.evidence(fired, 0)
+    assert estimate == pytest.approx(1.0)  # (1.0 - 0.2) / (0.8 - 0.2), clipped
+    assert weight == pytest.approx(50 * 0.6 ** 2)
+    fired[:] = False
+    fired[40:80] = True  # agrees on 20 of 40: a = 0.5 -> p = (0.5 - 0.2) / 0.6
+    assert pseudo.evidence(fired, 0)[0] == pytest.approx(0.5)
+    # a classifier at chance says nothing, however many rows it saw
+    assert _pseudo([0] * 100, k=2, accuracy=0.5).evidence(fired, 0) == (0.0, 0.0)
+    assert pseudo.evidence(np.zeros(100, dtype=bool), 0) == (0.0, 0.0)
+
+
+def _proposal(label: int, fired_dev: np.ndarray, fired_pool: np.ndarray, cue: str) -> Proposal:
+    p = Proposal(AnnotatorSpec("cue", f"c{label}", "sentence", (cue,)), label, fired_dev, prior=1.0)
+    p.pool_fired = fired_pool
+    return p
+
+
+def test_selection_drops_a_dev_perfect_cue_the_pool_contradicts():
+    gold = np.array([0] * 10 + [1] * 10)
+    lucky = np.zeros(20, dtype=bool)
+    lucky[:6] = True  # 6 of 6 on dev
+    honest = np.zeros(20, dtype=bool)
+    honest[10:16] = True
+    pool_lucky = np.zeros(300, dtype=bool)
+    pool_lucky[:200] = True
+    pool_honest = np.zeros(300, dtype=bool)
+    pool_honest[200:] = True
+    # the classifier (90 % right on dev) guesses class 1 on the lucky cue's pool rows, class 1 on the honest one's
+    pseudo = _pseudo([1] * 300, k=2, accuracy=0.9)
+    proposals = [_proposal(0, lucky, pool_lucky, "lucky"), _proposal(1, honest, pool_honest, "honest")]
+    config = SelectConfig(min_fires=5, cross_fit=False)
+    base = np.zeros((20, 2), dtype=np.int64)
+    without = greedy_select(proposals, gold, 2, base, [], config)
+    assert {p.spec.cues for p in without} == {("lucky",), ("honest",)}
+    for p in proposals:
+        p.stats.clear()
+    evidence = lambda p: (*pseudo.evidence(p.pool_fired, p.label), pseudo.accuracy)  # noqa: E731
+    kept = greedy_select(proposals, gold, 2, base, [], config, pool_evidence=evidence)
+    assert [p.spec.cues for p in kept] == [("honest",)]
+    assert kept[0].stats["pool_precision"] == pytest.approx(1.0)
+    assert proposals[0].stats["pool_precision"] == 0.0
+
+
+def _toy_store(path, scramble_audit: bool) -> Store:
+    """Two classes told apart by their words; 120 dev rows (half held back as audit rows), 40 pool rows."""
+    rng = np.random.default_rng(0)
+    words = {0: ["refund", "money", "back"], 1: ["card", "lost", "stolen"]}
+    rows = []
+    for i in range(160):
+        y = i % 2
+        split = "dev" if i < 120 else "pool"
+        rows.append({"id": f"r{i}", "text": " ".join(rng.choice(words[y], size=3)) + f" note {i}",
+                     "label": ["refund", "card"][y] if split == "dev" else None, "split": split})
+    store = Store.open(path)
+    import_frame(store, pd.DataFrame(rows), IngestOptions(labels=("refund", "card"), audit_fraction=0.5, seed=1),
+                 dataset="toy", source="test")
+    if scramble_audit:  # whatever the audit rows say, nothing the agents see may change
+        store._q("UPDATE examples SET label = 1 - label WHERE audit")
+    return store
+
+
+def test_pseudo_labels_guess_the_pool_from_the_fitness_rows_only(tmp_path):
+    guesses = []
+    for scramble in (False, True):
+        store = _toy_store(tmp_path / f"ws-{scramble}", scramble)
+        dev, pool = store.examples(FITNESS), store.examples("pool")
+        assert store.count_examples("audit") > 0 and all(ex.label is None for ex in pool)
+        pseudo = pseudo_label(store, dev, pool, seed=0)
+        assert pseudo is not None and pseudo.proba.shape == (len(pool), 2)
+        truth = np.array([int(ex.id[1:]) % 2 for ex in pool])  # row i is class i % 2 (refund 0, card 1)
+        assert np.mean(pseudo.guess == truth) > 0.9 and pseudo.accuracy > 0.9
+        guesses.append(pseudo.proba)
+    Store.close_all()
+    np.testing.assert_allclose(guesses[0], guesses[1])

@@ -59,7 +59,7 @@ def test_selection_drops_a_dev_perfect_cue_the_pool_contradicts():
     assert {p.spec.cues for p in without} == {("lucky",), ("honest",)}
     for p in proposals:
         p.stats.clear()
-    evidence = lambda p: (*pseudo.evidence(p.pool_fired, p.label), pseudo.accuracy)  # noqa: E731
+    evidence = lambda p: pseudo.evidence(p.pool_fired, p.label)  # noqa: E731
     kept = greedy_select(proposals, gold, 2, base, [], config, pool_evidence=evidence)
     assert [p.spec.cues for p in kept] == [("honest",)]
     assert kept[0].stats["pool_precision"] == pytest.approx(1.0)

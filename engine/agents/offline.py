@@ -66,10 +66,10 @@ class OfflineProposer:
         pseudo = context.pseudo if context.pseudo is not None and ws.pool is not None else None
         evidence = None
         if pseudo is not None:
-            def evidence(p: Proposal) -> tuple[float, float, float]:
+            def evidence(p: Proposal) -> tuple[float, float]:
                 if p.pool_fired is None:
                     p.pool_fired = ws.fires(p.spec, "pool")
-                return (*pseudo.evidence(p.pool_fired, p.label), pseudo.accuracy)
+                return pseudo.evidence(p.pool_fired, p.label)
         picks = greedy_select(proposals, gold, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"), pool_evidence=evidence)

@@ -79,9 +79,6 @@ class SelectConfig:
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
     precision_z: float = 1.5
-    # a vote the text alone would get right anyway adds little: with pool pseudo-labels, a pick's pooled lower
-    # bound must also reach this share of the dev-fitted text classifier's own accuracy (0: no such floor)
-    text_floor: float = 0.0
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -143,15 +140,14 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
                   taken: list[np.ndarray], config: SelectConfig,
                   pool_covered: np.ndarray | None = None,
                   pool_mask_of: Callable[[Proposal], np.ndarray] | None = None,
-                  pool_evidence: Callable[[Proposal], tuple[float, float, float]] | None = None) -> list[Proposal]:
+                  pool_evidence: Callable[[Proposal], tuple[float, float]] | None = None) -> list[Proposal]:
     """Best-gain-first forward selection on the simulated dev macro-F1, plus a bonus for reaching
     pool-sample rows nobody votes on yet (the pool is what the user needs labeled; dev is only 500 rows).
 
     `gold` is the (n_dev,) labels, or (n_dev, k) label sets on a multi-label task (scored as the gate does).
     `taken` holds the (n_dev,) fired masks of the pool members; a candidate is skipped when it
     nearly duplicates a member or an earlier pick, as the gate's diversity check would do.
-    `pool_evidence(p)` -> (precision estimate, weight in rows, the text classifier's accuracy) from the pool
-    sample's pseudo-labels: pooled
+    `pool_evidence(p)` -> (precision estimate, weight in rows) from the pool sample's pseudo-labels: pooled
     with the dev counts before the viability bound, so a cue that is 5 of 5 on dev but mostly wrong on the
     pool drops out (engine/pseudo_labels.py).
     """
@@ -231,9 +227,9 @@ def _best_pair(viable: list[Proposal], scorer: _Scorer, counts: np.ndarray, curr
     return best, best_gain
 
 
-def _holds_on_pool(p: Proposal, evidence: tuple[float, float, float], config: SelectConfig) -> bool:
+def _holds_on_pool(p: Proposal, evidence: tuple[float, float], config: SelectConfig) -> bool:
     """Viability again, on dev's counts pooled with the pool sample's pseudo-label evidence."""
-    estimate, weight, text_accuracy = evidence
+    estimate, weight = evidence
     if weight <= 0:
         return True
     fires, precision = p.stats["fires"], p.stats["precision"]
@@ -243,7 +239,7 @@ def _holds_on_pool(p: Proposal, evidence: tuple[float, float, float], config: Se
     p.stats.update(dev_precision=precision, pool_precision=round(estimate, 3), pool_weight=round(weight, 1),
                    precision=round(pooled, 3),
                    precision_lower=round(lower, 3))
-    return lower >= max(config.min_precision, config.text_floor * text_accuracy)
+    return lower >= config.min_precision
 
 
 def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:

@@ -156,6 +156,18 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
     return fresh
 
 
+def pool_evidence(executor: Executor, context: ProposalContext,
+                  fresh: list[Annotator]) -> dict[str, tuple[float, float]] | None:
+    """Each candidate's precision evidence on the agents' pool sample, from its votes there and the sample's
+    pseudo-labels; the gate pools it with dev's counts (LLM- and expert-written code gets the same check as the
+    offline agents' own preview)."""
+    if context.pseudo is None or not fresh or not context.pool_sample:
+        return None
+    inputs = [ex.as_input() for ex in context.pool_sample]
+    results = executor.run(fresh, inputs, list(context.task.labels))
+    return {a.id: context.pseudo.evidence_of_votes(np.asarray(r.votes)) for a, r in zip(fresh, results, strict=True)}
+
+
 def run_generation(store: Store, proposer: Proposer, executor: Executor, number: int,
                    config: EvolveConfig = EvolveConfig(), on_event: EventSink = quiet) -> Generation:
     started = time.monotonic()
@@ -189,7 +201,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                             "first_error": run["first_error"]})
 
     outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
-                       store.human_locked())
+                       store.human_locked(), pool_evidence(executor, context, fresh))
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})

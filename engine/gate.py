@@ -98,7 +98,7 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
-               chance: float = 0.0) -> tuple[bool, list[str]]:
+               chance: float = 0.0, evidence: tuple[float, float] | None = None) -> tuple[bool, list[str]]:
     min_p = cfg.min_precision(role)
     fails = []
     if cfg.min_lift > 0 and score.fires and score.precision <= chance * cfg.min_lift + _TOL:
@@ -112,6 +112,13 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
     lower = wilson_lower(round(score.precision * score.fires), score.fires, cfg.precision_z)
     shown = (f"precision {score.precision:.2f}, lower bound {lower:.2f} over {score.fires} fires"
              if cfg.precision_z > 0 else "precision")
+    if evidence is not None and evidence[1] > 0 and score.fires and cfg.precision_z > 0:
+        # dev's few rows pooled with what a dev-fitted text classifier's guesses say on the unlabeled sample
+        estimate, weight = evidence
+        n = score.fires + weight
+        lower = wilson_lower((score.precision * score.fires + estimate * weight), n, cfg.precision_z)
+        shown = (f"precision {score.precision:.2f} over {score.fires} dev fires and about {estimate:.2f} on the "
+                 f"unlabeled sample (worth {weight:.0f} rows), lower bound {lower:.2f}")
     if lower < min_p - _TOL:
         fails.append(f"{shown}: {_cmp(lower, '<', min_p)} ({role})" if cfg.precision_z > 0 else
                      f"precision {_cmp(score.precision, '<', min_p)} ({role})")
@@ -209,10 +216,12 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
     return records
 
 
-def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0) -> None:
+def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0,
+                    evidence: tuple[float, float] | None = None) -> None:
     """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows, better
-    than chance (`chance`: the precision its votes would get on random rows)."""
-    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance)
+    than chance (`chance`: the precision its votes would get on random rows). `evidence`: (precision estimate,
+    weight in rows) from the pool sample's pseudo-labels (engine/pseudo_labels.py), pooled with dev's counts."""
+    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance, evidence)
     record.decide("accept" if ok else "reject", *why)
     record.in_play = ok
 
@@ -308,10 +317,13 @@ def run_gate(
     n_classes: int,
     config: GateConfig = GateConfig(),
     human_locked: Mapping[str, str] | None = None,
+    pool_evidence: Mapping[str, tuple[float, float]] | None = None,
 ) -> GateOutcome:
     """Judge one generation's candidates against the pool on the dev split (votes: (n_dev, m) / (n_dev,)).
 
     y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/score.py).
+    pool_evidence: candidate id -> (precision estimate, weight in rows) on the unlabeled pool sample, pooled with
+    the dev counts in the viability check (none: dev alone).
     """
     y = np.asarray(y_dev, dtype=np.int64)
     n = y.shape[0]
@@ -323,7 +335,8 @@ def run_gate(
     records = _intake(candidates, pool_ids, locked, n)
     for record in records:
         if not record.verdict:
-            check_viability(record, n, config, chance_precision(record.votes, y, n_classes))
+            check_viability(record, n, config, chance_precision(record.votes, y, n_classes),
+                            (pool_evidence or {}).get(record.id))
     state = GenerationState(y, n_classes, pool_ids, pv, precision, records, locked)
 
     kept = check_diversity(state, config)

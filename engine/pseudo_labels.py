@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.aggregators.base import make_folds
 from engine.aggregators.evoagg import TextOnly
-from engine.domain import Example
+from engine.domain import ABSTAIN, Example
 from engine.text_views import task_views, view_text
 
 if TYPE_CHECKING:
@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 PSEUDO_EMBEDDER = "static"
 PSEUDO_C = 1.0  # one C, no inner search: the classifier is a measuring stick, not the product's labeler
 MAX_WEIGHT_ROWS = 200  # pool rows beyond this add no weight: the classifier's own errors set a floor
-_fitted: dict[tuple, tuple[TextOnly, float]] = {}  # (workspace, embedder, dev rows, seed) -> (model, accuracy)
+MIN_SKILL = 0.05  # recall minus false rate below this: its agreement on a class says nothing
+SHRINK_ROWS = 10  # per-class rates lean on the overall ones as if from this many rows (6 dev rows a class is few)
+_fitted: dict[tuple, tuple] = {}  # (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class PseudoLabels:
 
     proba: np.ndarray  # (n_pool_sample, k) class probabilities, rows in pool-sample order
     accuracy: float  # its out-of-fold accuracy on the fitness rows
+    recall: np.ndarray | None = None  # (k,) out of fold: share of class c's rows it guesses c (None: accuracy)
+    false_rate: np.ndarray | None = None  # (k,) share of the other classes' rows it guesses c (None: even spread)
 
     @property
     def guess(self) -> np.ndarray:
@@ -48,20 +52,33 @@ class PseudoLabels:
         """(precision estimate, weight in rows) for an annotator voting `label` on the `fired` pool rows
         (a mask over the first len(fired) rows of the sample).
 
-        The classifier agrees with a right vote with probability ~accuracy and with a wrong one ~e (its
-        errors spread over the other classes), so agreement a = p*acc + (1-p)*e gives p = (a-e)/(acc-e).
-        The weight is the pool support discounted by how much that agreement can say: none at chance.
+        The classifier guesses c on a row of class c with probability r_c (its recall) and on another class's
+        row with probability e_c, so an agreement a = p*r_c + (1-p)*e_c gives p = (a - e_c) / (r_c - e_c).
+        The weight is the pool support discounted by how much that agreement can say: none when r_c = e_c.
         """
-        n = int(np.count_nonzero(fired))
+        votes = np.where(fired, label, ABSTAIN)
+        return self.evidence_of_votes(votes)
+
+    def evidence_of_votes(self, votes: np.ndarray) -> tuple[float, float]:
+        """The same for any annotator's (n,) votes on the first n rows of the sample (ABSTAIN = -1), per class
+        it votes, weighted together."""
+        votes = np.asarray(votes)
+        guess = self.guess[: len(votes)]
         k = self.proba.shape[1]
-        chance = 1.0 / k
-        if n == 0 or self.accuracy <= chance:
-            return 0.0, 0.0
-        agree = float(np.mean(self.guess[: len(fired)][fired] == label))
-        error = (1.0 - self.accuracy) / max(k - 1, 1)
-        estimate = float(np.clip((agree - error) / (self.accuracy - error), 0.0, 1.0))
-        strength = ((self.accuracy - chance) / (1.0 - chance)) ** 2
-        return estimate, min(n, MAX_WEIGHT_ROWS) * strength
+        even = (1.0 - self.accuracy) / max(k - 1, 1)
+        recall = np.full(k, self.accuracy) if self.recall is None else self.recall
+        false_rate = np.full(k, even) if self.false_rate is None else self.false_rate
+        total, weight = 0.0, 0.0
+        for c in np.unique(votes[votes != ABSTAIN]):
+            mine = votes == c
+            skill = recall[c] - false_rate[c]
+            if skill <= MIN_SKILL:
+                continue
+            agree = float(np.mean(guess[mine] == c))
+            w = min(int(mine.sum()), MAX_WEIGHT_ROWS) * skill ** 2
+            total += w * float(np.clip((agree - false_rate[c]) / skill, 0.0, 1.0))
+            weight += w
+        return (total / weight, weight) if weight else (0.0, 0.0)
 
 
 def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Example],
@@ -85,9 +102,10 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
         X_dev = _features(embedder, labeled, relation)
         _fitted.clear()
         _fitted[key] = _fit(X_dev, y, len(task.labels), seed)
-    model, accuracy = _fitted[key]
+    model, accuracy, recall, false_rate = _fitted[key]
     X_pool = _features(embedder, pool_sample, relation)
-    return PseudoLabels(model.predict_proba(np.zeros((len(pool_sample), 0), dtype=np.int64), X_pool), accuracy)
+    return PseudoLabels(model.predict_proba(np.zeros((len(pool_sample), 0), dtype=np.int64), X_pool), accuracy,
+                        recall, false_rate)
 
 
 def _features(embedder, examples: Sequence[Example], relation: bool) -> np.ndarray:
@@ -99,8 +117,9 @@ def _features(embedder, examples: Sequence[Example], relation: bool) -> np.ndarr
     return X
 
 
-def _fit(X: np.ndarray, y: np.ndarray, k: int, seed: int) -> tuple[TextOnly, float]:
-    """The classifier on all labeled rows, and its 3-fold out-of-fold accuracy."""
+def _fit(X: np.ndarray, y: np.ndarray, k: int, seed: int) -> tuple[TextOnly, float, np.ndarray, np.ndarray]:
+    """The classifier on all labeled rows, and its 3-fold out-of-fold accuracy, recall and false rate per class
+    (each shrunk toward the overall rate: TREC's classes are confused unevenly, banking77 has 6 rows a class)."""
     votes = np.zeros((len(y), 0), dtype=np.int64)
 
     def fit(rows: np.ndarray) -> TextOnly:
@@ -109,5 +128,12 @@ def _fit(X: np.ndarray, y: np.ndarray, k: int, seed: int) -> tuple[TextOnly, flo
     guessed = np.full(len(y), -1)
     for train, held in make_folds(y, 3, seed):
         guessed[held] = fit(train).predict_proba(votes[held], X[held]).argmax(axis=1)
-    accuracy = float(np.mean(guessed == y)) if (guessed >= 0).any() else 0.0
-    return fit(np.arange(len(y))), accuracy
+    scored = guessed >= 0
+    accuracy = float(np.mean(guessed[scored] == y[scored])) if scored.any() else 0.0
+    even = (1.0 - accuracy) / max(k - 1, 1)
+    recall, false_rate = np.full(k, accuracy), np.full(k, even)
+    for c in range(k):
+        own, other = scored & (y == c), scored & (y != c)
+        recall[c] = (np.sum(guessed[own] == c) + SHRINK_ROWS * accuracy) / (own.sum() + SHRINK_ROWS)
+        false_rate[c] = (np.sum(guessed[other] == c) + SHRINK_ROWS * even) / (other.sum() + SHRINK_ROWS)
+    return fit(np.arange(len(y))), accuracy, recall, false_rate

@@ -357,3 +357,31 @@ def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     # rows 0 and 2 share "inhibits" (min_df 2 keeps only it), row 1 shares nothing
     dense = features["relation"].toarray()
     assert dense[0] @ dense[2] > 0 and not dense[1].any()
+
+
+def _proba(pred: np.ndarray, k: int = 2) -> np.ndarray:
+    out = np.full((len(pred), k), 0.1)
+    out[np.arange(len(pred)), pred] = 0.9
+    return out
+
+
+@pytest.mark.parametrize("extra_wrong, demoted", [(1, True), (25, False)])
+def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_sure(extra_wrong, demoted):
+    """Majority vote ahead of EvoAgg by one audit row stays behind it; ahead by 25 rows it leads."""
+    from engine.aggregators.auto import AutoAggregator
+
+    y = np.array([0] * 88 + [1] * 12)
+    mv = y.copy()
+    text = y.copy()
+    text[:extra_wrong] = 1  # the text reader gets `extra_wrong` more rows wrong than majority vote
+    auto = AutoAggregator(2, seed=0)
+    auto.demoted_ = []
+    rows = np.arange(100)
+    ranked = auto._demote_unsure_vote_only(["mv", "evoagg[embedding]", "embedding-only"],
+                                          {"evoagg[embedding]", "embedding-only"},
+                                          {"mv": _proba(mv), "evoagg[embedding]": _proba(text),
+                                           "embedding-only": _proba(text)}, y, rows)
+    if demoted:
+        assert ranked == ["evoagg[embedding]", "mv", "embedding-only"] and auto.demoted_ == ["mv"]
+    else:
+        assert ranked[0] == "mv" and auto.demoted_ == []

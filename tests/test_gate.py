@@ -220,3 +220,16 @@ def test_gate_config_from_dict():
     assert GateConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown gate setting"):
         GateConfig.from_dict({"min_firez": 3})
+
+
+def test_pool_evidence_can_sink_a_candidate_that_dev_alone_would_keep():
+    lucky = votes(c0=range(6))  # 6 of 6 on dev
+    kept = gate({}, [cand("L", lucky)])
+    assert decision(kept, "L").verdict == "accept"
+    # the pool sample's pseudo-labels say it is right on 10 % of 200 rows, worth 100 dev rows
+    sunk = gate({}, [cand("L", lucky)], pool_evidence={"L": (0.10, 100.0)})
+    assert decision(sunk, "L").verdict == "reject"
+    assert "about 0.10 on the unlabeled sample (worth 100 rows)" in reasons(sunk, "L")
+    # evidence that agrees with dev keeps it, and an annotator without evidence is judged on dev alone
+    agreed = gate({}, [cand("L", lucky), cand("R", R)], pool_evidence={"L": (0.95, 100.0)})
+    assert decision(agreed, "L").verdict == "accept" and decision(agreed, "R").verdict == "accept"

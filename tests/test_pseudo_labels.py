@@ -7,7 +7,8 @@ import pytest
 
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select
 from engine.agents.templates import AnnotatorSpec
-from engine.domain import FITNESS
+from engine.domain import FITNESS, Candidate
+from engine.evolve import EvolveConfig, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
 from engine.pseudo_labels import PseudoLabels, pseudo_label
 from engine.store.workspace import Store
@@ -29,7 +30,7 @@ def test_evidence_undoes_the_classifiers_own_errors_and_weighs_by_its_skill():
     fired[:] = False
     fired[40:80] = True  # agrees on 20 of 40: a = 0.5 -> p = (0.5 - 0.2) / 0.6
     assert pseudo.evidence(fired, 0)[0] == pytest.approx(0.5)
-    # a classifier at chance says nothing, however many rows it saw
+    # a classifier at chance says nothing, however many rows it saw (recall = false rate)
     assert _pseudo([0] * 100, k=2, accuracy=0.5).evidence(fired, 0) == (0.0, 0.0)
     assert pseudo.evidence(np.zeros(100, dtype=bool), 0) == (0.0, 0.0)
 
@@ -66,14 +67,15 @@ def test_selection_drops_a_dev_perfect_cue_the_pool_contradicts():
     assert proposals[0].stats["pool_precision"] == 0.0
 
 
-def _toy_store(path, scramble_audit: bool) -> Store:
-    """Two classes told apart by their words; 120 dev rows (half held back as audit rows), 40 pool rows."""
+def _toy_store(path, scramble_audit: bool, n_dev: int = 120, n_pool: int = 40) -> Store:
+    """Two classes told apart by their words; dev rows (half held back as audit rows when there are enough),
+    then pool rows; row i is class i % 2 and its text ends with i."""
     rng = np.random.default_rng(0)
     words = {0: ["refund", "money", "back"], 1: ["card", "lost", "stolen"]}
     rows = []
-    for i in range(160):
+    for i in range(n_dev + n_pool):
         y = i % 2
-        split = "dev" if i < 120 else "pool"
+        split = "dev" if i < n_dev else "pool"
         rows.append({"id": f"r{i}", "text": " ".join(rng.choice(words[y], size=3)) + f" note {i}",
                      "label": ["refund", "card"][y] if split == "dev" else None, "split": split})
     store = Store.open(path)
@@ -97,3 +99,42 @@ def test_pseudo_labels_guess_the_pool_from_the_fitness_rows_only(tmp_path):
         guesses.append(pseudo.proba)
     Store.close_all()
     np.testing.assert_allclose(guesses[0], guesses[1])
+
+
+# written as an LLM or an expert might: not a template, so it runs in the sandbox. It is exact on the dev rows
+# (numbered below 40) and wrong on every pool row: on dev alone it looks perfect.
+MEMORISER = '''
+def annotate(example: dict) -> str | None:
+    words = example["text"].split()
+    number = int(words[-1])
+    refund = "refund" in words or "money" in words or "back" in words
+    if number < 40:
+        return "refund" if refund else "card"
+    return "card" if refund else "refund"
+'''
+
+
+class _OneCandidate:
+    name = "scripted"
+
+    def propose(self, role, context):
+        if role != "generator":
+            return []
+        return [Candidate(source=MEMORISER, agent="generator", name="memoriser", rationale="test")]
+
+
+def test_the_gate_runs_candidates_on_the_pool_sample_and_weighs_the_pseudo_labels(tmp_path):
+    from engine.sandbox.executor import SandboxExecutor
+
+    with SandboxExecutor(workers=1) as executor:
+        for pseudo in (False, True):
+            store = _toy_store(tmp_path / f"evolve-{pseudo}", scramble_audit=False, n_dev=40, n_pool=400)
+            generation = run_generation(store, _OneCandidate(), executor, 1, EvolveConfig(pseudo_labels=pseudo))
+            (decision,) = generation.decisions
+            reasons = " | ".join(decision.reasons)
+            if pseudo:
+                assert decision.verdict == "reject", reasons
+                assert "about 0.00 on the unlabeled sample" in reasons
+            else:
+                assert decision.verdict == "accept", reasons
+    Store.close_all()

@@ -107,7 +107,7 @@ class AutoAggregator(BaseAggregator):
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
                  top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
-                 students: bool = True):
+                 students: bool = True, confidence: float = 0.9, bootstrap: int = 200):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -116,6 +116,8 @@ class AutoAggregator(BaseAggregator):
         self.min_audit = min_audit
         self.text_only = text_only
         self.students = students
+        self.confidence = confidence  # how sure the audit rows must be before a vote-only model beats the text
+        self.bootstrap = bootstrap
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
@@ -165,6 +167,7 @@ class AutoAggregator(BaseAggregator):
         self.C_ = {}
         candidates = self.candidates(feats)
         self.left_out_ = []
+        self.demoted_ = []
         students = self.students and bool(feats) and unlabeled_votes is not None and len(unlabeled_votes) > 0
         if votes_selected and judged is None and feats:
             self.left_out_ = [c.name for c in candidates if not c.reads_text]
@@ -184,6 +187,9 @@ class AutoAggregator(BaseAggregator):
                     if tuned:
                         self.C_[name] = float(C)
         ranked = sorted(scores, key=lambda name: -scores[name])  # stable: ties keep the simpler first
+        if judged is not None:
+            text_readers = {c.name for c in candidates if c.reads_text}
+            ranked = self._demote_unsure_vote_only(ranked, text_readers, oof, y, judged)
         chosen, members = ranked[0], [ranked[0]]
         groups: dict[str, list[str]] = {name: [name] for name in ranked}
         for top in range(2, min(self.top_k, len(ranked)) + 1):
@@ -225,6 +231,35 @@ class AutoAggregator(BaseAggregator):
                                                     unlabeled_X)]
         self.n_annotators_ = v.shape[1]
         return self
+
+    def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
+                                 y: np.ndarray, judged: np.ndarray) -> list[str]:
+        """A candidate that reads only the votes ranks above the best text reader only if it beats it on the
+        audit rows in at least `confidence` of paired bootstrap resamples. A hundred audit rows hold a dozen of a
+        small class, so one row decides between them; a vote-only model ignores the text and labels nothing
+        where nobody votes (SMS, seed 2: majority vote won the audit rows by two rows, 0.975 against 0.953, and
+        lost on test, 0.950 against 0.974)."""
+        best_text = next((n for n in ranked if n in text_readers), None)
+        if best_text is None:
+            return ranked
+        cut = ranked.index(best_text)
+        unsure = [n for n in ranked[:cut] if not self._surely_better(oof[n], oof[best_text], y, judged)]
+        if not unsure:
+            return ranked
+        self.demoted_ = unsure
+        rest = [n for n in ranked if n not in unsure]
+        at = rest.index(best_text) + 1
+        return rest[:at] + unsure + rest[at:]
+
+    def _surely_better(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, rows: np.ndarray) -> bool:
+        """Whether probabilities `a` beat `b` in macro-F1 on `rows` in `confidence` of paired bootstrap draws."""
+        rng = np.random.default_rng(self.seed)
+        pa, pb, truth = a[rows].argmax(axis=1), b[rows].argmax(axis=1), y[rows]
+        wins = 0
+        for _ in range(self.bootstrap):
+            draw = rng.integers(0, len(rows), len(rows))
+            wins += macro_f1(truth[draw], pa[draw], self.n_classes) > macro_f1(truth[draw], pb[draw], self.n_classes)
+        return wins >= self.confidence * self.bootstrap
 
     def _student_oof(self, parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float,
                      v: np.ndarray, y: np.ndarray, feats: dict, folds: list, unlabeled_votes: np.ndarray,

@@ -138,3 +138,16 @@ def test_the_gate_runs_candidates_on_the_pool_sample_and_weighs_the_pseudo_label
             else:
                 assert decision.verdict == "accept", reasons
     Store.close_all()
+
+
+def test_a_classifier_near_chance_gives_no_pseudo_labels(tmp_path):
+    """Words that say nothing about the class: out of fold the classifier is near chance, so no evidence."""
+    rng = np.random.default_rng(1)
+    vocabulary = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    rows = [{"id": f"r{i}", "text": " ".join(rng.choice(vocabulary, size=4)), "split": "dev" if i < 120 else "pool",
+             "label": ["a", "b"][int(rng.integers(2))] if i < 120 else None} for i in range(200)]
+    store = Store.open(tmp_path / "noise")
+    import_frame(store, pd.DataFrame(rows), IngestOptions(labels=("a", "b"), audit_fraction=0.0), dataset="noise",
+                 source="test")
+    assert pseudo_label(store, store.examples(FITNESS), store.examples("pool")) is None
+    Store.close_all()

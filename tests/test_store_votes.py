@@ -184,7 +184,8 @@ def old_workspace(tmp_path, rows: int) -> tuple[np.ndarray, list[str]]:
         con.execute("INSERT INTO votes SELECT * FROM incoming")
         con.unregister("incoming")
         for split in ("pool", "dev", "test"):
-            con.execute("INSERT INTO vote_runs VALUES (?, ?, ?, 0, NULL, 0.5)", [a, split, int((splits == split).sum())])
+            con.execute("INSERT INTO vote_runs VALUES (?, ?, ?, 0, NULL, 0.5)",
+                        [a, split, int((splits == split).sum())])
     con.execute("INSERT INTO votes VALUES ('p', 'x0', 3)")  # doubled
     con.execute("INSERT INTO votes VALUES ('p', 'gone', 2)")  # no such row
     con.close()

@@ -23,7 +23,6 @@ import pandas as pd
 from engine.domain import Example, Task
 from engine.store.sql import split_filter, utc_now
 
-
 ROWS_VERSION = "rows_version"  # meta key: a fresh token whenever rows are added or change split
 
 

@@ -31,8 +31,9 @@ def _pack_votes(cur: Any) -> None:
             codes, width = vote_codes.patch(None, 1, empty, offsets, votes[positions])
             if len(codes):
                 rows.append((annotator_id, chunk, width, vote_codes.encode(codes, width)))
-        if rows:
-            cur.executemany("INSERT INTO vote_chunks VALUES (?, ?, ?, ?)", rows)
+        if rows:  # one statement per annotator (executemany prepares one per row)
+            cur.execute("INSERT INTO vote_chunks VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(rows)),
+                        [value for row in rows for value in row])
     cur.execute("DROP TABLE votes")
     # the split-rows cache's token (engine.store.examples.ROWS_VERSION): a workspace from before it gets one
     cur.execute("INSERT OR REPLACE INTO meta VALUES ('rows_version', ?)", [json.dumps(uuid.uuid4().hex)])

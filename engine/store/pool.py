@@ -87,9 +87,11 @@ class PoolMixin:
         with self.transaction():
             split_ids, split_places = self.split_rows(split)
             # the usual call: the split's own rows in order (then no id lookup is needed)
-            places = split_places if len(split_ids) == len(example_ids) and bool(
-                (split_ids == np.asarray(example_ids, dtype=object)).all()) else None
-            self._write_votes(annotator_id, split_places, example_ids, votes, places)
+            whole = len(split_ids) == len(example_ids) and bool(
+                (split_ids == np.asarray(example_ids, dtype=object)).all())
+            # writing every row of the split replaces each of them: nothing is left to clear first
+            self._write_votes(annotator_id, np.zeros(0, dtype=np.int64) if whole else split_places, example_ids,
+                              votes, split_places if whole else None)
             self._q("INSERT OR REPLACE INTO vote_runs VALUES (?, ?, ?, ?, ?, ?)",
                     [annotator_id, split, len(votes), faults, first_error, seconds])
 
@@ -131,8 +133,9 @@ class PoolMixin:
         if drop:
             self._q("DELETE FROM vote_chunks WHERE annotator_id = ? AND chunk IN (SELECT unnest(?))",
                     [annotator_id, drop])
-        if keep:
-            self._cur.executemany("INSERT OR REPLACE INTO vote_chunks VALUES (?, ?, ?, ?)", keep)
+        if keep:  # one statement: a prepared insert per chunk cost twice as much
+            self._q("INSERT OR REPLACE INTO vote_chunks VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(keep)),
+                    [value for row in keep for value in row])
 
     def annotators_with_votes(self, split: str) -> list[str]:
         """Ids of the annotators that have a stored run on `split`."""

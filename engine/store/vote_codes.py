@@ -45,8 +45,12 @@ def split_by_chunk(ords: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]
     if ords.size == 0:
         return {}
     chunks = ords // CHUNK_ROWS
-    order = np.argsort(chunks, kind="stable")
-    bounds = np.flatnonzero(np.diff(chunks[order])) + 1
+    steps = np.diff(chunks)
+    if (steps >= 0).all():  # a split's rows come in import order: no sort needed
+        order, bounds = np.arange(len(ords)), np.flatnonzero(steps) + 1
+    else:
+        order = np.argsort(chunks, kind="stable")
+        bounds = np.flatnonzero(np.diff(chunks[order])) + 1
     out = {}
     for positions in np.split(order, bounds):
         out[int(chunks[positions[0]])] = (positions, ords[positions] % CHUNK_ROWS)

@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import EMBEDDER, load_embedding_cache, machine, save_embedding_cache  # noqa: E402
+from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
 from bench.throughput import commit  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
     texts = list(store.examples_frame()["text"])
     load_embedding_cache(store, args.cache)  # nothing when the file is missing
     started = time.perf_counter()
-    embed_texts(store, texts, get_embedder(EMBEDDER))  # what the cache lacked, before the clock
+    embed_texts(store, texts, get_embedder())  # what the cache lacked (default embedder), before the clock
     record["embed_missing_s"] = round(time.perf_counter() - started, 1)
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     save_embedding_cache(store, args.cache)

@@ -2,7 +2,7 @@
 
 `PoolMixin` is one part of `engine.store.workspace.Store`, kept apart so the store module itself stays about opening and
 migrating the DuckDB file. It runs SQL only through the host's `_q`, `_df`, `_cur` and `transaction` (with
-`store_sql`'s split filter and clock), and reads example ids through `ExamplesMixin.example_ids`, so it never imports
+`store_sql`'s clock), and reads which rows a split holds through `ExamplesMixin.split_rows`, so it never imports
 duckdb. Votes are packed (`vote_codes`: one BLOB of int8 codes per annotator and chunk of 65,536 rows, by each
 row's permanent import place, so rows changing split never disturb them; `vote_runs` says which splits an
 annotator was run on); the pool is every annotator whose latest verdict is `accept` or `approve`, and a

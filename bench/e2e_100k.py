@@ -10,11 +10,11 @@ must be embedded (MiniLM on 2 loaded cores: ~30-160 texts/s, so 10-55 minutes). 
   static   nothing cached, the fast embedder (`static`: a token table distilled from MiniLM); its test macro-F1
            beside cold's is what the fast path costs
 
-Timed stages: import; evolve (the offline agents, dev rows only: reported, not part of the labeling path);
-the pool's votes on every row in the sandbox; embedding every row (cold: computed; cached: looked up); `auto`
-(fit on dev, choose on the audit rows, predict every row: `soft_labels(..., "auto")`, embeddings cached by
-then); CSV export (`write_export`). `label_path_s` = import + votes + embeddings + auto + export. Test macro-F1
-is scored on the export's test rows afterwards (test labels read only to score).
+Timed stages: import; evolve (the offline agents, dev rows only: reported, not part of the labeling path); the
+pool's votes on every row (`CompiledExecutor`, as `evopool` runs them); embedding every row (cold: computed;
+cached: looked up); `auto` (fit on dev, choose on the audit rows, predict every row: `soft_labels(..., "auto")`,
+embeddings cached by then); CSV export (`write_export`). `label_path_s` = import + votes + embeddings + auto +
+export. Test macro-F1 is scored on the export's test rows afterwards (test labels read only to score).
 
     python bench/e2e_100k.py [--rows 100000] [--runs cold cached static] [--distinct] [--generations 5]
                              [--out bench/results/e2e_100k]
@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
 from bench.throughput import commit  # noqa: E402
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.cache import embed_texts  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -46,7 +47,6 @@ from engine.export import write_export  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import soft_labels  # noqa: E402
-from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
@@ -85,7 +85,7 @@ def run(kind: str, frame: pd.DataFrame, labels: tuple[str, ...], generations: in
                                                    source="chemprot x", labels=labels))
     if kind == "cached":
         timed(record, "load_embedding_cache_s", lambda: load_embedding_cache(store, cache))
-    with SandboxExecutor() as executor:
+    with CompiledExecutor() as executor:  # what evopool runs: templates compiled, other code sandboxed
         timed(record, "evolve_s", lambda: evolve(store, OfflineProposer(), executor, generations,
                                                   EvolveConfig(seed=0)))
         pool = store.pool_ids()

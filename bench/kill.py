@@ -68,8 +68,9 @@ def check_workspace(workdir: Path, report: KillReport) -> int:
         if "generations" not in tables:
             return 0
         done = con.execute("SELECT count(*) FROM generations WHERE status = 'complete'").fetchone()[0]
-        twice = con.execute("SELECT count(*) FROM (SELECT annotator_id, example_id FROM votes "
-                            "GROUP BY 1, 2 HAVING count(*) > 1)").fetchone()[0]
+        packed = "vote_chunks" in tables  # votes packed per (annotator, chunk of rows) since migration 007
+        twice = con.execute("SELECT count(*) FROM (SELECT annotator_id, " + ("chunk FROM vote_chunks" if packed else
+                            "example_id FROM votes") + " GROUP BY 1, 2 HAVING count(*) > 1)").fetchone()[0]
         if twice:
             report.problems.append(f"{twice} votes stored twice")
         rows = con.execute("SELECT count(*) FROM examples").fetchone()[0]

@@ -58,10 +58,15 @@ def label_prompt(task, example) -> list[dict]:
 
 
 def workspace() -> Store:
-    if not (WORKDIR / "workspace.duckdb").exists():
-        from bench.throughput import evolve_pool
+    """The evolved ChemProt workspace (bench/throughput.py's ensure_rows may have left it imported only)."""
+    if (WORKDIR / "workspace.duckdb").exists():
+        store = Store.open(WORKDIR)
+        if store.last_complete_generation() > 0:
+            return store
+        Store.close_all()
+    from bench.throughput import evolve_pool
 
-        evolve_pool()
+    evolve_pool()
     return Store.open(WORKDIR)
 
 
@@ -86,6 +91,7 @@ def measured_tokens(store: Store, samples: int = 200, seed: int = 0) -> dict:
 
 
 def fastest_votes_per_s(path: Path = RESULTS / "throughput.json") -> tuple[float, str] | None:
+    """The fastest applier's votes/s at the largest row count of a bench/throughput.py result file."""
     if not path.exists():
         return None
     records = [r for r in json.loads(path.read_text())["records"] if "votes_per_s" in r]
@@ -93,7 +99,7 @@ def fastest_votes_per_s(path: Path = RESULTS / "throughput.json") -> tuple[float
         return None
     top = max(r["rows"] for r in records)
     best = max((r for r in records if r["rows"] == top), key=lambda r: r["votes_per_s"])
-    return float(best["votes_per_s"]), f"{best['applier']} at {top:,} rows (bench/results/throughput.json)"
+    return float(best["votes_per_s"]), f"{best['applier']} at {top:,} rows ({path})"
 
 
 def model(args: argparse.Namespace, tokens: dict) -> dict:
@@ -109,7 +115,7 @@ def model(args: argparse.Namespace, tokens: dict) -> dict:
     if args.votes_per_s:
         vps, vps_from = args.votes_per_s, "--votes-per-s"
     else:
-        vps, vps_from = fastest_votes_per_s() or (1e5, "default 100,000 (no bench/results/throughput.json)")
+        vps, vps_from = fastest_votes_per_s(args.throughput) or (1e5, f"default 100,000 (no {args.throughput})")
     annotators = args.annotators or tokens["annotators"]
     apply_s = n * annotators / vps
     evolve_s = args.generations * math.ceil(args.calls_per_generation / args.parallel) * args.call_latency_s
@@ -130,6 +136,8 @@ def model(args: argparse.Namespace, tokens: dict) -> dict:
 def markdown(r: dict) -> str:
     return (
         "# LLM per example vs an evolved pool: `bench/llm_cost.py` (issue 15)\n\n"
+        f"Computed {r.get('when', '?')} at commit {r.get('commit', '?')} on {r.get('machine', '?')}: "
+        f"`{r.get('command', 'python bench/llm_cost.py')}`.\n\n"
         f"Labeling {r['examples']:,} ChemProt examples with {r['model']} at ${r['price_in_per_1m']}/"
         f"${r['price_out_per_1m']} per 1M input/output tokens (engine/llm/costs.py). Tokens: the repo's prompts "
         "rendered on the evolved ChemProt workspace, chars/4 as engine/llm/client.py estimates them.\n\n"
@@ -144,7 +152,19 @@ def markdown(r: dict) -> str:
         f"**Ratio (LLM / pool): cost {r['cost_ratio']:,}×, time {r['time_ratio']:,}×** (applying alone: "
         f"{r['apply_only_time_ratio']:,}× faster; it costs no tokens). The paper reports 4,500–31,000×.\n\n"
         "The pool's cost is fixed: it does not grow with the number of examples, so the cost ratio grows "
-        "linearly with N; the time ratio approaches the apply-only figure as N grows.\n")
+        "linearly with N; the time ratio approaches the apply-only figure as N grows.\n\n"
+        "Assumptions (each a flag of the script):\n"
+        f"- prices: {r['model']} at ${r['price_in_per_1m']} / ${r['price_out_per_1m']} per 1M input / output "
+        "tokens, the repo's table (`--price-in`, `--price-out`);\n"
+        f"- tokens: characters / 4 of the request's messages, as engine/llm/client.py counts a request whose "
+        "server reports no usage; the labeling prompt is the agents' task description plus the row as JSON, "
+        "its answer the longest label name + 1;\n"
+        f"- rate: {r['rps']} labeling requests/s for the LLM per example (`--rps`); evolution calls "
+        f"{r['call_latency_s']} s each, {r['parallel']} at a time (`--call-latency-s`, `--parallel`);\n"
+        f"- evolution: {r['evolve_calls']} calls (5 generations x generator, improver, refiner x 3), each "
+        f"replying {r['evolve_tokens_out_per_call']} tokens, the reply cap (an upper bound);\n"
+        "- left out of the pool's time: the gate, dev votes and the aggregator fit (tens of seconds, "
+        "bench/results/e2e_100k.md); left out of the LLM's: retries, rate-limit waits, a dev set to check it.\n")
 
 
 def main() -> None:
@@ -163,12 +183,20 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="evolution calls at a time")
     parser.add_argument("--votes-per-s", type=float, help="pool apply speed (default: bench/results/throughput.json)")
     parser.add_argument("--annotators", type=int, help="pool size (default: the evolved workspace's)")
+    parser.add_argument("--throughput", type=Path, default=RESULTS / "throughput.json",
+                        help="a bench/throughput.py result: its fastest applier at its largest row count")
     parser.add_argument("--out", type=Path, default=RESULTS / "llm_cost")
     args = parser.parse_args()
     store = workspace()
     tokens = measured_tokens(store)
     Store.close_all()
     result = model(args, tokens)
+    from datetime import UTC, datetime
+
+    from bench.quality import machine
+    from bench.throughput import commit
+    result.update(when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), commit=commit(), machine=machine(),
+                  command="python bench/llm_cost.py " + " ".join(sys.argv[1:]))
     print(json.dumps(result))
     if str(args.out) != "-":
         args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))

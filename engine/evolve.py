@@ -44,16 +44,16 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
         return
     task = store.load_task()
     frame = store.examples_frame(split)
-    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=False)]
     on_event(EventKind.EXECUTING, {"split": split, "annotators": len(missing), "examples": len(inputs)})
 
     def progress(done: int, total: int) -> None:
         on_event(EventKind.EXECUTE_PROGRESS, {"split": split, "done": done, "total": total})
 
     results = executor.run(missing, inputs, list(task.labels), on_progress=progress)
+    ids = frame["id"].tolist()  # once: a list per annotator cost 0.2 s each at 100K rows
     for annotator, result in zip(missing, results, strict=False):
-        store.save_votes(annotator.id, split, list(frame["id"]), result.votes, result.faults,
-                         result.first_error, result.seconds)
+        store.save_votes(annotator.id, split, ids, result.votes, result.faults, result.first_error, result.seconds)
 
 
 def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from engine.domain import ABSTAIN, Annotator, GateDecision
+from engine.store import vote_codes
 from engine.store.migrations import MIGRATIONS
 from engine.store.workspace import Store
 
@@ -43,7 +44,10 @@ def test_votes_are_sparse_and_dense_matrix_is_ordered(tmp_path):
     store.save_annotator(ann(2))
     store.save_votes("id1", "dev", ["a", "b"], np.array([1, ABSTAIN]))
     store.save_votes("id2", "dev", ["a", "b"], np.array([0, 0]), faults=1, first_error="boom")
-    assert store._q("SELECT count(*) FROM votes")[0][0] == 3  # abstain is not a row
+    # packed: one BLOB per annotator and chunk, int8 codes up to the last row that gets a vote
+    chunks = store._q("SELECT annotator_id, chunk, width, codes FROM vote_chunks ORDER BY 1")
+    assert [(a, c, w, vote_codes.decode(b, w).tolist()) for a, c, w, b in chunks] == [
+        ("id1", 0, 1, [1]), ("id2", 0, 1, [0, 0])]
     vm = store.vote_matrix(["id2", "id1"], "dev")
     assert vm.example_ids == ("a", "b")
     np.testing.assert_array_equal(vm.votes, [[0, 1], [0, ABSTAIN]])

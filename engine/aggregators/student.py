@@ -134,8 +134,9 @@ class StudentAggregator(BaseAggregator):
         if unlabeled_votes is not None and len(unlabeled_votes):
             uv = check_votes(unlabeled_votes, self.n_classes)
             rows = self.unlabeled_rows(uv.shape[0])
-            F_unl = student_design(unlabeled_X, self.views, uv.shape[0])[rows]
-            P = teacher.predict_proba(uv[rows], take_rows(unlabeled_X, rows))
+            sampled = take_rows(unlabeled_X, rows)  # before the design (row-wise): not all 100K rows per fit
+            F_unl = student_design(sampled, self.views, len(rows))
+            P = teacher.predict_proba(uv[rows], sampled)
         else:
             F_unl, P = F_dev[:0], np.zeros((0, self.n_classes))
         self.columns_ = frequent_columns(F_unl if F_unl.shape[0] > F_dev.shape[0] else F_dev)

@@ -5,10 +5,16 @@ and migrating the DuckDB file. It holds no connection of its own: it runs SQL th
 `_cur` and `transaction`, filters splits with `store_sql.split_filter` and stamps rows with `store_sql.utc_now`,
 so it never imports duckdb. Rows keep their import order (`ord`); the `fitness` and `audit` pseudo-splits are dev's two
 row sets.
+
+Every change to which rows exist or which split they are in (an import, the expert moving rows into dev) writes a
+fresh `rows_version` token in the same transaction; `split_rows` caches each split's ids and places under that
+token, so a cached row order never outlives the splits it was read from (a rolled-back change's token is never
+seen again, which a counter could not promise).
 """
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Sequence
 
 import numpy as np
@@ -17,9 +23,15 @@ import pandas as pd
 from engine.domain import Example, Task
 from engine.store.sql import split_filter, utc_now
 
+ROWS_VERSION = "rows_version"  # meta key: a fresh token whenever rows are added or change split
+
 
 class ExamplesMixin:
     """Task, examples and label matrices of a workspace (mixed into `engine.store.workspace.Store`)."""
+
+    # workspace path -> (rows_version token, {("split", name): (ids, ords), "index": (id index, ords)});
+    # shared by every Store on that file
+    _split_rows_cache: dict[str, tuple[str | None, dict]] = {}
 
     # ---- task and examples -------------------------------------------------------------------
     def save_task(self, task: Task) -> None:
@@ -68,6 +80,7 @@ class ExamplesMixin:
                     "CAST(from_json(label_set, '[\"INTEGER\"]') AS INTEGER[]) FROM incoming_rows")
             self._cur.unregister("incoming_rows")
             self._q("INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?)", [dataset, source, utc_now(), len(rows)])
+            self._bump_rows_version()
 
     def move_to_dev(self, labeled: Sequence[tuple[str, int, Sequence[int] | None]], by: str, note: str = "") -> int:
         """Give unlabeled pool rows the expert's label and move them into dev's fitness rows, recording who and
@@ -86,7 +99,57 @@ class ExamplesMixin:
                         [int(label), members, str(example_id)])
                 self._q("INSERT OR REPLACE INTO expert_labels VALUES (?, ?, ?, ?, ?, 'pool', ?)",
                         [str(example_id), int(label), members, by, now, note])
+            if in_pool:
+                self._bump_rows_version()
         return len(in_pool)
+
+    # ---- which rows a split holds, cached until rows move ----------------------------------------
+    def _bump_rows_version(self) -> None:
+        self._q("INSERT OR REPLACE INTO meta VALUES (?, ?)", [ROWS_VERSION, json.dumps(uuid.uuid4().hex)])
+
+    def rows_version(self) -> str | None:
+        """The token of the workspace's current rows and splits (None before the first import)."""
+        rows = self._q("SELECT value FROM meta WHERE key = ?", [ROWS_VERSION])
+        return json.loads(rows[0][0]) if rows else None
+
+    def _rows_cache(self) -> dict:
+        """This workspace's cache for its current rows_version (a fresh one when the token changed)."""
+        version, key = self.rows_version(), str(self.path)
+        cached = self._split_rows_cache.get(key)
+        if cached is None or cached[0] != version:
+            cached = (version, {})
+            self._split_rows_cache[key] = cached
+        return cached[1]
+
+    def split_rows(self, split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, ords) of a split's rows (None: every row) in import order: ids as an object array, ords as int64
+        (a row's permanent place, which votes are stored by). Cached until rows are added or change split."""
+        cache = self._rows_cache()
+        found = cache.get(("split", split))
+        if found is None:
+            where, params = split_filter(split) if split is not None else ("TRUE", [])
+            frame = self._df(f"SELECT id, ord FROM examples WHERE {where} ORDER BY ord", params)
+            found = (frame["id"].to_numpy(dtype=object), frame["ord"].to_numpy(dtype=np.int64))
+            cache[("split", split)] = found
+        return found
+
+    def row_places(self, example_ids: Sequence[str]) -> np.ndarray:
+        """Each id's place (`ord`), -1 for an id that is no row of the workspace."""
+        cache = self._rows_cache()
+        index = cache.get("index")
+        if index is None:
+            ids, ords = self.split_rows(None)
+            index = cache["index"] = (pd.Index(ids, dtype=object), ords)
+        found = index[0].get_indexer(pd.Index([str(i) for i in example_ids], dtype=object))
+        return np.where(found >= 0, index[1][found], -1).astype(np.int64)
+
+    @classmethod
+    def forget_split_rows(cls, path: str | None = None) -> None:
+        """Drop the cached split rows of one workspace file (None: all), e.g. when its connection closes."""
+        if path is None:
+            cls._split_rows_cache.clear()
+        else:
+            cls._split_rows_cache.pop(str(path), None)
 
     def expert_labels(self) -> pd.DataFrame:
         """Every row the expert labeled into dev: example_id, label, label_set, labeled_by, labeled_at, from_split,

@@ -1,10 +1,45 @@
 """Named, append-only schema migrations for the DuckDB workspace.
 
-Never edit or reorder an applied migration: add a new one at the end.
+Never edit or reorder an applied migration: add a new one at the end. A migration is SQL, or a function of the
+cursor for what SQL says badly (re-packing votes); either runs in the transaction that records it.
 """
 from __future__ import annotations
 
-MIGRATIONS: list[tuple[str, str]] = [
+import json
+import uuid
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.store import vote_codes
+
+
+def _pack_votes(cur: Any) -> None:
+    """007: one row per vote (`votes`) -> one BLOB of int8 codes per (annotator, chunk of rows) (`vote_chunks`),
+    by each row's import place. A vote whose example id is no row of the workspace could never be read and is
+    dropped; a doubled vote (a killed write) keeps one of its values."""
+    cur.execute("CREATE TABLE vote_chunks (annotator_id VARCHAR, chunk INTEGER, width TINYINT, codes BLOB, "
+                "PRIMARY KEY (annotator_id, chunk))")
+    frame = cur.execute(
+        "SELECT v.annotator_id, e.ord, max(v.vote) AS vote FROM votes v JOIN examples e ON e.id = v.example_id "
+        "GROUP BY v.annotator_id, e.ord ORDER BY v.annotator_id").df()
+    for annotator_id, group in frame.groupby("annotator_id", sort=False):
+        places, votes = group["ord"].to_numpy(dtype=np.int64), group["vote"].to_numpy(dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        rows = []
+        for chunk, (positions, offsets) in vote_codes.split_by_chunk(places).items():
+            codes, width = vote_codes.patch(None, 1, empty, offsets, votes[positions])
+            if len(codes):
+                rows.append((annotator_id, chunk, width, vote_codes.encode(codes, width)))
+        if rows:  # one statement per annotator (executemany prepares one per row)
+            cur.execute("INSERT INTO vote_chunks VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(rows)),
+                        [value for row in rows for value in row])
+    cur.execute("DROP TABLE votes")
+    # the split-rows cache's token (engine.store.examples.ROWS_VERSION): a workspace from before it gets one
+    cur.execute("INSERT OR REPLACE INTO meta VALUES ('rows_version', ?)", [json.dumps(uuid.uuid4().hex)])
+
+
+MIGRATIONS: list[tuple[str, str | Callable[[Any], None]]] = [
     (
         "001_core",
         """
@@ -79,4 +114,5 @@ MIGRATIONS: list[tuple[str, str]] = [
             labeled_at TIMESTAMP, from_split VARCHAR, note VARCHAR);
         """,
     ),
+    ("007_packed_votes", _pack_votes),
 ]

@@ -2,9 +2,11 @@
 
 `PoolMixin` is one part of `engine.store.workspace.Store`, kept apart so the store module itself stays about opening and
 migrating the DuckDB file. It runs SQL only through the host's `_q`, `_df`, `_cur` and `transaction` (with
-`store_sql`'s split filter and clock), and reads example ids through `ExamplesMixin.example_ids`, so it never imports
-duckdb. Votes are stored sparse (abstains are not rows); the pool is every annotator whose latest verdict is
-`accept` or `approve`, and a generation's verdicts and its `complete` status are written in one transaction.
+`store_sql`'s clock), and reads which rows a split holds through `ExamplesMixin.split_rows`, so it never imports
+duckdb. Votes are packed (`vote_codes`: one BLOB of int8 codes per annotator and chunk of 65,536 rows, by each
+row's permanent import place, so rows changing split never disturb them; `vote_runs` says which splits an
+annotator was run on); the pool is every annotator whose latest verdict is `accept` or `approve`, and a
+generation's verdicts and its `complete` status are written in one transaction.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, SPLITS, Annotator, AnnotatorScore, GateDecision, VoteMatrix
-from engine.store.sql import split_filter, utc_now
+from engine.store import vote_codes
+from engine.store.sql import utc_now
 
 
 class PoolMixin:
@@ -77,36 +80,62 @@ class PoolMixin:
     # ---- votes -------------------------------------------------------------------------------
     def save_votes(self, annotator_id: str, split: str, example_ids: Sequence[str], votes: np.ndarray,
                    faults: int = 0, first_error: str | None = None, seconds: float = 0.0) -> None:
-        """Store one annotator's votes on one split (sparse: abstains are not rows)."""
+        """Store one annotator's votes on one split: its earlier votes on the split's rows are replaced."""
         if split not in SPLITS:
             raise ValueError(f"votes are stored per split ({', '.join(SPLITS)}), not per {split!r}")
         votes = np.asarray(votes)
-        fired = votes != ABSTAIN
-        rows = pd.DataFrame({"annotator_id": annotator_id,
-                             "example_id": np.asarray(example_ids, dtype=object)[fired],
-                             "vote": votes[fired].astype(np.int32)})
         with self.transaction():
-            self._q("DELETE FROM votes WHERE annotator_id = ? AND example_id IN "
-                    "(SELECT id FROM examples WHERE split = ?)", [annotator_id, split])
-            self._cur.register("incoming_votes", rows)
-            self._q("INSERT INTO votes SELECT annotator_id, example_id, vote FROM incoming_votes")
-            self._cur.unregister("incoming_votes")
+            split_ids, split_places = self.split_rows(split)
+            # the usual call: the split's own rows in order (then no id lookup is needed)
+            whole = len(split_ids) == len(example_ids) and bool(
+                (split_ids == np.asarray(example_ids, dtype=object)).all())
+            # writing every row of the split replaces each of them: nothing is left to clear first
+            self._write_votes(annotator_id, np.zeros(0, dtype=np.int64) if whole else split_places, example_ids,
+                              votes, split_places if whole else None)
             self._q("INSERT OR REPLACE INTO vote_runs VALUES (?, ?, ?, ?, ?, ?)",
                     [annotator_id, split, len(votes), faults, first_error, seconds])
 
     def add_votes(self, annotator_id: str, example_ids: Sequence[str], votes: np.ndarray) -> None:
         """Set one annotator's votes on these rows only (rows that moved split: the rest of its run stands)."""
-        votes = np.asarray(votes)
-        fired = votes != ABSTAIN
-        rows = pd.DataFrame({"annotator_id": annotator_id,
-                             "example_id": np.asarray(example_ids, dtype=object)[fired],
-                             "vote": votes[fired].astype(np.int32)})
         with self.transaction():
-            self._q("DELETE FROM votes WHERE annotator_id = ? AND example_id IN (SELECT unnest(?))",
-                    [annotator_id, [str(i) for i in example_ids]])
-            self._cur.register("incoming_votes", rows)
-            self._q("INSERT INTO votes SELECT annotator_id, example_id, vote FROM incoming_votes")
-            self._cur.unregister("incoming_votes")
+            self._write_votes(annotator_id, np.zeros(0, dtype=np.int64), example_ids, np.asarray(votes))
+
+    def _write_votes(self, annotator_id: str, clear: np.ndarray, example_ids: Sequence[str],
+                     votes: np.ndarray, places: np.ndarray | None = None) -> None:
+        """Abstain on the rows at places `clear`, then vote `votes` on `example_ids` (at `places` when the
+        caller knows them), chunk by chunk, in the caller's transaction. An id that is no row of the workspace
+        is an error: its vote could never be read."""
+        if len(votes) != len(example_ids):
+            raise ValueError(f"{len(votes)} votes for {len(example_ids)} rows")
+        if places is None:
+            places = self.row_places(example_ids)
+        if (places < 0).any():
+            unknown = [str(example_ids[i]) for i in np.flatnonzero(places < 0)[:3]]
+            raise KeyError(f"votes for rows the workspace does not hold: {unknown}")
+        writes, clears = vote_codes.split_by_chunk(places), vote_codes.split_by_chunk(clear)
+        chunks = sorted(set(writes) | set(clears))
+        if not chunks:
+            return
+        stored = {c: (w, b) for c, w, b in self._q(
+            "SELECT chunk, width, codes FROM vote_chunks WHERE annotator_id = ? AND chunk IN (SELECT unnest(?))",
+            [annotator_id, chunks])}
+        empty = np.zeros(0, dtype=np.int64)
+        keep, drop = [], []
+        for chunk in chunks:
+            width, blob = stored.get(chunk, (1, None))
+            positions, offsets = writes.get(chunk, (empty, empty))
+            codes, width = vote_codes.patch(None if blob is None else vote_codes.decode(blob, width), width,
+                                            clears.get(chunk, (empty, empty))[1], offsets, votes[positions])
+            if len(codes):
+                keep.append((annotator_id, chunk, width, vote_codes.encode(codes, width)))
+            elif blob is not None:
+                drop.append(chunk)  # every row abstains: no BLOB at all
+        if drop:
+            self._q("DELETE FROM vote_chunks WHERE annotator_id = ? AND chunk IN (SELECT unnest(?))",
+                    [annotator_id, drop])
+        if keep:  # one statement: a prepared insert per chunk cost twice as much
+            self._q("INSERT OR REPLACE INTO vote_chunks VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(keep)),
+                    [value for row in keep for value in row])
 
     def annotators_with_votes(self, split: str) -> list[str]:
         """Ids of the annotators that have a stored run on `split`."""
@@ -120,25 +149,32 @@ class PoolMixin:
 
     def vote_matrix(self, annotator_ids: Sequence[str], split: str | None = None,
                     example_ids: Sequence[str] | None = None) -> VoteMatrix:
-        """Dense (n_examples, n_annotators) votes, rows in import order (or in `example_ids` order)."""
+        """Dense (n_examples, n_annotators) int32 votes, rows in import order (or in `example_ids` order; with a
+        split as well, rows outside the split abstain)."""
         if example_ids is None:
-            example_ids = self.example_ids(split)
-        example_ids = list(example_ids)
+            ids, places = self.split_rows(split)
+            example_ids = tuple(ids.tolist())
+        else:
+            example_ids = tuple(example_ids)
+            places = self.row_places(example_ids)
+            if split is not None:
+                places = np.where(np.isin(places, self.split_rows(split)[1]), places, -1)
         annotator_ids = list(annotator_ids)
         dense = np.full((len(example_ids), len(annotator_ids)), ABSTAIN, dtype=np.int32)
-        if annotator_ids and example_ids:
-            clause, values = split_filter(split) if split else ("", [])
-            sparse = self._df(
-                "SELECT annotator_id, example_id, vote FROM votes WHERE annotator_id IN (SELECT unnest(?))"
-                + (f" AND example_id IN (SELECT id FROM examples WHERE {clause})" if split else ""),
-                [annotator_ids] + values,
-            )
-            row_of = pd.Series(np.arange(len(example_ids)), index=pd.Index(example_ids))
-            col_of = pd.Series(np.arange(len(annotator_ids)), index=pd.Index(annotator_ids))
-            sparse = sparse[sparse["example_id"].isin(row_of.index)]
-            dense[row_of[sparse["example_id"]].to_numpy(), col_of[sparse["annotator_id"]].to_numpy()] = (
-                sparse["vote"].to_numpy())
-        return VoteMatrix(dense, tuple(example_ids), tuple(annotator_ids))
+        known = np.flatnonzero(places >= 0)
+        by_chunk = {c: (known[pos], off) for c, (pos, off) in vote_codes.split_by_chunk(places[known]).items()}
+        if annotator_ids and by_chunk:
+            column = {a: j for j, a in enumerate(annotator_ids)}
+            blobs = self._cur.execute(
+                "SELECT annotator_id, chunk, width, codes FROM vote_chunks WHERE annotator_id IN (SELECT unnest(?)) "
+                "AND chunk IN (SELECT unnest(?))", [annotator_ids, sorted(by_chunk)])
+            while batch := blobs.fetchmany(256):
+                for annotator_id, chunk, width, blob in batch:
+                    rows, offsets = by_chunk[chunk]
+                    codes = vote_codes.decode(blob, width)
+                    inside = offsets < len(codes)  # past the BLOB's end: abstains
+                    dense[rows[inside], column[annotator_id]] = codes[offsets[inside]]
+        return VoteMatrix(dense, example_ids, tuple(annotator_ids))
 
     # ---- generations and verdicts ------------------------------------------------------------
     def last_complete_generation(self) -> int:

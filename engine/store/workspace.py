@@ -10,8 +10,9 @@ and its pages can share a workspace.
 
 `Store` itself holds the connection, the migrations, the SQL helpers (`_q`, `_df`, `transaction`) and the
 meta table; what it stores is read and written by mixins that never touch duckdb: `ExamplesMixin`
-(`store_examples.py`: task, examples, gold labels), `PoolMixin` (`store_pool.py`: annotators, scores, votes,
-generations, verdicts) and `LogsMixin` (`store_logs.py`: events, LLM calls, embeddings, jobs).
+(`store_examples.py`: task, examples, gold labels, which rows each split holds), `PoolMixin` (`store_pool.py`:
+annotators, scores, votes packed by `vote_codes.py`, generations, verdicts) and `LogsMixin` (`store_logs.py`:
+events, LLM calls, embeddings, jobs).
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
             conn = cls._connections.pop(str(path), None)
             if conn is not None:
                 conn.close()
+            cls.forget_split_rows(path)
         for leftover in workdir.iterdir():
             if leftover.is_file() and leftover.name.startswith(DB_NAME):  # the file and its .wal
                 leftover.unlink()
@@ -93,6 +95,7 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
             for conn in cls._connections.values():
                 conn.close()
             cls._connections.clear()
+            cls.forget_split_rows()
 
     @property
     def _cur(self) -> duckdb.DuckDBPyConnection:
@@ -110,7 +113,10 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
             if name in done:
                 continue
             cur.execute("BEGIN TRANSACTION")
-            cur.execute(sql)
+            if callable(sql):
+                sql(cur)
+            else:
+                cur.execute(sql)
             cur.execute("INSERT INTO _migrations VALUES (?, ?)", [name, utc_now()])
             cur.execute("COMMIT")
 

@@ -13,8 +13,8 @@ drawn into dev: 13,968) as the workers see them (text, entity1, entity2, span1, 
   snorkel-pandas  Snorkel's `PandasLFApplier` over a DataFrame of the rows (the LF gets a pandas Series)
   bare-loop       each annotator's source exec'd in this process, `annotate` called per row (trusted: our pool)
 
-`seconds` is the apply time only (executor start-up included; reading the pool and building the row list or
-DataFrame excluded). `checksum` is a SHA-256 of the (rows, annotators) int32 vote matrix, ABSTAIN = -1: every
+`seconds` is the apply time only (executor start-up included; imports, reading the pool and building the row list
+or DataFrame excluded). `checksum` is a SHA-256 of the (rows, annotators) int32 vote matrix, ABSTAIN = -1: every
 applier must give the same one. `peak_rss_mb` is the child's `ru_maxrss` plus the largest of its children's
 (`resource.getrusage`: the sandbox's workers are its children), so it includes the rows themselves.
 
@@ -255,6 +255,10 @@ def measure(applier: str, rows: int, workers: int, pool_file: Path) -> dict[str,
                   "compiled": apply_compiled}[applier]
             if applier.startswith("snorkel"):
                 import snorkel.labeling  # noqa: F401 - imported (torch and all) outside the timing
+            elif applier == "sandbox":
+                import engine.sandbox.executor  # noqa: F401 - imports outside the timing, as Snorkel's
+            elif applier == "compiled":
+                compiled_executor()  # imports engine.agents.compiled (pyarrow and all) outside the timing
             started = time.perf_counter()
             votes = fn(annotators, labels, data, workers)
         seconds = time.perf_counter() - started

@@ -78,6 +78,7 @@ class Runs:
         self.ids = np.frombuffer(indices.buffers()[1], dtype=np.int32)[indices.offset:indices.offset + len(indices)]
         self.vocab: pa.Array = encoded.dictionary
         self._tables: dict[tuple[bytes, str], np.ndarray] = {}
+        self._vocab_lengths: np.ndarray | None = None
 
     def table(self, word: bytes, mode: str) -> np.ndarray:
         """(len(vocab),) bool: the vocabulary words that pass (word, mode)."""
@@ -85,13 +86,20 @@ class Runs:
         if key not in self._tables:
             if len(self.vocab) == 0:
                 found = np.zeros(0, dtype=bool)
-            elif mode == EXACT:
-                found = _bools(pc.equal(self.vocab, pa.scalar(word, self.vocab.type)))
+            elif mode == EXACT:  # starts with it and is as long (pa.scalar would import pandas)
+                found = _bools(pc.starts_with(self.vocab, pattern=word)) & (self._lengths() == len(word))
             else:
                 kernel = {PREFIX: pc.starts_with, SUFFIX: pc.ends_with, INFIX: pc.match_substring}[mode]
                 found = _bools(kernel(self.vocab, pattern=word))
             self._tables[key] = found
         return self._tables[key]
+
+    def _lengths(self) -> np.ndarray:
+        """Each vocabulary word's length, from the dictionary's int64 offsets."""
+        if self._vocab_lengths is None:
+            offsets = np.frombuffer(self.vocab.buffers()[1], dtype=np.int64)
+            self._vocab_lengths = np.diff(offsets[self.vocab.offset:self.vocab.offset + len(self.vocab) + 1])
+        return self._vocab_lengths
 
     def view(self, lo: np.ndarray, hi: np.ndarray, keep: int = 0) -> ViewWords:
         """The words of each row's byte range [lo, hi) of the buffer; `keep` > 0 keeps each row's first `keep`

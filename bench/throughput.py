@@ -13,8 +13,8 @@ drawn into dev: 13,968) as the workers see them (text, entity1, entity2, span1, 
   snorkel-pandas  Snorkel's `PandasLFApplier` over a DataFrame of the rows (the LF gets a pandas Series)
   bare-loop       each annotator's source exec'd in this process, `annotate` called per row (trusted: our pool)
 
-`seconds` is the apply time only (executor start-up included; reading the pool and building the row list or
-DataFrame excluded). `checksum` is a SHA-256 of the (rows, annotators) int32 vote matrix, ABSTAIN = -1: every
+`seconds` is the apply time only (executor start-up included; imports, reading the pool and building the row list
+or DataFrame excluded). `checksum` is a SHA-256 of the (rows, annotators) int32 vote matrix, ABSTAIN = -1: every
 applier must give the same one. `peak_rss_mb` is the child's `ru_maxrss` plus the largest of its children's
 (`resource.getrusage`: the sandbox's workers are its children), so it includes the rows themselves.
 
@@ -255,6 +255,10 @@ def measure(applier: str, rows: int, workers: int, pool_file: Path) -> dict[str,
                   "compiled": apply_compiled}[applier]
             if applier.startswith("snorkel"):
                 import snorkel.labeling  # noqa: F401 - imported (torch and all) outside the timing
+            elif applier == "sandbox":
+                import engine.sandbox.executor  # noqa: F401 - imports outside the timing, as Snorkel's
+            elif applier == "compiled":
+                compiled_executor()  # imports engine.agents.compiled (pyarrow and all) outside the timing
             started = time.perf_counter()
             votes = fn(annotators, labels, data, workers)
         seconds = time.perf_counter() - started
@@ -267,6 +271,9 @@ def measure(applier: str, rows: int, workers: int, pool_file: Path) -> dict[str,
 
 
 def run_child(applier: str, rows: int, workers: int, pool_file: Path) -> dict[str, Any]:
+    """One applier in a child process; `load`: the 1-minute load average as it starts (other jobs and the
+    previous applier included)."""
+    load = round(os.getloadavg()[0], 1)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", applier, "--rows", str(rows),
            "--workers", str(workers), "--pool", str(pool_file)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -274,7 +281,7 @@ def run_child(applier: str, rows: int, workers: int, pool_file: Path) -> dict[st
         return {"applier": applier, "rows": rows, "error": done.stderr.strip().splitlines()[-1:]}
     if done.stderr.strip():
         print(done.stderr.strip(), file=sys.stderr)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load": load}
 
 
 # ---- reporting ------------------------------------------------------------------------------------------
@@ -289,7 +296,9 @@ def commit() -> str:
 def markdown(records: list[dict], meta: dict[str, Any]) -> str:
     lines = ["# Throughput: `bench/throughput.py` (issue 15)\n",
              f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average "
-             f"{meta['load']} at the start. Pool: {meta['annotators']} annotators the offline agents evolved on "
+             f"{meta['load']} at the start and {meta.get('load_end', '?')} at the end (1, 5 and 15 min averages; they "
+             f"count other jobs on the machine). Pool: {meta['annotators']} annotators "
+             f"the offline agents evolved on "
              f"ChemProt ({meta['pool']}); rows: the workspace's {meta['base_rows']:,} ChemProt pool rows repeated. "
              f"Sandbox: "
              f"{meta['workers']} workers. Every applier in its own child process, one after another.\n",
@@ -300,15 +309,15 @@ def markdown(records: list[dict], meta: dict[str, Any]) -> str:
         lf = next((r for r in mine if r["applier"] == "snorkel-lf" and "votes_per_s" in r), None)
         pandas = next((r for r in mine if r["applier"] == "snorkel-pandas" and "votes_per_s" in r), None)
         lines += [f"## {rows:,} rows\n", "| applier | seconds | votes/s | examples/s | × LFApplier | "
-                  "× PandasLFApplier | peak RSS MB | checksum |", "|---|---|---|---|---|---|---|---|"]
+                  "× PandasLFApplier | peak RSS MB | load | checksum |", "|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
             if "votes_per_s" not in r:
-                lines.append(f"| {r['applier']} | skipped: {r.get('skipped') or r.get('error')} | | | | | | |")
+                lines.append(f"| {r['applier']} | skipped: {r.get('skipped') or r.get('error')} | | | | | | | |")
                 continue
             x_lf = f"{r['votes_per_s'] / lf['votes_per_s']:.2f}" if lf else "–"
             x_pd = f"{r['votes_per_s'] / pandas['votes_per_s']:.2f}" if pandas else "–"
             lines.append(f"| {r['applier']} | {r['seconds']:.2f} | {r['votes_per_s']:,} | {r['examples_per_s']:,} "
-                         f"| {x_lf} | {x_pd} | {r['peak_rss_mb']:,} | `{r['checksum']}` |")
+                         f"| {x_lf} | {x_pd} | {r['peak_rss_mb']:,} | {r.get('load', '–')} | `{r['checksum']}` |")
         lines.append("\nChecksums " + ("agree." if len(sums) == 1 else f"DISAGREE: {sorted(sums)}") + "\n")
     return "\n".join(lines)
 
@@ -343,6 +352,7 @@ def main() -> None:
         args.pool.write_text(json.dumps(pool, indent=1))
     ensure_rows()
     data = json.loads(args.pool.read_text())
+    load_at_start, started = os.getloadavg(), datetime.now(UTC)
     records = []
     for rows in args.rows:
         for applier in args.appliers:
@@ -353,8 +363,9 @@ def main() -> None:
                 record = run_child(applier, rows, args.workers, args.pool)
             records.append(record)
             print(json.dumps(record) if args.json else f"{rows:>9,} {applier:<15} {record}", flush=True)
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()), "annotators": len(data["annotators"]),
+    meta = {"when": started.strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
+            "load": " ".join(f"{x:.1f}" for x in load_at_start),
+            "load_end": " ".join(f"{x:.1f}" for x in os.getloadavg()), "annotators": len(data["annotators"]),
             "pool": f"{data['generations']} generations, seed {data['seed']}",
             "base_rows": len(json.loads(ROWS_FILE.read_text())),
             "workers": args.workers, "command": "python bench/throughput.py " + " ".join(sys.argv[1:])}

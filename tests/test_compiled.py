@@ -142,6 +142,43 @@ def test_compiled_votes_equal_the_template_on_random_specs(demo_csv):
         assert np.array_equal(fired(compiled, views), _template_votes(spec, examples)), spec
 
 
+def _clean_relation_rows(rng: random.Random, texts: list[str]) -> list[dict]:
+    """Rows the vectorised path takes (string texts, int-pair spans, plain entities) with every awkward value
+    that allows: non-ASCII, NUL, upper case; spans reversed, equal, negative, past the end, cutting words,
+    as tuples or bools; entities None, numbers or strings."""
+    rows = []
+    for text in texts:
+        n = len(text)
+        a, b, c, d = (rng.randint(-n - 3, n + 3) if rng.random() < 0.2 else rng.randint(0, n) for _ in range(4))
+        span1, span2 = rng.choice([([a, b], [c, d]), ((a, b), (c, d)), ([min(a, b), max(a, b)], [a, b]),
+                                   ([True, b], [c, False]), ([a, a], [a, a])])
+        rows.append({"text": text, "span1": span1, "span2": span2,
+                     "entity1": rng.choice([text[a:b], None, 0, 7, 2.5, "IL-2", "ΔX-12 inhib"]),
+                     "entity2": rng.choice([text[c:d], "", "Binds-To", 13])})
+    return rows
+
+
+def test_the_vectorised_path_votes_as_the_template_on_awkward_rows(demo_csv):
+    rng = random.Random(6)
+    demo = [str(t) for t in pd.read_csv(demo_csv)["text"].dropna()]
+    words = [" ".join(rng.choices(WORDS + ["Binds", "THE", "ﬁ", "日本", "x\x00y"], k=rng.randint(0, 12)))
+             for _ in range(300)]
+    texts = demo[:300] + [t for t in AWKWARD if not any(ch in t for ch in LOWER_TO_ASCII)] + words
+    examples = _clean_relation_rows(rng, texts)
+    views = Views(examples)
+    for _ in range(300):
+        spec = _random_spec(rng)
+        compiled = compile_annotator(render(spec))
+        assert np.array_equal(fired(compiled, views), _template_votes(spec, examples)), spec
+    assert views.fast_views == set(VIEWS)  # every view took the vectorised path
+    mixed = examples + [{"text": "KELVIN \u212a binds", "span1": [0, 3], "span2": [7, 9], "entity1": "İL-2"}]
+    views = Views(mixed)  # a character whose lower case is ASCII: the text views go row by row, still exact
+    for _ in range(100):
+        spec = _random_spec(rng)
+        assert np.array_equal(fired(compile_annotator(render(spec)), views), _template_votes(spec, mixed)), spec
+    assert views.fast_views == {"entity2"}
+
+
 def test_compiled_and_sandbox_give_identical_results_on_random_specs(demo_csv):
     rng = random.Random(5)
     examples = _examples(demo_csv, rng)

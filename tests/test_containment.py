@@ -353,13 +353,15 @@ def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
 def test_the_parent_trusts_no_worker_reply():
     from engine.sandbox.executor import _check_votes
     from engine.sandbox.process import WorkerFailed
+    from engine.sandbox.wire import pack_votes
 
-    good = {"votes": [0, -1, 2], "faults": 0, "stopped": False}
-    _check_votes(good, 3, 3)
-    for bad, why in [({**good, "votes": [0, 3, 1]}, "outside the label set"),
-                     ({**good, "votes": [0, -2, 1]}, "outside the label set"),
-                     ({**good, "votes": [0, True, 1]}, "outside the label set"),
-                     ({**good, "votes": [0, 1]}, "2 votes for 3"),
+    good = {"votes": pack_votes([0, -1, 2], 3), "faults": 0, "stopped": False}
+    _check_votes(dict(good), 3, 3)
+    for bad, why in [({**good, "votes": pack_votes([0, 3, 1], 3)}, "outside the label set"),
+                     ({**good, "votes": pack_votes([0, -2, 1], 3)}, "outside the label set"),
+                     ({**good, "votes": [0, 1, 2]}, "malformed votes"),
+                     ({**good, "votes": "AAE=!"}, "malformed votes"),
+                     ({**good, "votes": pack_votes([0, 1], 3)}, "2 votes for 3"),
                      ({**good, "faults": "0"}, "malformed")]:
         with pytest.raises(WorkerFailed, match=why):
             _check_votes(bad, 3, 3)
@@ -412,7 +414,7 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
                             start_new_session=True, env={"PATH": "/usr/bin:/bin"})
     os.close(write_fd)
-    from engine.sandbox.wire import FrameReader
+    from engine.sandbox.wire import FrameReader, unpack_votes
 
     frames = FrameReader(read_fd)
     try:
@@ -435,7 +437,7 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
             assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "nonce"}
             proc.stdin.write(b"%032x\n" % 1)
             proc.stdin.flush()
-            votes[annotator.id] = frames.read(30, 1 << 20)["votes"]
+            votes[annotator.id] = unpack_votes(frames.read(30, 1 << 20)["votes"], len(LABELS)).tolist()
         assert votes["thief"] == votes["writer"] == [HELD] * 4
         assert votes["benign"] == BENIGN_VOTES
     finally:
@@ -543,14 +545,14 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
     if os.geteuid() != 0:
         pytest.skip("opening another process's pipe through /proc needs root here")
     from engine.sandbox.process import WorkerFailed, WorkerProcess
-    from engine.sandbox.wire import AWAITING_NONCE, encode
+    from engine.sandbox.wire import AWAITING_NONCE, encode, unpack_votes
 
     worker = WorkerProcess(256)
     try:
         load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
         worker.request((json.dumps(load) + "\n").encode(), 30)
         run = (json.dumps({"op": "run", "source": BENIGN.source, "budget_s": 1.0, "wall_s": 3.0}) + "\n").encode()
-        assert worker.run(run, 10, 4096)["votes"] == BENIGN_VOTES
+        assert unpack_votes(worker.run(run, 10, 4096)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
         zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
         forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
                   "seconds": 0.0, "nonce": "0" * 32}

@@ -7,9 +7,11 @@ optional `*` at either end; bounded count and length). Anything else is None and
 regex is taken from the source: a validated cue becomes a literal byte string (`needle`), so a crafted source
 can bring no pattern (ReDoS) or code into this process.
 
-`scan` applies many compiled annotators at once: each view of every row is normalised once for the whole pool
-into one ASCII block (text_views.normalised_block), which Arrow sees as an array of rows without a copy, and
-an annotator's cues are matched in one pass of RE2 (linear time) over it as an alternation of those literals.
+`scan` applies many compiled annotators at once: the words of each view of every row are found once for the
+whole pool and numbered (engine.agents.word_index; texts become one byte per character, a view is a byte range
+per row), so an annotator's cues cost one test per cue word on the vocabulary and a gather over the word ids,
+whatever the number of rows; a cue set shared by several annotators is looked up once. Only literal words are
+compared, so a crafted cue has no pattern to bring.
 Votes, faults and error texts equal the sandbox's (tests/test_compiled.py checks both paths on generated
 specs, awkward rows and the ChemProt pool).
 """
@@ -23,18 +25,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from engine.agents import offline_surface as surface
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.agents.word_index import Runs, ViewWords
 from engine.domain import ABSTAIN
 from engine.sandbox.checks import MAX_SOURCE_CHARS, CodeRejected, check_source
 from engine.sandbox.executor import jsonable
-from engine.text_views import SPAN_VIEWS, block_of, normalise, normalised_block, rows_of, span_pieces, window
+from engine.text_views import LEAD, LOWER_TO_ASCII, SPAN_VIEWS, WINDOW, normalise_all, span_pieces, window
 
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
@@ -119,19 +121,27 @@ def needle(cue: str) -> bytes:
 
 
 class Views:
-    """Each view of every row, normalised once for the whole pool into a block (text_views.normalised_block),
-    and which rows hold a set of cues (RE2 over the block's rows), kept for other annotators with that set."""
+    """The words of each view of every row, found once for the whole pool (engine.agents.word_index), and which
+    rows hold a set of cues, kept for other annotators with that set.
+
+    Rows whose fields the sandbox sees unchanged take the vectorised path: texts that are strings (no character
+    whose lower case is ASCII, LOWER_TO_ASCII), spans that are pairs of ints, entities that are plain values;
+    their characters become one byte each (ASCII lower-cased, anything else a separator) and a view is a byte
+    range of that buffer per row. Any other chunk computes the view's strings row by row (text_views), exactly
+    as before, and indexes their words."""
 
     def __init__(self, examples: Sequence[dict]):
         self.examples = examples
         self.n = len(examples)
         self._sent: list[dict] | None = None
-        self._blocks: dict[str, tuple[bytes, np.ndarray]] = {}
         self._pieces: dict[str, list[str]] = {}
         self._rows: dict[str, list[str]] = {}
-        self._arrow: dict[str, pa.Array] = {}
-        self._hits: dict[tuple[str, tuple[bytes, ...]], np.ndarray] = {}
+        self._words: dict[str, ViewWords] = {}
+        self._texts: tuple[Runs, np.ndarray, np.ndarray] | None | bool = False  # False: not looked at yet
+        self._spans: dict[str, tuple[np.ndarray, np.ndarray]] | None | bool = False
+        self._hits: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._measures: dict[str, np.ndarray] = {}
+        self.fast_views: set[str] = set()  # the views that took the vectorised path (the tests check it)
 
     def sent(self) -> list[dict]:
         if self._sent is None:
@@ -152,50 +162,92 @@ class Views:
         return self._pieces[view]
 
     def rows(self, view: str) -> list[str]:
-        """The view's normalised rows (text_views.view_text of every row)."""
+        """The view's normalised rows (text_views.view_text of every row), computed row by row."""
         if view not in self._rows:
             if view == "lead":
                 rows = self.rows("sentence")
             else:
-                block = normalised_block(self.pieces(view))
-                rows = [normalise(p) for p in self.pieces(view)] if block is None else rows_of(block)
+                rows = normalise_all(self.pieces(view))
             self._rows[view] = [window(view, row) for row in rows] if view in WINDOWED else rows
         return self._rows[view]
 
-    def block(self, view: str) -> tuple[bytes, np.ndarray]:
-        """The view's block (text_views.normalised_block) and the offsets of its row separators."""
-        if view not in self._blocks:
-            block = None
-            if view not in WINDOWED and view not in self._rows:
-                block = normalised_block(self.pieces(view))
-            if block is None:
-                block = block_of(self.rows(view))
-            separators = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0)
-            self._blocks[view] = (block, separators)
-        return self._blocks[view]
+    def words(self, view: str) -> ViewWords:
+        if view not in self._words:
+            found = self._fast_words(view)
+            if found is None:
+                rows = self.rows(view)
+                lo, hi = _row_ranges([len(r) for r in rows])
+                found = Runs("\x00".join(rows).encode("ascii")).view(lo, hi)
+            else:
+                self.fast_views.add(view)
+            self._words[view] = found
+        return self._words[view]
 
-    def arrow_rows(self, view: str) -> pa.Array:
-        """The view's block as an Arrow binary array of its rows, without copying (each row keeps its NUL)."""
-        if view not in self._arrow:
-            block, separators = self.block(view)
-            offsets = np.empty(len(separators) + 2, dtype=np.int64)
-            offsets[0], offsets[-1] = 0, len(block)
-            offsets[1:-1] = separators + 1
-            self._arrow[view] = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
-                                                      [None, pa.py_buffer(offsets), pa.py_buffer(block)])
-        return self._arrow[view]
+    def _fast_words(self, view: str) -> ViewWords | None:
+        if view in ("entity1", "entity2"):
+            values = [ex.get(view) for ex in self.examples]
+            if not set(map(type, values)) <= _PLAIN:
+                return None
+            fields = _char_runs([str(v or "") for v in values])
+            return None if fields is None else fields[0].view(fields[1], fields[2])
+        texts = self._text_runs()
+        if texts is None:
+            return None
+        runs, lo, hi = texts
+        if view in ("sentence", "lead"):
+            return runs.view(lo, hi, LEAD if view == "lead" else 0)
+        spans = self._span_ranges()
+        if spans is None:
+            return None
+        keep = {"between": 0, "before": -WINDOW, "after": WINDOW}[view]
+        return runs.view(*spans[view], keep)
+
+    def _text_runs(self) -> tuple[Runs, np.ndarray, np.ndarray] | None:
+        if self._texts is False:
+            texts = [ex.get("text") for ex in self.examples]
+            self._texts = _char_runs(texts) if set(map(type, texts)) <= {str} else None
+        return self._texts  # type: ignore[return-value]
+
+    def _span_ranges(self) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+        """Each span view's [lo, hi) in the text buffer, by Python's slice rules, when every row's spans are int
+        pairs (else None: text_views.span_pieces row by row)."""
+        if self._spans is False:
+            self._spans = None
+            first, second = (_int_pairs([ex.get(k) for ex in self.examples]) for k in ("span1", "span2"))
+            texts = self._text_runs()
+            if first is not None and second is not None and texts is not None:
+                _, row_start, row_end = texts
+                length = row_end - row_start
+                swap = (second[:, 0] < first[:, 0]) | ((second[:, 0] == first[:, 0]) & (second[:, 1] < first[:, 1]))
+                first, second = np.where(swap[:, None], second, first), np.where(swap[:, None], first, second)
+                first_start, first_end = (_slice_bound(first[:, i], length) for i in (0, 1))
+                second_start, second_end = (_slice_bound(second[:, i], length) for i in (0, 1))
+                zero = np.zeros_like(length)
+                self._spans = {name: (row_start + a, row_start + np.maximum(a, b)) for name, (a, b) in {
+                    "between": (first_end, second_start), "before": (zero, first_start),
+                    "after": (second_end, length)}.items()}
+        return self._spans  # type: ignore[return-value]
+
+    def prepare(self, keys: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        """Find the rows of many (view, cues) sets at once: one gather per view for up to 64 sets."""
+        todo: dict[str, list[tuple[str, ...]]] = {}
+        for view, cues in keys:
+            key = (view, tuple(sorted(set(cues))))
+            if key not in self._hits and key[1] not in todo.setdefault(view, []):
+                todo[view].append(key[1])
+        for view, sets in todo.items():
+            if self.n and sets:
+                for cues, found in zip(sets, self.words(view).hits(sets), strict=True):
+                    self._hits[(view, cues)] = found
 
     def any_of(self, view: str, cues: tuple[str, ...]) -> np.ndarray:
-        """(n,) bool: the rows whose view holds any of the cues' needles, in one RE2 pass (a pattern of
-        literal alternatives over [a-z0-9 ] only: linear time, nothing for a source to inject)."""
-        needles = tuple(sorted({needle(cue) for cue in cues}))
-        key = (view, needles)
+        """(n,) bool: the rows whose view holds any of the cues (word_index: exactly the rows whose padded view
+        holds one of the cues' needles)."""
+        key = (view, tuple(sorted(set(cues))))
         if self.n == 0:
             return np.zeros(0, dtype=bool)
         if key not in self._hits:
-            pattern = "|".join(n.decode("ascii") for n in needles)
-            found = pc.match_substring_regex(self.arrow_rows(view), pattern=pattern)
-            self._hits[key] = found.to_numpy(zero_copy_only=False)
+            self.prepare([key])
         return self._hits[key].copy()
 
     def measure(self, feature: str) -> np.ndarray:
@@ -204,6 +256,55 @@ class Views:
             self._measures[feature] = np.array([fn(str(ex.get("text") or "")) for ex in self.sent()],
                                                dtype=np.float64)
         return self._measures[feature]
+
+
+def _row_ranges(lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) of each row in the rows joined by one separator byte."""
+    size = np.asarray(lengths, dtype=np.int64)
+    lo = np.cumsum(size + 1) - (size + 1)
+    return lo, lo + size
+
+
+def _char_runs(texts: Sequence[str]) -> tuple[Runs, np.ndarray, np.ndarray] | None:
+    """The words of strings joined by NUL, one byte per character: ASCII lower-cased, every other character
+    ("?" from the encoder) a separator, as `normalise` treats them; None when a text holds one of the characters
+    whose lower case is ASCII (the row-by-row path handles those)."""
+    joined = "\x00".join(texts)
+    if any(ch in joined for ch in LOWER_TO_ASCII):
+        return None
+    lo, hi = _row_ranges(list(map(len, texts)))
+    return Runs(joined.encode("ascii", "replace")), lo, hi
+
+
+def _int_pairs(values: list[Any]) -> np.ndarray | None:
+    """(n, 2) int64 when every value is a pair of ints (bools count as ints, as Python's slicing takes them),
+    else None."""
+    if set(map(type, values)) <= {list, tuple} and set(map(len, values)) <= {2}:
+        flat = list(chain.from_iterable(values))  # the usual case, checked without numpy's type inference
+        if set(map(type, flat)) <= {int, bool}:
+            try:
+                return np.array(flat, dtype=np.int64).reshape(len(values), 2)
+            except OverflowError:
+                return None
+    try:
+        pairs = np.array(values)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if pairs.shape != (len(values), 2) or pairs.dtype.kind not in "ib":
+        return None
+    return pairs.astype(np.int64)
+
+
+def _slice_bound(index: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Where Python's `text[index:]` starts: negative counts from the end, both clamped into [0, len]."""
+    return np.clip(np.where(index < 0, index + length, index), 0, length)
+
+
+def cue_sets(spec: AnnotatorSpec) -> list[tuple[str, tuple[str, ...]]]:
+    """The (view, cues) sets `fired` looks up for a spec."""
+    if spec.kind != "cue":
+        return []
+    return [(spec.view, spec.cues)] + [("sentence", cues) for cues in (spec.also, spec.unless) if cues]
 
 
 def fired(compiled: CompiledAnnotator, views: Views) -> np.ndarray:
@@ -235,6 +336,7 @@ def scan(pool: Sequence[CompiledAnnotator], examples: Sequence[dict], labels: Se
     """Votes of every compiled annotator on every example; a label outside `labels` is a fault per firing
     row, worded as the sandbox words it (`offset`: the index of `examples[0]` in the whole run)."""
     views = views or Views(examples)
+    views.prepare([key for compiled in pool for key in cue_sets(compiled.spec)])
     label_index = {name: i for i, name in enumerate(str(label) for label in labels)}
     out = []
     for compiled in pool:

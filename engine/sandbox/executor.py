@@ -4,9 +4,10 @@
 `engine.sandbox.process.WorkerProcess`): requests go as JSON lines, replies come back as capped frames on a
 pipe of their own, and the parent range-checks every vote. Each worker confines itself at start (see
 `engine.sandbox.confine`; `containment()` reports each layer) and runs every annotator in a fresh fork. Work is
-cut into (annotator, example chunk) tasks; each worker receives a chunk's examples once and then runs
-annotators over it. Failures are data: a crash, timeout or bad return value becomes a counted fault with a
-reason on that annotator, never an exception out of `run()`.
+cut into (annotator, example chunk) tasks; a chunk goes to as few workers as possible (_RunState), each of which
+receives its examples once and then runs annotators over it; votes come back packed (engine.sandbox.wire).
+Failures are data: a crash, timeout or bad return value becomes a counted fault with a reason on that
+annotator, never an exception out of `run()`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, ExecutionResult
 from engine.sandbox.process import WorkerFailed, WorkerProcess, shutdown
+from engine.sandbox.wire import unpack_votes, vote_code
 
 Progress = Callable[[int, int], None]
 
@@ -61,51 +63,116 @@ def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
 
 
 def _check_votes(reply: dict, size: int, n_labels: int) -> None:
-    """The parent trusts no worker: one int per example, each an abstention or a label index."""
-    votes = reply.get("votes")
-    if not isinstance(votes, list) or len(votes) != size:
-        raise WorkerFailed(f"worker returned {len(votes) if isinstance(votes, list) else 'no'} votes for {size} "
-                           "examples")
-    if not all(type(v) is int and ABSTAIN <= v < n_labels for v in votes):
+    """The parent trusts no worker: one vote per example, each an abstention or a label index. The packed votes
+    (engine.sandbox.wire) are replaced by an int64 array."""
+    try:
+        votes = np.frombuffer(unpack_votes(reply.get("votes"), n_labels), dtype=vote_code(n_labels)).astype(np.int64)
+    except (ValueError, UnicodeError):
+        raise WorkerFailed("worker returned malformed votes") from None
+    if len(votes) != size:
+        raise WorkerFailed(f"worker returned {len(votes)} votes for {size} examples")
+    if size and (votes.min() < ABSTAIN or votes.max() >= n_labels):
         raise WorkerFailed("worker returned votes outside the label set")
     if type(reply.get("faults")) is not int or type(reply.get("stopped")) is not bool:
         raise WorkerFailed("worker returned a malformed reply")
+    reply["votes"] = votes
 
 
 CHUNK_CHARS = 8 << 20  # a chunk's examples as JSON: the zygote holds them, every run's child may copy them
 FIRST_CHUNK_ROWS = 4096  # a probe: an annotator that runs away is stopped there, on a small budget, and skipped
-
-
-def _chunk_bounds(sizes: list[int], max_rows: int, max_chars: int) -> list[tuple[int, int]]:
-    """[start, end) chunks of at most `max_rows` rows (the first at most FIRST_CHUNK_ROWS) and, unless one row
-    alone is bigger, `max_chars`: few chunks, because each (annotator, chunk) run costs a fork."""
-    bounds, start, chars = [], 0, 0
-    for i, size in enumerate(sizes):
-        limit = min(max_rows, FIRST_CHUNK_ROWS) if not bounds else max_rows
-        if i > start and (i - start >= limit or chars + size > max_chars):
-            bounds.append((start, i))
-            start, chars = i, 0
-        chars += size + 1
-    if sizes:
-        bounds.append((start, len(sizes)))
-    return bounds
+_ENCODER = json.JSONEncoder(default=jsonable)  # one encoder for every row (json.dumps builds one per call)
 
 
 class _RunState:
-    """What one `run()` call shares between its worker threads."""
+    """What one `run()` call shares between its threads: the chunks, encoded as they are needed, and the tasks.
 
-    def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], batch_size: int):
+    An encoder thread turns the examples into load requests chunk by chunk (at most `batch_size` rows, the first
+    at most FIRST_CHUNK_ROWS, and unless one row alone is bigger CHUNK_CHARS of JSON), so the workers start on the
+    first chunk while the rest is encoded. A task is (chunk, annotator). A worker takes the tasks of the chunk it
+    holds first, then a chunk no other worker holds, and only then shares one: each chunk is sent to and parsed by
+    as few workers as possible. An annotator runs on later chunks only once its run on the first (the probe) is
+    over, as when tasks went strictly chunk by chunk."""
+
+    def __init__(self, run_id: int, examples: Sequence[dict], labels: list[str], n_annotators: int,
+                 batch_size: int):
         self.run_id = run_id
-        rows = [json.dumps(example, default=jsonable) for example in examples]
-        self.chunks = _chunk_bounds([len(row) for row in rows], batch_size, CHUNK_CHARS)
-        head = json.dumps(labels)
-        self.loads = [
-            f'{{"op":"load","offset":{s},"labels":{head},"examples":[{",".join(rows[s:e])}]}}\n'.encode("utf-8")
-            for s, e in self.chunks
-        ]
+        self.examples = examples
+        self.batch_size = batch_size
+        self.n_annotators = n_annotators
+        self.head = json.dumps(labels)
         self.n_labels = len(labels)
+        self.chunks: list[tuple[int, int]] = []
+        self.loads: list[bytes] = []
+        self.pending: list[list[int]] = []  # per chunk: annotators not handed out yet, in order
+        self.holder: dict[int, int] = {}  # worker slot -> the chunk it was last given a task of
+        self.probed: set[int] = set()  # annotators whose run on chunk 0 is over
+        self.encoded = False
+        self.failure: BaseException | None = None  # the encoder's error, raised by run() as it is
+        self.cancelled = False
         self.stopped_at: dict[int, int] = {}  # annotator index -> first chunk where its run was stopped
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+
+    def encode(self) -> None:
+        """The encoder thread: append each chunk's load request as soon as it is encoded."""
+        try:
+            n, start, row = len(self.examples), 0, None
+            while start < n and not self.cancelled:
+                limit = min(self.batch_size, FIRST_CHUNK_ROWS) if not self.chunks else self.batch_size
+                rows: list[str] = []
+                chars, end = 0, start
+                while end < n and end - start < limit:
+                    row = row if row is not None else _ENCODER.encode(self.examples[end])
+                    if rows and chars + len(row) > CHUNK_CHARS:
+                        break  # the row opens the next chunk
+                    rows.append(row)
+                    chars, end, row = chars + len(row) + 1, end + 1, None
+                load = (f'{{"op":"load","offset":{start},"labels":{self.head},"examples":[{",".join(rows)}]}}\n'
+                        .encode("utf-8"))
+                with self.lock:
+                    self.chunks.append((start, end))
+                    self.loads.append(load)
+                    self.pending.append(list(range(self.n_annotators)))
+                    self.lock.notify_all()
+                start = end
+        except BaseException as exc:  # noqa: BLE001 - e.g. a circular example: run() raises it
+            with self.lock:
+                self.failure = exc
+                self.cancelled = True
+        finally:
+            with self.lock:
+                self.encoded = True
+                self.lock.notify_all()
+
+    def next_task(self, slot: int) -> tuple[int, int] | None:
+        """The next (chunk, annotator) for the worker in `slot`, waiting for the encoder or for probes as
+        needed; None when nothing is left (or the run was cancelled)."""
+        with self.lock:
+            while not self.cancelled:
+                held = self.holder.get(slot)
+                others = {ci for s, ci in self.holder.items() if s != slot}
+                order = ([held] if held is not None else []) + \
+                    [ci for ci in range(len(self.chunks)) if ci != held and ci not in others] + sorted(others)
+                for ci in order:
+                    ai = next((ai for ai in self.pending[ci] if ci == 0 or ai in self.probed), None)
+                    if ai is not None:
+                        self.pending[ci].remove(ai)
+                        self.holder[slot] = ci
+                        return ci, ai
+                if self.encoded and not any(self.pending):
+                    return None
+                self.lock.wait()
+            return None
+
+    def finished(self, ci: int, ai: int) -> None:
+        with self.lock:
+            if ci == 0:
+                self.probed.add(ai)
+                self.lock.notify_all()
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            self.lock.notify_all()
 
     def mark_stopped(self, ai: int, ci: int) -> None:
         with self.lock:
@@ -172,57 +239,57 @@ class SandboxExecutor:
             return [ExecutionResult(a.id, np.full(0, ABSTAIN, dtype=np.int64)) for a in annotators]
         with self._lock:
             self._run_id += 1
-            state = _RunState(self._run_id, examples, [str(label) for label in labels], self.batch_size)
-            tasks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
-            for ci in range(len(state.chunks)):  # chunk-major: each worker loads each chunk at most once
-                for ai in range(len(annotators)):
-                    tasks.put((ci, ai))
-            outcomes = self._execute(annotators, state, tasks, on_progress)
+            state = _RunState(self._run_id, examples, [str(label) for label in labels], len(annotators),
+                              self.batch_size)
+            outcomes = self._execute(annotators, state, on_progress)
         return [self._assemble(ai, a, state, outcomes) for ai, a in enumerate(annotators)]
 
-    def _execute(self, annotators: list[Annotator], state: _RunState, tasks: queue.SimpleQueue,
+    def _execute(self, annotators: list[Annotator], state: _RunState,
                  on_progress: Progress | None) -> dict[tuple[int, int], dict]:
-        n_tasks = len(state.chunks) * len(annotators)
         results: queue.SimpleQueue = queue.SimpleQueue()
-        threads = [threading.Thread(target=self._drain, args=(slot, annotators, state, tasks, results),
-                                    daemon=True) for slot in range(min(self.n_workers, n_tasks))]
+        encoder = threading.Thread(target=state.encode, daemon=True)
+        threads = [threading.Thread(target=self._drain, args=(slot, annotators, state, results), daemon=True)
+                   for slot in range(self.n_workers)]
+        encoder.start()
         for thread in threads:
             thread.start()
         outcomes: dict[tuple[int, int], dict] = {}
-        total, done, failure = len(annotators) * state.chunks[-1][1], 0, None
+        total, done, running, failure = len(annotators) * len(state.examples), 0, len(threads), None
         try:
-            while len(outcomes) < n_tasks and failure is None:
+            while running:
                 item = results.get()
-                if isinstance(item, BaseException):
-                    failure = item
-                    break
-                ci, ai, outcome = item
-                outcomes[(ci, ai)] = outcome
-                done += state.chunks[ci][1] - state.chunks[ci][0]
-                if on_progress is not None:
-                    on_progress(done, total)
+                if item is None:  # a thread found nothing left to do
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    failure = failure or item
+                    state.cancel()  # the other threads finish their current task and stop
+                else:
+                    ci, ai, outcome = item
+                    outcomes[(ci, ai)] = outcome
+                    done += state.chunks[ci][1] - state.chunks[ci][0]
+                    if on_progress is not None:
+                        on_progress(done, total)
         finally:
-            if failure is not None or len(outcomes) < n_tasks:
-                while not tasks.empty():  # let the threads finish their current task and stop
-                    tasks.get_nowait()
+            state.cancel()
             for thread in threads:
                 thread.join()
+            encoder.join()
+        if state.failure is not None:
+            raise state.failure
         if failure is not None:
             raise RuntimeError(f"sandbox infrastructure failure: {failure}") from failure
         return outcomes
 
-    def _drain(self, slot: int, annotators: list[Annotator], state: _RunState, tasks: queue.SimpleQueue,
-               results: queue.SimpleQueue) -> None:
-        while True:
-            try:
-                ci, ai = tasks.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                results.put((ci, ai, self._run_task(slot, annotators[ai], ai, ci, state)))
-            except BaseException as exc:  # noqa: BLE001 - not the annotator's fault: re-raised by run()
-                results.put(exc)
-                return
+    def _drain(self, slot: int, annotators: list[Annotator], state: _RunState, results: queue.SimpleQueue) -> None:
+        try:
+            while (task := state.next_task(slot)) is not None:
+                ci, ai = task
+                outcome = self._run_task(slot, annotators[ai], ai, ci, state)
+                state.finished(ci, ai)
+                results.put((ci, ai, outcome))
+        except BaseException as exc:  # noqa: BLE001 - not the annotator's fault: re-raised by run()
+            results.put(exc)
+        results.put(None)
 
     def _worker(self, slot: int) -> WorkerProcess:
         worker = self._workers[slot]

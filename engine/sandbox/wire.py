@@ -1,13 +1,17 @@
 """The worker's reply channel: length-prefixed JSON frames on a dedicated pipe (not stdout), read with a deadline
 and a size cap, so annotator output can neither forge nor flood a reply.
 
-Each frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (one object). A run's reply must carry
+Each frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (one object). A run's votes travel
+packed (`pack_votes`): one small signed integer per example, in base64, which every hop decodes and range-checks
+without building a Python int per vote. A run's reply must carry
 the nonce the parent sent for that run, and the parent sends it only after the worker has acknowledged the run
 (`AWAITING_NONCE`), that is after the run's child was forked: a frame the annotator's process manages to put on
 the pipe (a stale one, or a forgery through a descriptor it should not hold) cannot carry it and is refused.
 """
 from __future__ import annotations
 
+import array
+import binascii
 import hmac
 import json
 import os
@@ -20,6 +24,24 @@ from typing import Any
 HEADER = struct.Struct(">I")
 AWAITING_NONCE = {"ok": True, "awaiting": "nonce"}
 NONCE_HEX_CHARS = 32
+
+
+def vote_code(n_labels: int) -> str:
+    """The `array` type code that holds every vote of a task with `n_labels` labels (ABSTAIN = -1)."""
+    return "b" if n_labels <= 127 else "h" if n_labels <= 32767 else "i"
+
+
+def pack_votes(votes: list[int], n_labels: int) -> str:
+    return binascii.b2a_base64(array.array(vote_code(n_labels), votes).tobytes(), newline=False).decode("ascii")
+
+
+def unpack_votes(packed: object, n_labels: int) -> array.array:
+    """The votes of a packed string; ValueError unless it is well-formed base64 of whole votes."""
+    if not isinstance(packed, str):
+        raise ValueError("votes are not a packed string")
+    votes = array.array(vote_code(n_labels))
+    votes.frombytes(binascii.a2b_base64(packed.encode("ascii"), strict_mode=True))  # ValueError if ragged
+    return votes
 
 
 def new_nonce() -> str:

@@ -11,8 +11,9 @@ on the reply fd, never on stdout (which is /dev/null):
   first frame                                                             {"ok": true, "containment": {...}}
   {"op": "load", "offset": int, "labels": [str], "examples": [dict]}   -> {"ok": true, "n": int}
   {"op": "run", "source": str, "budget_s": float, "wall_s": float}     -> {"ok": true, "awaiting": "nonce"}
-  then, once the run's child is forked, one line: a fresh hex nonce      -> {"ok": true, "votes": [int], ...,
+  then, once the run's child is forked, one line: a fresh hex nonce      -> {"ok": true, "votes": packed, ...,
                                                                              "nonce": the same}
+(votes packed as engine.sandbox.wire.pack_votes writes them: base64 of one small int per example)
 """
 from __future__ import annotations
 
@@ -40,7 +41,16 @@ from typing import Any
 
 from engine.sandbox import confine, seccomp
 from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
-from engine.sandbox.wire import AWAITING_NONCE, NONCE_HEX_CHARS, FrameError, FrameReader, encode, write_all
+from engine.sandbox.wire import (
+    AWAITING_NONCE,
+    NONCE_HEX_CHARS,
+    FrameError,
+    FrameReader,
+    encode,
+    pack_votes,
+    unpack_votes,
+    write_all,
+)
 
 ABSTAIN = -1
 _SAFE_BUILTINS = [
@@ -244,21 +254,30 @@ def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) ->
         hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
         _RUN_FILTER.load()
-        write_all(reply_fd, encode(run_annotator(source, batch, budget_s)))
+        write_all(reply_fd, encode(_packed(run_annotator(source, batch, budget_s), batch)))
     finally:
         os._exit(0)
+
+
+def _packed(reply: dict, batch: _Batch) -> dict:
+    """The reply with its votes packed for the wire (engine.sandbox.wire.pack_votes), if they are a list."""
+    if isinstance(reply.get("votes"), list):
+        return {**reply, "votes": pack_votes(reply["votes"], len(batch.labels))}
+    return reply
 
 
 def _checked(reply: dict, batch: _Batch) -> dict:
     """The child's reply as the zygote forwards it: well-formed, votes in range, or a fault."""
     n, k = len(batch.examples), len(batch.labels)
-    votes = reply.get("votes")
-    if not (isinstance(votes, list) and len(votes) == n
-            and all(type(v) is int and ABSTAIN <= v < k for v in votes)):
+    try:
+        votes = unpack_votes(reply.get("votes"), k)
+    except (ValueError, UnicodeError) as exc:
+        raise FrameError("malformed votes") from exc
+    if len(votes) != n or (n and (min(votes) < ABSTAIN or max(votes) >= k)):
         raise FrameError("malformed votes")
     faults = reply.get("faults")
     error = reply.get("first_error")
-    return _reply(votes, faults if type(faults) is int and 0 <= faults <= n else n,
+    return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
                   error[:300] if isinstance(error, str) else None, reply.get("stopped") is True,
                   float(reply["seconds"]) if type(reply.get("seconds")) is float else 0.0)
 
@@ -345,7 +364,7 @@ def serve(reply_fd: int) -> None:
                 reply = {"ok": False, "error": f"unknown op {msg['op']!r}"}
         except BaseException as exc:  # noqa: BLE001 - a worker bug must answer, not kill the loop
             reply = {"ok": False, "error": _describe(exc)}
-        write_all(reply_fd, encode(reply))
+        write_all(reply_fd, encode(_packed(reply, batch)))
         while _UNREAPED:
             os.waitpid(_UNREAPED.pop(), 0)
 

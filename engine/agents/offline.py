@@ -121,9 +121,10 @@ def _hash(source: str) -> str:
 
 def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
+    dev_precision = stats.get("dev_precision", stats.get("precision", 0))
     rationale = (
         f"{role}: {p.spec.describe()}. On dev it fires on {int(stats.get('fires', 0))} rows with precision "
-        f"{stats.get('dev_precision', stats.get('precision', 0)):.2f}; adding it changed the simulated pool macro-F1 by "
+        f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "
         f"{stats.get('gain', 0):+.3f}."
     )
     if "pool_precision" in stats:

@@ -385,3 +385,17 @@ def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_
         assert ranked == ["evoagg[embedding]", "mv", "embedding-only"] and auto.demoted_ == ["mv"]
     else:
         assert ranked[0] == "mv" and auto.demoted_ == []
+
+
+def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
+    """Above PARALLEL_MIN_ROWS the candidates' out-of-fold fits run on loky workers; the result must not depend
+    on how many ran at once (the scores are read back in the order the fits were listed)."""
+    from engine.aggregators.auto import PARALLEL_MIN_ROWS
+
+    y, votes, X = synthetic(4, PARALLEL_MIN_ROWS + 20, 5, cover=0.6)
+    serial = AutoAggregator(K, seed=0, n_jobs=1).fit(votes, y, X)
+    parallel = AutoAggregator(K, seed=0, n_jobs=2).fit(votes, y, X)
+    assert parallel.chosen_ == serial.chosen_
+    assert parallel.oof_scores_ == serial.oof_scores_
+    np.testing.assert_array_equal(parallel.oof_proba_, serial.oof_proba_)
+    np.testing.assert_array_equal(parallel.predict_proba(votes, X), serial.predict_proba(votes, X))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engine.aggregators.base import make_folds, oof_proba
-from engine.aggregators.features import TfidfFeatures
+from engine.aggregators.features import tfidf_rows
 from engine.aggregators.registry import (
     AGGREGATORS,
     MultiLabelEvoAgg,
@@ -24,6 +24,7 @@ from engine.aggregators.registry import (
     make_aggregator,
     predict_labels,
 )
+from engine.aggregators.student import unlabeled_sample
 from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
 from engine.events import EventKind, EventSink, quiet
 from engine.evolve import ensure_votes
@@ -74,12 +75,12 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
 
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
-        out["tfidf"] = TfidfFeatures().fit_transform(texts)
+        out["tfidf"] = tfidf_rows(texts)
     if "relation" in kinds:
         between = [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], texts,
                                                                                            strict=True)]
         if any(between):  # entities side by side everywhere: no such view to learn from
-            out["relation"] = TfidfFeatures().fit_transform(between)
+            out["relation"] = tfidf_rows(between)
     return out
 
 
@@ -162,6 +163,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         splits = (*splits, "pool")  # the student stage learns from the unlabeled rows; they are dropped below
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
+    unl = unl[unlabeled_sample(len(unl), seed)]  # all a student reads; its features are computed for these alone
     unlabeled = (votes[unl], _rows(features, unl) if features else None) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)

@@ -334,6 +334,33 @@ def test_tfidf_features():
     assert np.asarray(sparse.linalg.norm(both, axis=1)) == pytest.approx(np.ones(5))
 
 
+def test_large_corpora_compute_tfidf_rows_only_when_asked(monkeypatch):
+    """Above EAGER_ROWS the vocabulary comes from a seeded sample and rows are computed on demand; a model
+    reading the whole matrix gets it through select_feature, once. Up to it, the matrix is the eager one."""
+    import engine.aggregators.features as features
+    from engine.aggregators.base import select_feature, take_rows
+
+    rng = np.random.default_rng(0)
+    words = np.array(["free", "prize", "call", "now", "later", "win", "see", "you", "me", "cash"])
+    texts = [" ".join(rng.choice(words, 5)) for _ in range(60)]
+    eager = features.tfidf_rows(texts)
+    assert sparse.issparse(eager)
+    assert (eager != TfidfFeatures().fit_transform(texts)).nnz == 0
+
+    monkeypatch.setattr(features, "EAGER_ROWS", 40)
+    lazy = features.tfidf_rows(texts)
+    assert isinstance(lazy, features.LazyTfidfRows) and lazy.shape[0] == 60
+    rows = np.array([3, 50, 7])
+    part = take_rows({"tfidf": lazy}, rows)["tfidf"]
+    assert sparse.issparse(part) and part.shape == (3, lazy.shape[1])
+    assert lazy._all is None  # asking for three rows computed three rows
+    whole = select_feature({"tfidf": lazy}, "tfidf", 60)
+    assert sparse.issparse(whole) and whole.shape == lazy.shape
+    assert select_feature({"tfidf": lazy}, "tfidf", 60) is whole
+    np.testing.assert_allclose(whole[rows].toarray(), part.toarray())
+    assert np.asarray(sparse.linalg.norm(whole, axis=1)) == pytest.approx(np.ones(60))
+
+
 def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     relation = Task(name="r", labels=("a", "b"), fields=("entity1", "entity2", "span1", "span2"))
     plain = Task(name="p", labels=("a", "b"))
@@ -388,13 +415,16 @@ def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_
 
 
 def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
-    """Above PARALLEL_MIN_ROWS the candidates' out-of-fold fits run on loky workers; the result must not depend
-    on how many ran at once (the scores are read back in the order the fits were listed)."""
-    from engine.aggregators.auto import PARALLEL_MIN_ROWS
+    """Above PARALLEL_MIN_CELLS the candidates' out-of-fold fits and the students' folds run on loky workers;
+    the result must not depend on how many ran at once (read back in the order the fits were listed)."""
+    from engine.aggregators.auto import PARALLEL_MIN_CELLS
 
-    y, votes, X = synthetic(4, PARALLEL_MIN_ROWS + 20, 5, cover=0.6)
-    serial = AutoAggregator(K, seed=0, n_jobs=1).fit(votes, y, X)
-    parallel = AutoAggregator(K, seed=0, n_jobs=2).fit(votes, y, X)
+    y, votes, X = synthetic(4, PARALLEL_MIN_CELLS // K + 20, 5, cover=0.6)
+    unlabeled = synthetic(5, 600, 5, cover=0.6)
+    extra = {"unlabeled_votes": unlabeled[1], "unlabeled_X": unlabeled[2]}
+    serial = AutoAggregator(K, seed=0, n_jobs=1).fit(votes, y, X, **extra)
+    parallel = AutoAggregator(K, seed=0, n_jobs=2).fit(votes, y, X, **extra)
+    assert any(name.startswith("student<") for name in serial.oof_scores_)
     assert parallel.chosen_ == serial.chosen_
     assert parallel.oof_scores_ == serial.oof_scores_
     np.testing.assert_array_equal(parallel.oof_proba_, serial.oof_proba_)

@@ -49,10 +49,11 @@ from engine.aggregators.base import (
     feature_dict,
     make_folds,
     oof_proba,
+    take_rows,
 )
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
-from engine.aggregators.student import StudentAggregator
+from engine.aggregators.student import StudentAggregator, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -83,20 +84,32 @@ def _split_top(names: str) -> list[str]:
     return parts
 
 
-PARALLEL_MIN_ROWS = 300  # below this many dev rows the fits take less than starting worker processes
+# below this many dev rows x classes the fits take less than starting worker processes (about 2 s): SMS's 500
+# rows x 2 classes ran 4.0 s here and 5.6 s on two workers; ChemProt's 500 x 10, 27 s here and 20 s on two
+PARALLEL_MIN_CELLS = 2500
 
 
-def _oof_all(makers: list[Callable[[], Aggregator]], v: np.ndarray, y: np.ndarray, feats: dict | None,
-             folds: list, n_jobs: int | None) -> list[np.ndarray]:
-    """Out-of-fold probabilities of every candidate, on up to `n_jobs` worker processes (None: the cores, at most
-    4). The fits are independent and single-threaded (small LBFGS problems), so processes, not threads: on
-    ChemProt's 500 dev rows they were most of `auto`'s time (151 fits)."""
+def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int) -> list:
+    """`f(*args)` for each call, in order, on up to `n_jobs` worker processes (None: the cores, at most 4). The
+    fits are independent and single-threaded (small LBFGS problems), so processes, not threads; below
+    PARALLEL_MIN_CELLS dev rows x classes, or with one call, they run here."""
     jobs = min(os.cpu_count() or 1, 4) if n_jobs is None else n_jobs
-    if jobs <= 1 or len(makers) < 2 or len(y) < PARALLEL_MIN_ROWS:
-        return [oof_proba(make, v, y, feats, folds) for make in makers]
+    if jobs <= 1 or len(calls) < 2 or cells < PARALLEL_MIN_CELLS:
+        return [f(*args) for f, args in calls]
     from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=jobs, backend="loky")(delayed(oof_proba)(make, v, y, feats, folds) for make in makers)
+    return Parallel(n_jobs=min(jobs, len(calls)), backend="loky")(delayed(f)(*args) for f, args in calls)
+
+
+def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, n_classes: int,
+                  seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray, held: np.ndarray,
+                  unlabeled_votes: np.ndarray, unlabeled_X: Features) -> np.ndarray:
+    """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only."""
+    sub = {name: mat[train] for name, mat in feats.items()}
+    teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
+    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed)
+    student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
+    return student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
 
 
 class _Average:
@@ -195,7 +208,8 @@ class AutoAggregator(BaseAggregator):
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
         jobs = [(candidate, C) for candidate in candidates for C in (self.Cs if candidate.tuned else (1.0,))]
-        probas = _oof_all([lambda make=c.make, C=C: make(C) for c, C in jobs], v, y, feats, folds, self.n_jobs)
+        probas = _run([(oof_proba, (lambda make=c.make, C=C: make(C), v, y, feats, folds)) for c, C in jobs],
+                      self.n_jobs, len(y) * self.n_classes)
         # scored in the order the fits were listed, so the choice is the same however they ran
         for (candidate, C), proba in zip(jobs, probas, strict=True):
             name, make, tuned = candidate.name, candidate.make, candidate.tuned
@@ -221,6 +235,9 @@ class AutoAggregator(BaseAggregator):
                 chosen, members = name, names
         student = None
         if students:
+            # the student reads this seeded sample alone (the same rows it would draw): workers get only these
+            rows = unlabeled_sample(len(unlabeled_votes), self.seed)
+            unlabeled_votes, unlabeled_X = unlabeled_votes[rows], take_rows(unlabeled_X, rows)
             view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
             teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
             if votes_selected and judged is None:
@@ -284,14 +301,14 @@ class AutoAggregator(BaseAggregator):
                      v: np.ndarray, y: np.ndarray, feats: dict, folds: list, unlabeled_votes: np.ndarray,
                      unlabeled_X: Features) -> np.ndarray:
         """Out-of-fold dev probabilities of a student whose teacher (the mean of `parts`) sees only the
-        training folds: the held rows' labels reach neither the teacher nor the student."""
+        training folds: the held rows' labels reach neither the teacher nor the student. Folds run in parallel
+        like the candidates' fits (each is a teacher and a student on a few thousand rows)."""
         out = np.zeros((len(y), self.n_classes))
-        for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
-            sub = {name: mat[train] for name, mat in feats.items()}
-            teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
-            student = StudentAggregator(self.n_classes, lambda: None, "", views, C=C, seed=self.seed)
-            student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
-            out[held] = student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
+        folds = folds or [(np.arange(len(y)), np.arange(len(y)))]
+        calls = [(_student_fold, (parts, views, C, self.n_classes, self.seed, v, y, feats, train, held,
+                                  unlabeled_votes, unlabeled_X)) for train, held in folds]
+        for (_, held), proba in zip(folds, _run(calls, self.n_jobs, len(y) * self.n_classes), strict=True):
+            out[held] = proba
         return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:

@@ -92,6 +92,8 @@ def select_feature(X: Features, feature: str | None, n_rows: int) -> Matrix | No
         if feature not in X:
             raise KeyError(f"X has no feature {feature!r}; it has {sorted(X)}")
         X = X[feature]
+    if hasattr(X, "materialise"):  # rows computed on demand (large TF-IDF): this model reads them all
+        X = X.materialise()
     if X.shape[0] != n_rows:
         raise ValueError(f"feature {feature!r} has {X.shape[0]} rows, votes have {n_rows}")
     return X

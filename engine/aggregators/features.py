@@ -47,6 +47,10 @@ class TfidfFeatures:
                 blocks.append(vec.fit_transform(texts))
         return self._join(blocks)
 
+    def fit(self, texts: Sequence[str]) -> TfidfFeatures:
+        self.fit_transform(texts)
+        return self
+
     def transform(self, texts: Sequence[str]) -> sparse.csr_matrix:
         if not hasattr(self, "vectorizers_"):
             raise RuntimeError("TfidfFeatures is not fitted yet: call fit_transform(texts) first")
@@ -58,3 +62,49 @@ class TfidfFeatures:
         if len(blocks) == 1:
             return sparse.csr_matrix(blocks[0])
         return sparse.hstack(blocks, format="csr") / np.sqrt(len(blocks))
+
+
+EAGER_ROWS = 20_000  # up to this many rows TF-IDF is fitted on all of them and computed at once
+
+
+class LazyTfidfRows:
+    """TF-IDF rows of a large corpus, computed only for the rows asked for.
+
+    Fitting reads dev and a sample of the unlabeled rows (a few thousand); only predicting every row with a model
+    that reads TF-IDF needs all of them, and at 100K rows the analysis alone took about 9 s of `auto`'s 36 s. So
+    `rows[idx]` transforms those rows, and `materialise()` (what `select_feature` calls when a model reads the
+    whole matrix) transforms every row once and keeps it.
+    """
+
+    def __init__(self, features: TfidfFeatures, texts: Sequence[str]):
+        self.features = features
+        self.texts = np.asarray(list(texts), dtype=object)
+        self.n_columns = sum(len(vec.vocabulary_) for vec in features.vectorizers_)
+        self._all: sparse.csr_matrix | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.texts), self.n_columns)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, idx) -> sparse.csr_matrix:
+        if self._all is not None:
+            return self._all[idx]
+        return self.features.transform(self.texts[idx])
+
+    def materialise(self) -> sparse.csr_matrix:
+        if self._all is None:
+            self._all = self.features.transform(self.texts)
+        return self._all
+
+
+def tfidf_rows(texts: Sequence[str], seed: int = 0) -> sparse.csr_matrix | LazyTfidfRows:
+    """TF-IDF of `texts`: the matrix itself up to EAGER_ROWS rows; above, the vocabulary and IDF are fitted on a
+    seeded sample of EAGER_ROWS texts and rows are computed when asked for (`LazyTfidfRows`)."""
+    texts = list(texts)
+    if len(texts) <= EAGER_ROWS:
+        return TfidfFeatures().fit_transform(texts)
+    sample = np.random.default_rng(seed).choice(len(texts), EAGER_ROWS, replace=False)
+    return LazyTfidfRows(TfidfFeatures().fit([texts[i] for i in np.sort(sample)]), texts)

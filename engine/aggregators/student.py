@@ -33,6 +33,15 @@ from engine.aggregators.base import (
 )
 
 DEV_WEIGHT = 3.0  # a gold dev label counts as much as this many fully confident pseudo-labels
+MAX_UNLABELED = 4000  # the student learns from a seeded sample of this many unlabeled rows at most
+
+
+def unlabeled_sample(n: int, seed: int, limit: int = MAX_UNLABELED) -> np.ndarray:
+    """Sorted positions of a seeded sample of at most `limit` of `n` unlabeled rows (all of them when fewer).
+    The caller may pass only these rows: the sample of a sample that small is all of it."""
+    if n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, limit, replace=False))
 
 
 def student_design(X: Features, views: Sequence[str], n_rows: int) -> Matrix:
@@ -108,7 +117,8 @@ class StudentAggregator(BaseAggregator):
     """
 
     def __init__(self, n_classes: int, teacher: Callable[[], Aggregator], teacher_name: str = "",
-                 views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0, max_unlabeled: int = 4000):
+                 views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0,
+                 max_unlabeled: int = MAX_UNLABELED):
         self.n_classes = n_classes
         self.teacher = teacher
         self.teacher_name = teacher_name
@@ -148,9 +158,7 @@ class StudentAggregator(BaseAggregator):
 
     def unlabeled_rows(self, n: int) -> np.ndarray:
         """A seeded sample of at most `max_unlabeled` unlabeled rows (all of them when fewer)."""
-        if n <= self.max_unlabeled:
-            return np.arange(n)
-        return np.sort(np.random.default_rng(self.seed).choice(n, self.max_unlabeled, replace=False))
+        return unlabeled_sample(n, self.seed, self.max_unlabeled)
 
     def _used(self, F: Matrix) -> Matrix:
         return F if self.columns_ is None else sparse.csr_matrix(F)[:, self.columns_]

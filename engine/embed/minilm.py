@@ -147,15 +147,25 @@ class MiniLMEmbedder:
 
     def __init__(self, batch_size: int = 32, precision: str = "fp32", max_batch_tokens: int = 4096,
                  num_threads: int | None = None):
-        import torch
-
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         self.batch_size = batch_size
         self.precision = precision
         self.max_batch_tokens = max_batch_tokens
-        self.tuner = ThreadTuner((torch.get_num_threads(), 1) if num_threads is None else (num_threads,))
+        self.num_threads = num_threads
+        self._tuner: ThreadTuner | None = None
         self.name = MODEL_NAME if precision == "fp32" else f"{MODEL_NAME}@{precision}"
+
+    @property
+    def tuner(self) -> ThreadTuner:
+        """Made on first use: importing torch takes ~2 s, and a workspace whose texts are all cached never
+        encodes (the cached end-to-end path at 100K rows paid it for nothing)."""
+        if self._tuner is None:
+            import torch
+
+            self._tuner = ThreadTuner((torch.get_num_threads(), 1) if self.num_threads is None
+                                      else (self.num_threads,))
+        return self._tuner
 
     def encode(self, texts: Sequence[str], on_progress: Progress | None = None) -> np.ndarray:
         import torch

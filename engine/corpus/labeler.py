@@ -14,17 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.aggregators.features import TfidfFeatures
+from engine.aggregators.features import TfidfFeatures, fitted_tfidf, join_unit_rows
 from engine.aggregators.registry import MultiLabelEvoAgg, aggregator_entry, make_aggregator, predict_labels
 from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
 from engine.export import add_label_columns, label_separator
-from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels
+from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels, masked_embeddings
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
-from engine.text_views import view_text
+from engine.text_views import masked_views, view_text
 
 _EMBEDDERS: dict[str, Any] = {}  # one loaded embedder per worker process
 
@@ -52,6 +52,7 @@ class Labeler:
     multi_label: bool = False
     threshold: float = THRESHOLD
     separator: str = "|"
+    masked: bool = False  # relation tasks: embeddings of the sentence with the mentions masked (`masked_views`)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     # ---- labeling one batch (on a worker) ------------------------------------------------------
@@ -80,6 +81,10 @@ class Labeler:
             out["tfidf"] = self.vocabularies["tfidf"].transform(texts)
         if "relation" in self.vocabularies:
             out["relation"] = self.vocabularies["relation"].transform([view_text(x, "between") for x in inputs])
+        if self.masked and self.embedder:
+            pairs = [masked_views(x) for x in inputs]
+            encode = _embedder(self.embedder).encode
+            out["masked"] = join_unit_rows(*(encode([p[i] for p in pairs]) for i in (0, 1)))
         return out or None
 
     def label(self, batch: CorpusBatch, executor: Executor) -> LabeledBatch:
@@ -157,16 +162,16 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         from engine.embed.cache import embed_texts
         features["embedding"] = embed_texts(store, list(frame["text"]), _embedder(embedder))
     if "tfidf" in kinds:
-        vocabularies["tfidf"] = TfidfFeatures()
-        vocabularies["tfidf"].fit_transform(list(everything["text"]))
+        vocabularies["tfidf"] = fitted_tfidf(list(everything["text"]))  # as export fits it
         features["tfidf"] = vocabularies["tfidf"].transform(list(frame["text"]))
     if "relation" in kinds:
         def between(rows: pd.DataFrame) -> list[str]:
             return [view_text({**f, "text": t}, "between") for f, t in zip(rows["fields"], rows["text"], strict=True)]
         if any(between(everything)):
-            vocabularies["relation"] = TfidfFeatures()
-            vocabularies["relation"].fit_transform(between(everything))
+            vocabularies["relation"] = fitted_tfidf(between(everything))
             features["relation"] = vocabularies["relation"].transform(between(frame))
+    if "masked" in kinds and embedder:
+        features["masked"] = masked_embeddings(store, frame)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
     dev_features = {k: v[dev] for k, v in features.items()} or None
@@ -191,4 +196,4 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
                   "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)), "embedder": embedder}
     return Labeler(task.labels, tuple(store.annotators(pool)), aggregator, made_by, model, embedder, vocabularies,
                    text_column=text_column, multi_label=task.multi_label, threshold=threshold,
-                   separator=label_separator(store), provenance=provenance)
+                   separator=label_separator(store), masked="masked" in features, provenance=provenance)

@@ -38,7 +38,7 @@ from engine.embed.cache import embed_texts  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
 from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
-from engine.labeling import soft_labels  # noqa: E402
+from engine.labeling import masked_embeddings, soft_labels  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
@@ -67,6 +67,7 @@ def main() -> None:
     load_embedding_cache(store, args.cache)  # nothing when the file is missing
     started = time.perf_counter()
     embed_texts(store, texts, get_embedder())  # what the cache lacked (default embedder), before the clock
+    masked_embeddings(store, store.examples_frame())  # and the masked views auto reads on this relation task
     record["embed_missing_s"] = round(time.perf_counter() - started, 1)
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     save_embedding_cache(store, args.cache)

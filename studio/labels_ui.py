@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
+from engine.aggregators.auto import describe_choice
 from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
@@ -163,7 +164,7 @@ def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str
 
 def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
     """What auto chose, on which rows, and what it left out and why."""
-    text = f"auto chose {choice.chosen}"
+    text = f"auto chose {choice.chosen}: {describe_choice(choice.chosen)}"
     if choice.chosen_on == "audit":
         text += f", judged on {n_audit} audit rows the pool was not chosen on"
     elif choice.chosen_on == "dev":

@@ -461,3 +461,15 @@ def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
     assert parallel.oof_scores_ == serial.oof_scores_
     np.testing.assert_array_equal(parallel.oof_proba_, serial.oof_proba_)
     np.testing.assert_array_equal(parallel.predict_proba(votes, X), serial.predict_proba(votes, X))
+
+
+def test_auto_choice_is_told_in_words_the_expert_can_check():
+    from engine.aggregators.auto import describe_choice
+
+    said = describe_choice("student<avg(evoagg[masked],tfidf-only)>[masked+relation]")
+    assert said.startswith("a student") and "(reading masked+relation)" in said
+    assert "EvoAgg: the pool's votes with MiniLM embeddings of the sentence with the two entities replaced" in said
+    assert "TF-IDF of the text's words and word pairs alone (no votes)" in said
+    assert describe_choice("evoagg[votes]") == "EvoAgg over the pool's votes alone"
+    assert describe_choice("mv") == "majority vote of the pool"
+    assert describe_choice("something-new") == "something-new"  # an unknown name is shown as it is

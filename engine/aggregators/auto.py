@@ -86,6 +86,33 @@ def _split_top(names: str) -> list[str]:
     return parts
 
 
+# what each part of a candidate's name reads, in words an expert can check against the studio's plots
+INGREDIENT_WORDS = {
+    "mv": "majority vote of the pool", "wmv": "the pool's vote weighted by each annotator's dev accuracy",
+    "ds": "Dawid-Skene over the pool's votes",
+    "embedding": "MiniLM sentence embeddings", "tfidf": "TF-IDF of the text's words and word pairs",
+    "relation": "TF-IDF of the words between the two entities",
+    "masked": "MiniLM embeddings of the sentence with the two entities replaced by X and Y",
+}
+
+
+def describe_choice(name: str) -> str:
+    """`name` (as auto names its choice) in words: each ingredient and what it reads."""
+    if name.startswith("student<"):
+        views, teacher = name[name.rindex(">") + 1:], name[len("student<"):name.rindex(">")]
+        return ("a student: a text model trained on its teacher's labels of the unlabeled rows plus dev"
+                + (f" (reading {views.strip('[]')})" if views else "") + f"; the teacher: {describe_choice(teacher)}")
+    if name.startswith("avg("):
+        return "the mean of " + "; ".join(describe_choice(part) for part in _split_top(name[4:-1]))
+    if name == "evoagg[votes]":
+        return "EvoAgg over the pool's votes alone"
+    if name.startswith("evoagg["):
+        return f"EvoAgg: the pool's votes with {INGREDIENT_WORDS.get(name[7:-1], name[7:-1])}"
+    if name.endswith("-only"):
+        return f"{INGREDIENT_WORDS.get(name[:-5], name[:-5])} alone (no votes)"
+    return INGREDIENT_WORDS.get(name, name)
+
+
 # below this many dev rows x classes the fits take less than starting worker processes (about 2 s): SMS's 500
 # rows x 2 classes ran 4.0 s here and 5.6 s on two workers; ChemProt's 500 x 10, 27 s here and 20 s on two
 PARALLEL_MIN_CELLS = 2500

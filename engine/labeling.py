@@ -34,6 +34,9 @@ from engine.store.workspace import Store
 from engine.text_views import masked_views, task_views, view_text
 
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
+# rows predicted at once: every aggregator reads each row alone, so chunks give the same numbers, and at 100K rows
+# the design matrices (and large TF-IDF, computed per chunk) stay a fifth of the size
+PREDICT_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,22 @@ def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = q
 
 def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
     return {name: matrix[idx] for name, matrix in features.items()}
+
+
+def predict_rows(model, votes: np.ndarray, features: dict | None, chunk: int = PREDICT_ROWS) -> np.ndarray:
+    """`model.predict_proba` of every row, `chunk` rows at a time. Rows computed on demand (large TF-IDF) stay
+    so per chunk: only a model that reads them computes them."""
+    if len(votes) <= chunk:
+        return model.predict_proba(votes, features)
+
+    def part(matrix, rows: slice):
+        return matrix.subset(rows) if hasattr(matrix, "subset") else matrix[rows]
+    parts = []
+    for start in range(0, len(votes), chunk):
+        rows = slice(start, start + chunk)
+        parts.append(model.predict_proba(votes[rows], {name: part(m, rows) for name, m in features.items()}
+                                         if features else None))
+    return np.concatenate(parts)
 
 
 def hard_labels(name: str, probs: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
@@ -195,7 +214,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     else:
         fit_on_dev(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
              votes_selected, unlabeled)
-    probs = model.predict_proba(votes, features)
+    probs = predict_rows(model, votes, features)
     oof, dev_scores = None, DevScores()
     if score_dev and unlabeled is not None and getattr(model, "oof_proba_", np.zeros(0)).shape[0] == len(dev):
         # auto with the pool rows: its chosen model's own out-of-fold probabilities (the choice was made on

@@ -361,6 +361,29 @@ def test_large_corpora_compute_tfidf_rows_only_when_asked(monkeypatch):
     assert np.asarray(sparse.linalg.norm(whole, axis=1)) == pytest.approx(np.ones(60))
 
 
+@pytest.mark.parametrize("name", sorted(AGGREGATORS))
+def test_predicting_in_chunks_gives_every_row_the_same_probabilities(monkeypatch, name):
+    """`predict_rows` cuts large corpora into chunks (and large TF-IDF into per-chunk lazy rows): every
+    aggregator must label each row as it does in one piece, and a chunk computes only the TF-IDF it reads."""
+    import engine.aggregators.features as features
+    from engine.labeling import predict_rows
+
+    rng = np.random.default_rng(3)
+    words = np.array(["free", "prize", "call", "now", "later", "win", "see", "you", "me", "cash", "ok", "go"])
+    texts = [" ".join(rng.choice(words, 6)) for _ in range(75)]
+    monkeypatch.setattr(features, "EAGER_ROWS", 40)
+    X = {"embedding": X_B["embedding"], "tfidf": features.tfidf_rows(texts)}
+    model = make_aggregator(name, K, seed=0)
+    if aggregator_entry(name).fits_unlabeled:
+        model.fit(VOTES_B, None, X)
+    else:
+        model.fit(VOTES_B[FIT], Y_B[FIT], {n: m[FIT] for n, m in X.items()})
+    chunked = predict_rows(model, VOTES_B, X, chunk=20)
+    assert X["tfidf"]._all is None  # per-chunk rows only: the whole matrix was never built
+    whole = model.predict_proba(VOTES_B, {"embedding": X["embedding"], "tfidf": X["tfidf"].materialise()})
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-12)
+
+
 def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     relation = Task(name="r", labels=("a", "b"), fields=("entity1", "entity2", "span1", "span2"))
     plain = Task(name="p", labels=("a", "b"))

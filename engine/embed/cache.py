@@ -27,8 +27,10 @@ def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
     Identical texts are embedded once. Progress counts distinct texts: cached ones are done at once,
     the rest as they are encoded; the last call is always (total, total).
     """
-    hashes = [text_hash(t) for t in texts]
-    unique: dict[str, str] = dict(zip(hashes, texts, strict=True))  # hash -> text, first occurrence order
+    position: dict[str, int] = {}  # distinct text -> its index, first occurrence order
+    inverse = np.fromiter((position.setdefault(t, len(position)) for t in texts), dtype=np.int64, count=len(texts))
+    hashes = [text_hash(t) for t in position]  # each distinct text hashed once
+    unique: dict[str, str] = dict(zip(hashes, position, strict=True))  # hash -> text
     total = len(unique)
     found = store.cached_embeddings(embedder.name, list(unique)) if unique else {}
     missing = [h for h in unique if h not in found]
@@ -58,7 +60,8 @@ def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
             on_progress(done, total)
     if not hashes:
         return np.zeros((0, embedder.dim), dtype=np.float32)
-    return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
+    vectors = np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
+    return vectors if len(hashes) == len(texts) else vectors[inverse]
 
 
 def embed_split(store: Store, split: str, embedder: Embedder | None = None,

@@ -51,11 +51,18 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
     probs, hard, n_votes = soft.probs[order], hard[order], n_votes[order]
     out = pd.DataFrame({"id": frame["id"], "text": frame["text"], "split": frame["split"]})
     for name in task.fields:
-        out[name] = [json.dumps(f.get(name)) if isinstance(f.get(name), (list, dict)) else f.get(name)
-                     for f in frame["fields"]]
+        out[name] = [field_cell(f.get(name)) for f in frame["fields"]]
     add_label_columns(out, task.labels, probs, hard, n_votes, soft.aggregator, label_separator(store))
     out["gold_label"] = dev_gold(store, frame, task.labels, task.multi_label)
     return out
+
+
+def field_cell(value):
+    """A field as a file cell: lists and dicts as JSON, anything else as it is. A list of plain ints (an entity
+    span) is written directly, as json.dumps would: 200K spans at 100K rows took 0.7 s through json."""
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
 
 
 def dev_gold(store: Store, frame: pd.DataFrame, labels: tuple[str, ...], multi_label: bool) -> list[str]:

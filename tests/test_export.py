@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from engine import review
 from engine.agents.offline import OfflineProposer
@@ -41,3 +42,19 @@ def test_export_has_dev_gold_and_the_manifest_has_verdicts_and_overrides(store, 
     kept = manifest["pool_verdicts"][members[1]]
     assert (kept["decided_by"], kept["note"]) == ("human", "precise on the rows I checked")
     assert overrides[members[1]]["verdict"] == "approve"
+
+
+@pytest.mark.parametrize("value", [[96, 117], [], [True, 1], [1.5, 2], [-1, 10**20], {"a": [1]}, ["x", 2]])
+def test_a_field_cell_is_the_json_of_a_list_or_dict(value):
+    """Spans skip json.dumps for speed; every list or dict must still read back as its JSON."""
+    from engine.export import field_cell
+
+    assert field_cell(value) == json.dumps(value)
+    assert json.loads(field_cell(value)) == value
+
+
+@pytest.mark.parametrize("value", ["aspirin", 3, None, 2.5])
+def test_a_plain_field_cell_is_the_value_itself(value):
+    from engine.export import field_cell
+
+    assert field_cell(value) == value

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from engine.aggregators.auto import prewarm_workers
 from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import join_unit_rows, tfidf_rows
 from engine.aggregators.registry import (
@@ -199,6 +200,8 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     chooses = aggregator_entry(aggregator).chooses  # may teach a student on the unlabeled rows
     if chooses and splits is not None and "pool" not in splits and store.count_examples("pool"):
         splits = (*splits, "pool")  # the student stage learns from the unlabeled rows; they are dropped below
+    if chooses:  # its fits run on worker processes: start them while the features are read
+        prewarm_workers(store.count_examples("dev"), n_classes)
     frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
     unl = unl[unlabeled_sample(len(unl), seed)]  # all a student reads; its features are computed for these alone

@@ -69,10 +69,35 @@ def test_student_learns_from_the_teachers_labels_of_the_unlabeled_rows(data):
 
 def test_student_keeps_only_the_most_frequent_sparse_columns(data):
     X = data[0]["tfidf"]
-    kept = frequent_columns(X, limit=5)
+    (kept,) = frequent_columns([X], limit=5)
     df = np.bincount(X.indices, minlength=X.shape[1])
     assert len(kept) == 5 and df[kept].min() >= np.sort(df)[-5]
-    assert frequent_columns(X, limit=X.shape[1]) is None
+    assert frequent_columns([X], limit=X.shape[1]) is None
+    # a dense block (embeddings) is kept whole and counts against the limit
+    dense = np.ones((X.shape[0], 3))
+    whole, sparse_kept = frequent_columns([dense, X], limit=8)
+    assert whole is None and np.array_equal(sparse_kept, kept)
+
+
+def test_block_lr_is_scikit_learns_logistic_regression():
+    """The student's solver (dense and sparse blocks side by side) fits the model scikit-learn fits on the
+    stacked matrix: same objective, start and optimizer, so the same probabilities and step count."""
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+
+    from engine.aggregators.block_lr import BlockLogisticRegression
+
+    rng = np.random.default_rng(0)
+    for k in (2, 4):
+        D = rng.standard_normal((300, 20))
+        S = sparse.random(300, 150, density=0.05, format="csr", random_state=1)
+        y = (D[:, :k] + rng.standard_normal((300, k))).argmax(axis=1)
+        w = rng.uniform(0.2, 3.0, 300)
+        stacked = sparse.hstack([sparse.csr_matrix(D), S], format="csr")
+        ours = BlockLogisticRegression(C=10.0, max_iter=300).fit([D, S], y, w)
+        theirs = LogisticRegression(C=10.0, max_iter=300).fit(stacked, y, sample_weight=w)
+        assert np.abs(ours.predict_proba([D, S]) - theirs.predict_proba(stacked)).max() < 1e-6
+        assert ours.n_iter_ == int(theirs.n_iter_[0])
 
 
 def test_reads_votes_follows_averages_and_teachers():

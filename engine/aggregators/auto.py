@@ -35,6 +35,7 @@ but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers f
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ from engine.aggregators.base import (
 )
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
-from engine.aggregators.student import StudentAggregator, unlabeled_sample
+from engine.aggregators.student import MAX_COLUMNS, StudentAggregator, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -121,26 +122,72 @@ def describe_choice(name: str) -> str:
 PARALLEL_MIN_CELLS = 2500
 
 
-def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int) -> list:
-    """`f(*args)` for each call, in order, on up to `n_jobs` worker processes (None: the cores, at most 4). The
-    fits are independent and single-threaded (small LBFGS problems), so processes, not threads; below
-    PARALLEL_MIN_CELLS dev rows x classes, or with one call, they run here."""
+def _workers(n_jobs: int | None, calls: int, cells: int) -> int:
+    """Worker processes for `calls` independent fits (1: run here). The fits are single-threaded (small LBFGS
+    problems), so processes, not threads; below PARALLEL_MIN_CELLS dev rows x classes, or with one call, here."""
     jobs = min(os.cpu_count() or 1, 4) if n_jobs is None else n_jobs
-    if jobs <= 1 or len(calls) < 2 or cells < PARALLEL_MIN_CELLS:
-        return [f(*args) for f, args in calls]
+    if jobs <= 1 or calls < 2 or cells < PARALLEL_MIN_CELLS:
+        return 1
+    return min(jobs, calls)
+
+
+_warming: list[threading.Thread] = []  # a start of the worker processes still under way (see prewarm_workers)
+
+
+def _imported() -> bool:
+    import engine.aggregators.auto  # noqa: F401  (what a worker needs to run a fit)
+
+    return True
+
+
+def prewarm_workers(n_rows: int, n_classes: int, n_jobs: int | None = None) -> None:
+    """Start auto's worker processes now, on a thread, if its fits will run on them: spawning them and importing
+    numpy, scikit-learn and the engine there takes about a second, which the caller's feature work then hides."""
+    workers = _workers(n_jobs, 2, n_rows * n_classes)
+    if workers == 1 or _warming:
+        return
     from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=min(jobs, len(calls)), backend="loky")(delayed(f)(*args) for f, args in calls)
+    thread = threading.Thread(target=lambda: Parallel(n_jobs=workers, backend="loky")(
+        delayed(_imported)() for _ in range(workers)), daemon=True)
+    thread.start()
+    _warming.append(thread)
 
 
-def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, n_classes: int,
-                  seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray, held: np.ndarray,
-                  unlabeled_votes: np.ndarray, unlabeled_X: Features) -> np.ndarray:
-    """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only."""
+def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int) -> list:
+    """`f(*args)` for each call, in order, on up to `n_jobs` worker processes (None: the cores, at most 4)."""
+    workers = _workers(n_jobs, len(calls), cells)
+    if workers == 1:
+        return [f(*args) for f, args in calls]
+    while _warming:  # one user of the workers at a time
+        _warming.pop().join()
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=workers, backend="loky")(delayed(f)(*args) for f, args in calls)
+
+
+def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: np.ndarray, y: np.ndarray,
+                   feats: dict | None, folds: list) -> list[np.ndarray]:
+    """A candidate's out-of-fold probabilities at each C: along the warm-started path where the model has one
+    (EvoAgg, TextOnly), else one C at a time."""
+    first = make(Cs[0])
+    if hasattr(first, "oof_path"):
+        return first.oof_path(v, y, feats, folds, Cs)
+    return [oof_proba(lambda C=C: make(C), v, y, feats, folds) for C in Cs]
+
+
+def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, max_columns: int,
+                  n_classes: int, seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray,
+                  held: np.ndarray | None, unlabeled_votes: np.ndarray, unlabeled_X: Features
+                  ) -> np.ndarray | StudentAggregator:
+    """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only; with
+    `held=None`, the fitted student itself (the one auto keeps if it is chosen)."""
     sub = {name: mat[train] for name, mat in feats.items()}
     teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
-    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed)
+    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed, max_columns=max_columns)
     student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
+    if held is None:
+        return student
     return student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
 
 
@@ -169,7 +216,8 @@ class AutoAggregator(BaseAggregator):
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
                  top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
-                 students: bool = True, confidence: float = 0.9, bootstrap: int = 200, n_jobs: int | None = None):
+                 students: bool = True, confidence: float = 0.9, bootstrap: int = 200, n_jobs: int | None = None,
+                 student_columns: int = MAX_COLUMNS):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -180,6 +228,7 @@ class AutoAggregator(BaseAggregator):
         self.students = students
         self.confidence = confidence  # how sure the audit rows must be before a vote-only model beats the text
         self.bootstrap = bootstrap
+        self.student_columns = student_columns  # the student's sparse columns at most (see student.MAX_COLUMNS)
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
 
     def candidates(self, X: Features) -> list[Ingredient]:
@@ -239,9 +288,11 @@ class AutoAggregator(BaseAggregator):
             candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
-        jobs = [(candidate, C) for candidate in candidates for C in (self.Cs if candidate.tuned else (1.0,))]
-        probas = _run([(oof_proba, (lambda make=c.make, C=C: make(C), v, y, feats, folds)) for c, C in jobs],
-                      self.n_jobs, len(y) * self.n_classes)
+        cells = len(y) * self.n_classes
+        paths = _run([(_oof_at_each_C, (c.make, tuple(self.Cs) if c.tuned else (1.0,), v, y, feats, folds))
+                      for c in candidates], self.n_jobs, cells)
+        jobs = [(c, C) for c in candidates for C in (self.Cs if c.tuned else (1.0,))]
+        probas = [proba for path in paths for proba in path]
         # scored in the order the fits were listed, so the choice is the same however they ran
         for (candidate, C), proba in zip(jobs, probas, strict=True):
             name, make, tuned = candidate.name, candidate.make, candidate.tuned
@@ -278,25 +329,28 @@ class AutoAggregator(BaseAggregator):
                 self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
                 chosen = max((n for n in groups if not reads_votes(n)), key=lambda n: scores[n], default=chosen)
                 members = groups[chosen]
-            for teacher in dict.fromkeys(teachers):
-                for views in view_sets:
-                    name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
-                    parts = [makers[n] for n in groups[teacher]]
-                    proba = self._student_oof(parts, views, STUDENT_C, v, y, feats, folds, unlabeled_votes,
-                                              unlabeled_X)
-                    oof[name], scores[name] = proba, score_of(proba, name)
-                    if scores[name] > scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_):
-                        chosen, members, student = name, groups[teacher], (views, STUDENT_C, teacher)
+            fitted = self._students(teachers, view_sets, groups, makers, v, y, feats, folds, unlabeled_votes,
+                                    unlabeled_X)
+            for (teacher, views), (proba, model) in fitted.items():
+                name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
+                oof[name], scores[name] = proba, score_of(proba, name)
+                if scores[name] > scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_):
+                    chosen, members, student = name, groups[teacher], (teacher, views, model)
         self.oof_scores_ = scores
+        self.candidate_oof_ = oof  # every candidate's out-of-fold dev probabilities (the studio may compare them)
         self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
         self.uses_votes_ = reads_votes(chosen)
-        self.members_ = [makers[n]().fit(v, y, feats) for n in members]
-        if student is not None:
-            views, C, teacher = student
-            model = StudentAggregator(self.n_classes, lambda: None, teacher, views, C=C, seed=self.seed)
-            self.members_ = [model.fit_from_teacher(_Average(self.members_), v, y, feats, unlabeled_votes,
-                                                    unlabeled_X)]
+        if student is None:
+            self.members_ = [makers[n]().fit(v, y, feats) for n in members]
+        else:
+            teacher, views, model = student
+            if model is None:  # not fitted with the folds (they ran here, not on workers)
+                model = _student_fold([makers[n] for n in groups[teacher]], views, STUDENT_C, self.student_columns,
+                                      self.n_classes, self.seed, v, y, feats, np.arange(len(y)), None,
+                                      unlabeled_votes, unlabeled_X)
+            model.teacher_name = teacher
+            self.members_ = [model]
         self.n_annotators_ = v.shape[1]
         return self
 
@@ -329,18 +383,31 @@ class AutoAggregator(BaseAggregator):
             wins += macro_f1(truth[draw], pa[draw], self.n_classes) > macro_f1(truth[draw], pb[draw], self.n_classes)
         return wins >= self.confidence * self.bootstrap
 
-    def _student_oof(self, parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float,
-                     v: np.ndarray, y: np.ndarray, feats: dict, folds: list, unlabeled_votes: np.ndarray,
-                     unlabeled_X: Features) -> np.ndarray:
-        """Out-of-fold dev probabilities of a student whose teacher (the mean of `parts`) sees only the
-        training folds: the held rows' labels reach neither the teacher nor the student. Folds run in parallel
-        like the candidates' fits (each is a teacher and a student on a few thousand rows)."""
-        out = np.zeros((len(y), self.n_classes))
+    def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],
+                  makers: dict[str, Callable[[], Aggregator]], v: np.ndarray, y: np.ndarray, feats: dict,
+                  folds: list, unlabeled_votes: np.ndarray, unlabeled_X: Features
+                  ) -> dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, StudentAggregator | None]]:
+        """Per (teacher, views): the student's out-of-fold dev probabilities, each fold's teacher (the mean of
+        the teacher's parts) fitted on the training folds only so the held rows' labels reach neither teacher
+        nor student; and, when the fits run on worker processes, the student fitted on all of dev, in the same
+        batch (five folds leave a worker idle for the last round: the one kept if chosen costs no wall time)."""
         folds = folds or [(np.arange(len(y)), np.arange(len(y)))]
-        calls = [(_student_fold, (parts, views, C, self.n_classes, self.seed, v, y, feats, train, held,
-                                  unlabeled_votes, unlabeled_X)) for train, held in folds]
-        for (_, held), proba in zip(folds, _run(calls, self.n_jobs, len(y) * self.n_classes), strict=True):
-            out[held] = proba
+        pairs = [(teacher, views) for teacher in dict.fromkeys(teachers) for views in view_sets]
+        per_pair = len(folds) + 1
+        speculate = _workers(self.n_jobs, len(pairs) * per_pair, len(y) * self.n_classes) > 1
+        calls = []
+        for teacher, views in pairs:
+            parts = [makers[n] for n in groups[teacher]]
+            splits = folds + ([(np.arange(len(y)), None)] if speculate else [])
+            calls += [(_student_fold, (parts, views, STUDENT_C, self.student_columns, self.n_classes, self.seed, v,
+                                       y, feats, train, held, unlabeled_votes, unlabeled_X)) for train, held in splits]
+        results = iter(_run(calls, self.n_jobs, len(y) * self.n_classes))
+        out = {}
+        for pair in pairs:
+            proba = np.zeros((len(y), self.n_classes))
+            for _, held in folds:
+                proba[held] = next(results)
+            out[pair] = (proba, next(results) if speculate else None)
         return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:

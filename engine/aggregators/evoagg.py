@@ -53,6 +53,16 @@ class _Linear:
             warnings.simplefilter("ignore", ConvergenceWarning)
             self.model.fit(self._used(F), y)
 
+    def refit(self, F: Matrix, y: np.ndarray, C: float) -> _Linear:
+        """The same model at another C, started from this one's solution (the regularisation path): the L2
+        problem has one optimum, so this lands where a fresh fit would (to lbfgs tolerance) in fewer steps."""
+        if self.constant is None:
+            self.model.set_params(C=C, warm_start=True)
+            with warnings.catch_warnings(), threadpool_limits(limits=1):
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                self.model.fit(self._used(F), y)
+        return self
+
     def _used(self, F: Matrix) -> Matrix:
         return F if self.columns is None else sparse.csr_matrix(F)[:, self.columns]
 
@@ -134,6 +144,24 @@ class _LinearAggregator(BaseAggregator):
         if self.uses_features_ and Xf is None:
             raise ValueError(f"{type(self).__name__} was fitted with feature {self.feature!r}: pass X")
         return self.model_.predict_proba(self._design(v, Xf))
+
+    def oof_path(self, votes: np.ndarray, y: np.ndarray, X: Features, folds: list,
+                 Cs: Sequence[float]) -> list[np.ndarray]:
+        """(n, k) out-of-fold probabilities at each C of `Cs` (in that order), as `oof_proba` gives for
+        `Cs=(C,)` one C at a time: per fold the design is built once and the fits climb C in ascending order,
+        each warm-started from the last (on ChemProt's dev rows about half the time of fresh fits)."""
+        v = check_votes(votes, self.n_classes)
+        y = np.asarray(y, dtype=np.int64)
+        Xf = select_feature(X, self.feature, v.shape[0])
+        F = self._design(v, Xf)
+        out = {float(C): np.zeros((len(y), self.n_classes)) for C in Cs}
+        for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
+            F_train, F_held, model = F[train], F[held], None
+            for C in sorted(out):
+                model = _Linear(F_train, y[train], C, self.n_classes, self.seed, self.max_iter) if model is None \
+                    else model.refit(F_train, y[train], C)
+                out[C][held] = model.predict_proba(F_held)
+        return [out[float(C)] for C in Cs]
 
 
 class EvoAgg(_LinearAggregator):

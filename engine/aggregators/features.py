@@ -12,10 +12,10 @@ def join_unit_rows(*blocks: np.ndarray) -> np.ndarray:
     """Dense views side by side, each row of each unit norm, scaled so the joined rows keep unit norm."""
     from sklearn.preprocessing import normalize
 
-    scale = np.sqrt(len(blocks))
+    scale = np.float32(np.sqrt(len(blocks)))
     units = [normalize(np.asarray(b, dtype=np.float32)) for b in blocks]
-    # written into one array: the same values as hstack-then-divide without a second 100K-row copy
-    out = np.empty((units[0].shape[0], sum(u.shape[1] for u in units)), dtype=np.result_type(np.float32, scale))
+    # written into one float32 array (embeddings are float32): without a second 100K-row copy, half the bytes
+    out = np.empty((units[0].shape[0], sum(u.shape[1] for u in units)), dtype=np.float32)
     start = 0
     for unit in units:
         np.divide(unit, scale, out=out[:, start:start + unit.shape[1]])

@@ -154,8 +154,11 @@ def prewarm_workers(n_rows: int, n_classes: int, n_jobs: int | None = None) -> N
     _warming.append(thread)
 
 
-def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int) -> list:
-    """`f(*args)` for each call, in order, on up to `n_jobs` worker processes (None: the cores, at most 4)."""
+def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int,
+         costs: Sequence[float] | None = None) -> list:
+    """`f(*args)` for each call, results in the calls' order, on up to `n_jobs` worker processes (None: the
+    cores, at most 4). With `costs` (estimates), the costliest are handed out first, so no worker is left with
+    a long fit at the end while the others wait."""
     workers = _workers(n_jobs, len(calls), cells)
     if workers == 1:
         return [f(*args) for f, args in calls]
@@ -163,7 +166,19 @@ def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int) ->
         _warming.pop().join()
     from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=workers, backend="loky")(delayed(f)(*args) for f, args in calls)
+    order = list(range(len(calls))) if costs is None else sorted(range(len(calls)), key=lambda i: -costs[i])
+    done = Parallel(n_jobs=workers, backend="loky")(delayed(calls[i][0])(*calls[i][1]) for i in order)
+    out: list = [None] * len(calls)
+    for i, result in zip(order, done, strict=True):
+        out[i] = result
+    return out
+
+
+def _fit_cost(candidate: Ingredient, feats: dict | None, n_Cs: int) -> float:
+    """A rough cost of a candidate's out-of-fold fits: the entries of what it reads, times the Cs it tries."""
+    matrix = (feats or {}).get(candidate.name.removesuffix("-only").removeprefix("evoagg[").removesuffix("]"))
+    size = 0 if matrix is None else (matrix.nnz if hasattr(matrix, "nnz") else np.prod(matrix.shape))
+    return (1.0 + float(size)) * (n_Cs if candidate.tuned else 1)
 
 
 def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: np.ndarray, y: np.ndarray,
@@ -290,7 +305,7 @@ class AutoAggregator(BaseAggregator):
                 raise ValueError("text_only needs text features: pass X")
         cells = len(y) * self.n_classes
         paths = _run([(_oof_at_each_C, (c.make, tuple(self.Cs) if c.tuned else (1.0,), v, y, feats, folds))
-                      for c in candidates], self.n_jobs, cells)
+                      for c in candidates], self.n_jobs, cells, [_fit_cost(c, feats, len(self.Cs)) for c in candidates])
         jobs = [(c, C) for c in candidates for C in (self.Cs if c.tuned else (1.0,))]
         probas = [proba for path in paths for proba in path]
         # scored in the order the fits were listed, so the choice is the same however they ran

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from engine.aggregators.auto import prewarm_workers
 from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.features import join_unit_rows, tfidf_rows
+from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
     AGGREGATORS,
     MultiLabelEvoAgg,

@@ -472,7 +472,7 @@ def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_
 def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
     """Above PARALLEL_MIN_CELLS the candidates' out-of-fold fits and the students' folds run on loky workers;
     the result must not depend on how many ran at once (read back in the order the fits were listed)."""
-    from engine.aggregators.auto import PARALLEL_MIN_CELLS
+    from engine.aggregators.parallel import PARALLEL_MIN_CELLS
 
     y, votes, X = synthetic(4, PARALLEL_MIN_CELLS // K + 20, 5, cover=0.6)
     unlabeled = synthetic(5, 600, 5, cover=0.6)

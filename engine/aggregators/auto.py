@@ -29,13 +29,12 @@ the pool's votes anywhere (a student's teacher included); `text_only=True` leave
 candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
-and the best one's score stands for the candidate (one choice among a few values: slightly optimistic,
-but many times cheaper than nested CV, which `EvoAgg.oof_predict_proba` offers for a single model).
+(the fits climb C warm-started from the last, `oof_path`) and the best one's score stands for the candidate
+(one choice among a few values: slightly optimistic, but many times cheaper than nested CV, which
+`EvoAgg.oof_predict_proba` offers for a single model). The fits run on worker processes (`parallel.py`).
 """
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +53,7 @@ from engine.aggregators.base import (
 )
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
+from engine.aggregators.parallel import run_calls, worker_count
 from engine.aggregators.student import MAX_COLUMNS, StudentAggregator, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
@@ -115,63 +115,6 @@ def describe_choice(name: str) -> str:
     if name.endswith("-only"):
         return f"{INGREDIENT_WORDS.get(name[:-5], name[:-5])} alone (no votes)"
     return INGREDIENT_WORDS.get(name, name)
-
-
-# below this many dev rows x classes the fits take less than starting worker processes (about 2 s): SMS's 500
-# rows x 2 classes ran 4.0 s here and 5.6 s on two workers; ChemProt's 500 x 10, 27 s here and 20 s on two
-PARALLEL_MIN_CELLS = 2500
-
-
-def _workers(n_jobs: int | None, calls: int, cells: int) -> int:
-    """Worker processes for `calls` independent fits (1: run here). The fits are single-threaded (small LBFGS
-    problems), so processes, not threads; below PARALLEL_MIN_CELLS dev rows x classes, or with one call, here."""
-    jobs = min(os.cpu_count() or 1, 4) if n_jobs is None else n_jobs
-    if jobs <= 1 or calls < 2 or cells < PARALLEL_MIN_CELLS:
-        return 1
-    return min(jobs, calls)
-
-
-_warming: list[threading.Thread] = []  # a start of the worker processes still under way (see prewarm_workers)
-
-
-def _imported() -> bool:
-    import engine.aggregators.auto  # noqa: F401  (what a worker needs to run a fit)
-
-    return True
-
-
-def prewarm_workers(n_rows: int, n_classes: int, n_jobs: int | None = None) -> None:
-    """Start auto's worker processes now, on a thread, if its fits will run on them: spawning them and importing
-    numpy, scikit-learn and the engine there takes about a second, which the caller's feature work then hides."""
-    workers = _workers(n_jobs, 2, n_rows * n_classes)
-    if workers == 1 or _warming:
-        return
-    from joblib import Parallel, delayed
-
-    thread = threading.Thread(target=lambda: Parallel(n_jobs=workers, backend="loky")(
-        delayed(_imported)() for _ in range(workers)), daemon=True)
-    thread.start()
-    _warming.append(thread)
-
-
-def _run(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int,
-         costs: Sequence[float] | None = None) -> list:
-    """`f(*args)` for each call, results in the calls' order, on up to `n_jobs` worker processes (None: the
-    cores, at most 4). With `costs` (estimates), the costliest are handed out first, so no worker is left with
-    a long fit at the end while the others wait."""
-    workers = _workers(n_jobs, len(calls), cells)
-    if workers == 1:
-        return [f(*args) for f, args in calls]
-    while _warming:  # one user of the workers at a time
-        _warming.pop().join()
-    from joblib import Parallel, delayed
-
-    order = list(range(len(calls))) if costs is None else sorted(range(len(calls)), key=lambda i: -costs[i])
-    done = Parallel(n_jobs=workers, backend="loky")(delayed(calls[i][0])(*calls[i][1]) for i in order)
-    out: list = [None] * len(calls)
-    for i, result in zip(order, done, strict=True):
-        out[i] = result
-    return out
 
 
 def _fit_cost(candidate: Ingredient, feats: dict | None, n_Cs: int) -> float:
@@ -304,7 +247,7 @@ class AutoAggregator(BaseAggregator):
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
         cells = len(y) * self.n_classes
-        paths = _run([(_oof_at_each_C, (c.make, tuple(self.Cs) if c.tuned else (1.0,), v, y, feats, folds))
+        paths = run_calls([(_oof_at_each_C, (c.make, tuple(self.Cs) if c.tuned else (1.0,), v, y, feats, folds))
                       for c in candidates], self.n_jobs, cells, [_fit_cost(c, feats, len(self.Cs)) for c in candidates])
         jobs = [(c, C) for c in candidates for C in (self.Cs if c.tuned else (1.0,))]
         probas = [proba for path in paths for proba in path]
@@ -409,14 +352,14 @@ class AutoAggregator(BaseAggregator):
         folds = folds or [(np.arange(len(y)), np.arange(len(y)))]
         pairs = [(teacher, views) for teacher in dict.fromkeys(teachers) for views in view_sets]
         per_pair = len(folds) + 1
-        speculate = _workers(self.n_jobs, len(pairs) * per_pair, len(y) * self.n_classes) > 1
+        speculate = worker_count(self.n_jobs, len(pairs) * per_pair, len(y) * self.n_classes) > 1
         calls = []
         for teacher, views in pairs:
             parts = [makers[n] for n in groups[teacher]]
             splits = folds + ([(np.arange(len(y)), None)] if speculate else [])
             calls += [(_student_fold, (parts, views, STUDENT_C, self.student_columns, self.n_classes, self.seed, v,
                                        y, feats, train, held, unlabeled_votes, unlabeled_X)) for train, held in splits]
-        results = iter(_run(calls, self.n_jobs, len(y) * self.n_classes))
+        results = iter(run_calls(calls, self.n_jobs, len(y) * self.n_classes))
         out = {}
         for pair in pairs:
             proba = np.zeros((len(y), self.n_classes))

@@ -496,3 +496,20 @@ def test_auto_choice_is_told_in_words_the_expert_can_check():
     assert describe_choice("evoagg[votes]") == "EvoAgg over the pool's votes alone"
     assert describe_choice("mv") == "majority vote of the pool"
     assert describe_choice("something-new") == "something-new"  # an unknown name is shown as it is
+
+
+@pytest.mark.parametrize("feature", [None, "embedding", "tfidf"])
+def test_oof_path_lands_where_fresh_fits_do(feature):
+    """auto scores each C along a warm-started path: the L2 problem has one optimum, so each C's out-of-fold
+    probabilities must match fitting that C from scratch (to the optimizer's tolerance), in the order asked."""
+    from engine.aggregators.base import make_folds, oof_proba
+
+    y, votes, X = synthetic(7, 240, 5)
+    folds = make_folds(y, 5, 0)
+    Cs = (1.0, 0.1, 10.0)  # any order: the path climbs C, the answer follows the order asked
+    path = EvoAgg(K, feature=feature, Cs=(Cs[0],)).oof_path(votes, y, X, folds, Cs)
+    for C, proba in zip(Cs, path, strict=True):
+        fresh = oof_proba(lambda C=C: EvoAgg(K, feature=feature, Cs=(C,)), votes, y, X, folds)
+        # lbfgs stops at a gradient of 1e-4, not at the optimum: near it, and flatter the weaker the penalty
+        np.testing.assert_allclose(proba, fresh, atol=0.02)
+        assert (proba.argmax(axis=1) == fresh.argmax(axis=1)).mean() >= 0.98

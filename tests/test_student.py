@@ -122,3 +122,21 @@ def test_auto_may_choose_a_student_and_says_whether_it_uses_the_pool(data):
     chosen = AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), votes_selected=True, **fit)
     assert chosen.chosen_.startswith("student<") or not reads_votes(chosen.chosen_)
     assert "mv" in chosen.left_out_
+
+
+def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_better(data):
+    """Validation on held-out gold labels showed a student beating its teacher in every run where auto had
+    kept the teacher on a small lead: the teacher now keeps its place only when the paired bootstrap is sure."""
+    X, y, votes, dev, pool, test = data
+    dev = np.arange(100, 130)  # 30 rows where the best candidate leads its student by a row out of fold
+    fit = dict(unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    # any bootstrap lead is sure (confidence 0): the student needs a strictly higher score, as before
+    always = AutoAggregator(2, seed=0, confidence=0.0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    teacher, scores = always.chosen_, always.oof_scores_
+    student = f"student<{teacher}>"
+    assert not teacher.startswith("student<") and scores[student] < scores[teacher]
+    # nothing is ever sure (confidence above 1): the best candidate's student takes its place
+    never = AutoAggregator(2, seed=0, confidence=1.01).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    assert never.chosen_ == student and never.uses_votes_ is reads_votes(teacher)
+    # the default (0.9): a one-row lead on 30 rows is not sure
+    assert AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit).chosen_ == student

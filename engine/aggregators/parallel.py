@@ -24,6 +24,7 @@ def worker_count(n_jobs: int | None, calls: int, cells: int) -> int:
 
 
 _warming: list[threading.Thread] = []  # a start of the worker processes still under way (see prewarm_workers)
+_warming_lock = threading.Lock()  # labeling may run on several threads (the studio's jobs)
 
 
 def _imported() -> bool:
@@ -37,14 +38,25 @@ def prewarm_workers(n_rows: int, n_classes: int, n_jobs: int | None = None) -> N
     """Start auto's worker processes now, on a thread, if its fits will run on them: spawning them and importing
     numpy, scikit-learn and the engine there takes about a second, which the caller's feature work then hides."""
     workers = worker_count(n_jobs, 2, n_rows * n_classes)
-    if workers == 1 or _warming:
+    if workers == 1:
         return
     from joblib import Parallel, delayed
 
-    thread = threading.Thread(target=lambda: Parallel(n_jobs=workers, backend="loky")(
-        delayed(_imported)() for _ in range(workers)), daemon=True)
-    thread.start()
-    _warming.append(thread)
+    with _warming_lock:
+        if _warming:
+            return
+        thread = threading.Thread(target=lambda: Parallel(n_jobs=workers, backend="loky")(
+            delayed(_imported)() for _ in range(workers)), daemon=True)
+        thread.start()
+        _warming.append(thread)
+
+
+def _wait_for_warming() -> None:
+    with _warming_lock:
+        threads = list(_warming)
+        _warming.clear()
+    for thread in threads:  # one user of the workers at a time
+        thread.join()
 
 
 def run_calls(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: int,
@@ -55,8 +67,7 @@ def run_calls(calls: list[tuple[Callable, tuple]], n_jobs: int | None, cells: in
     workers = worker_count(n_jobs, len(calls), cells)
     if workers == 1:
         return [f(*args) for f, args in calls]
-    while _warming:  # one user of the workers at a time
-        _warming.pop().join()
+    _wait_for_warming()
     from joblib import Parallel, delayed
 
     order = list(range(len(calls))) if costs is None else sorted(range(len(calls)), key=lambda i: -costs[i])

@@ -41,7 +41,7 @@ The logistic-regression candidates get their C from the same folds: each C in `C
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -165,6 +165,44 @@ class _Average:
 
 
 @dataclass(frozen=True)
+class _Judge:
+    """Which dev rows judge a candidate, and its macro-F1 there."""
+
+    y: np.ndarray  # (n,) dev labels
+    audit: np.ndarray | None  # positions of the audit rows; None when too few to judge on
+    n_classes: int
+
+    def rows(self, name: str) -> np.ndarray:
+        """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere); all dev
+        rows for what reads only text (a student included): honest there, and five times as many rows. Audit
+        rows are a random share of dev, so both estimate the same quantity."""
+        if self.audit is not None and reads_votes(name) and not name.startswith("student<"):
+            return self.audit
+        return np.arange(len(self.y))
+
+    def score(self, proba: np.ndarray, name: str) -> float:
+        rows = self.rows(name)
+        return macro_f1(self.y[rows], proba[rows].argmax(axis=1), self.n_classes)
+
+
+@dataclass
+class _Board:
+    """What auto has weighed: each name's out-of-fold dev probabilities, score, the candidates it averages
+    (`groups`, itself for a single one) and, for single candidates, a factory of it at its chosen C."""
+
+    oof: dict[str, np.ndarray] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    makers: dict[str, Callable[[], Aggregator]] = field(default_factory=dict)
+
+    def add(self, name: str, proba: np.ndarray, score: float, group: list[str],
+            make: Callable[[], Aggregator] | None = None) -> None:
+        self.oof[name], self.scores[name], self.groups[name] = proba, score, group
+        if make is not None:
+            self.makers[name] = make
+
+
+@dataclass(frozen=True)
 class Ingredient:
     """One ingredient auto weighs: its name in the scores, a factory of C, and what it reads."""
 
@@ -223,102 +261,106 @@ class AutoAggregator(BaseAggregator):
         keep = np.flatnonzero(y >= 0)
         v, y = v[keep], y[keep]
         feats = None if feats is None else {name: mat[keep] for name, mat in feats.items()}
-        judged = self._judged_rows(audit, keep)
-        self.judged_on_ = "audit" if judged is not None else "dev"
-        every = np.arange(len(y))
-
-        def rows_of(name: str) -> np.ndarray:
-            """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere);
-            all dev rows for what reads only text (a student included): honest there, and five times as
-            many rows. Audit rows are a random share of dev, so both estimate the same quantity."""
-            return judged if judged is not None and reads_votes(name) and not name.startswith("student<") else every
-
-        def score_of(proba: np.ndarray, name: str) -> float:
-            rows = rows_of(name)
-            return macro_f1(y[rows], proba[rows].argmax(axis=1), self.n_classes)
-
+        judge = _Judge(y, self._judged_rows(audit, keep), self.n_classes)
+        self.judged_on_ = "audit" if judge.audit is not None else "dev"
         folds = make_folds(y, self.n_splits, self.seed)
-        oof: dict[str, np.ndarray] = {}
-        scores: dict[str, float] = {}
-        makers: dict[str, Callable[[], Aggregator]] = {}
-        self.C_ = {}
-        candidates = self.candidates(feats)
-        self.left_out_ = []
-        self.demoted_ = []
-        students = self.students and bool(feats) and unlabeled_votes is not None and len(unlabeled_votes) > 0
-        if votes_selected and judged is None and feats:
+        board = _Board()
+        self.C_, self.left_out_, self.demoted_ = {}, [], []
+        candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
+        self._score_candidates(board, candidates, v, y, feats, folds, judge)
+        ranked = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
+        if judge.audit is not None:
+            text_readers = {c.name for c in candidates if c.reads_text}
+            ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, y, judge.audit)
+        chosen = self._best_or_average(board, ranked, judge)
+        student = None
+        if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0:
+            # the student reads this seeded sample alone (the same rows it would draw): workers get only these
+            rows = unlabeled_sample(len(unlabeled_votes), self.seed)
+            unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows))
+            chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
+                                                   unlabeled)
+        self.oof_scores_ = board.scores
+        self.candidate_oof_ = board.oof  # every candidate's out-of-fold dev probabilities (the studio may compare)
+        self.oof_proba_ = board.oof[chosen]  # honest dev probabilities of the chosen aggregator
+        self.chosen_ = chosen
+        self.uses_votes_ = reads_votes(chosen)
+        if student is None:
+            self.members_ = [board.makers[n]().fit(v, y, feats) for n in board.groups[chosen]]
+        else:
+            teacher, views, model = student
+            if model is None:  # not fitted with the folds (they ran here, not on workers)
+                model = _student_fold([board.makers[n] for n in board.groups[teacher]], views, STUDENT_C,
+                                      self.student_columns, self.n_classes, self.seed, v, y, feats,
+                                      np.arange(len(y)), None, *unlabeled)
+            model.teacher_name = teacher
+            self.members_ = [model]
+        self.n_annotators_ = v.shape[1]
+        return self
+
+    def _eligible(self, candidates: list[Ingredient], selected_unjudged: bool) -> list[Ingredient]:
+        """The candidates that may be weighed. With the pool selected on these dev rows and no audit rows to judge
+        on, the ones that read nothing but the votes are left out (`left_out_`); `text_only`: no vote reader."""
+        if selected_unjudged:
             self.left_out_ = [c.name for c in candidates if not c.reads_text]
             candidates = [c for c in candidates if c.reads_text]
         if self.text_only:
             candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
-        cells = len(y) * self.n_classes
+        return candidates
+
+    def _score_candidates(self, board: _Board, candidates: list[Ingredient], v: np.ndarray, y: np.ndarray,
+                          feats: dict | None, folds: list, judge: _Judge) -> None:
+        """Every candidate's out-of-fold probabilities at each of its C values, on worker processes; each keeps
+        its best C (`C_`). Scored in the order the fits were listed, so the choice is the same however they ran."""
         paths = run_calls([(_oof_at_each_C, (c.make, tuple(self.Cs) if c.tuned else (1.0,), v, y, feats, folds))
-                      for c in candidates], self.n_jobs, cells, [_fit_cost(c, feats, len(self.Cs)) for c in candidates])
-        jobs = [(c, C) for c in candidates for C in (self.Cs if c.tuned else (1.0,))]
-        probas = [proba for path in paths for proba in path]
-        # scored in the order the fits were listed, so the choice is the same however they ran
-        for (candidate, C), proba in zip(jobs, probas, strict=True):
-            name, make, tuned = candidate.name, candidate.make, candidate.tuned
-            score = score_of(proba, name)
-            if name not in scores or score > scores[name]:  # ties keep the earlier (smaller) C
-                oof[name], scores[name] = proba, score
-                makers[name] = lambda make=make, C=C: make(C)
-                if tuned:
-                    self.C_[name] = float(C)
-        ranked = sorted(scores, key=lambda name: -scores[name])  # stable: ties keep the simpler first
-        if judged is not None:
-            text_readers = {c.name for c in candidates if c.reads_text}
-            ranked = self._demote_unsure_vote_only(ranked, text_readers, oof, y, judged)
-        chosen, members = ranked[0], [ranked[0]]
-        groups: dict[str, list[str]] = {name: [name] for name in ranked}
+                           for c in candidates], self.n_jobs, len(y) * self.n_classes,
+                          [_fit_cost(c, feats, len(self.Cs)) for c in candidates])
+        for candidate, path in zip(candidates, paths, strict=True):
+            name, make = candidate.name, candidate.make
+            for C, proba in zip(self.Cs if candidate.tuned else (1.0,), path, strict=True):
+                score = judge.score(proba, name)
+                if name not in board.scores or score > board.scores[name]:  # ties keep the earlier (smaller) C
+                    board.add(name, proba, score, [name], lambda make=make, C=C: make(C))
+                    if candidate.tuned:
+                        self.C_[name] = float(C)
+
+    def _best_or_average(self, board: _Board, ranked: list[str], judge: _Judge) -> str:
+        """The best candidate, or the mean of the top 2..top_k if that scores strictly higher out of fold."""
+        chosen = ranked[0]
         for top in range(2, min(self.top_k, len(ranked)) + 1):
             names = ranked[:top]
             name = "avg(" + ",".join(names) + ")"
-            oof[name] = np.mean([oof[n] for n in names], axis=0)
-            scores[name] = score_of(oof[name], name)
-            groups[name] = names
-            if scores[name] > scores[chosen] + 1e-12:
-                chosen, members = name, names
+            proba = np.mean([board.oof[n] for n in names], axis=0)
+            board.add(name, proba, judge.score(proba, name), names)
+            if board.scores[name] > board.scores[chosen] + 1e-12:
+                chosen = name
+        return chosen
+
+    def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], judge: _Judge, votes_selected: bool,
+                        v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
+                        unlabeled: tuple[np.ndarray, Features]) -> tuple[str, tuple | None]:
+        """The students of the chosen candidate and of the best vote reader, scored out of fold; returns what is
+        chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
+        view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
+        teachers = [chosen] + [n for n in sorted(board.groups, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
+        if votes_selected and judge.audit is None:
+            # no honest rows for what reads the selected votes: only the students (which read text at
+            # prediction) and the text-only candidates may be chosen; vote readers may still teach
+            self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
+            chosen = max((n for n in board.groups if not reads_votes(n)), key=lambda n: board.scores[n],
+                         default=chosen)
         student = None
-        if students:
-            # the student reads this seeded sample alone (the same rows it would draw): workers get only these
-            rows = unlabeled_sample(len(unlabeled_votes), self.seed)
-            unlabeled_votes, unlabeled_X = unlabeled_votes[rows], take_rows(unlabeled_X, rows)
-            view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
-            teachers = [chosen] + [n for n in sorted(groups, key=lambda n: -scores[n]) if reads_votes(n)][:1]
-            if votes_selected and judged is None:
-                # no honest rows for what reads the selected votes: only the students (which read text at
-                # prediction) and the text-only candidates may be chosen; vote readers may still teach
-                self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
-                chosen = max((n for n in groups if not reads_votes(n)), key=lambda n: scores[n], default=chosen)
-                members = groups[chosen]
-            fitted = self._students(teachers, view_sets, groups, makers, v, y, feats, folds, unlabeled_votes,
-                                    unlabeled_X)
-            for (teacher, views), (proba, model) in fitted.items():
-                name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
-                oof[name], scores[name] = proba, score_of(proba, name)
-                if scores[name] > scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_) \
-                        or (teacher == chosen and not self._surely_better(oof[chosen], proba, y, rows_of(chosen))):
-                    chosen, members, student = name, groups[teacher], (teacher, views, model)
-        self.oof_scores_ = scores
-        self.candidate_oof_ = oof  # every candidate's out-of-fold dev probabilities (the studio may compare them)
-        self.oof_proba_ = oof[chosen]  # honest dev probabilities of the chosen aggregator
-        self.chosen_ = chosen
-        self.uses_votes_ = reads_votes(chosen)
-        if student is None:
-            self.members_ = [makers[n]().fit(v, y, feats) for n in members]
-        else:
-            teacher, views, model = student
-            if model is None:  # not fitted with the folds (they ran here, not on workers)
-                model = _student_fold([makers[n] for n in groups[teacher]], views, STUDENT_C, self.student_columns,
-                                      self.n_classes, self.seed, v, y, feats, np.arange(len(y)), None,
-                                      unlabeled_votes, unlabeled_X)
-            model.teacher_name = teacher
-            self.members_ = [model]
-        self.n_annotators_ = v.shape[1]
-        return self
+        fitted = self._students(teachers, view_sets, board.groups, board.makers, v, y, feats, folds, *unlabeled)
+        for (teacher, views), (proba, model) in fitted.items():
+            name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
+            board.add(name, proba, judge.score(proba, name), board.groups[teacher])
+            if board.scores[name] > board.scores[chosen] + 1e-12 or (reads_votes(chosen) and chosen in self.left_out_) \
+                    or (teacher == chosen and not self._surely_better(board.oof[chosen], proba, y,
+                                                                      judge.rows(chosen))):
+                chosen, student = name, (teacher, views, model)
+        return chosen, student
 
     def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
                                  y: np.ndarray, judged: np.ndarray) -> list[str]:

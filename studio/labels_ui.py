@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.aggregators.auto import describe_choice
+from engine.aggregators.choice_names import describe_choice
 from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores

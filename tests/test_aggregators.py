@@ -487,7 +487,7 @@ def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
 
 
 def test_auto_choice_is_told_in_words_the_expert_can_check():
-    from engine.aggregators.auto import describe_choice
+    from engine.aggregators.choice_names import describe_choice
 
     said = describe_choice("student<avg(evoagg[masked],tfidf-only)>[masked+relation]")
     assert said.startswith("a student") and "(reading masked+relation)" in said

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.agents.choice import AGENT_CHOICES
-from engine.aggregators.auto import reads_votes
+from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
 from engine.cli import build_parser
 from engine.domain import AUDIT, FITNESS

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.aggregators.auto import AutoAggregator, reads_votes
+from engine.aggregators.auto import AutoAggregator
+from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.student import StudentAggregator, frequent_columns
 from engine.aggregators.voting import MajorityVote

@@ -1,0 +1,51 @@
+"""The names `auto` gives its choices ("avg(evoagg[masked],tfidf-only)", "student<mv>") read back: whether a
+choice reads the pool's votes, and what each ingredient reads, in words an expert can check in the studio."""
+from __future__ import annotations
+
+
+def reads_votes(name: str) -> bool:
+    """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
+    if name.startswith("avg(") or name.startswith("student<"):
+        inner = name[4:-1] if name.startswith("avg(") else name[len("student<"):name.rindex(">")]
+        return any(reads_votes(part) for part in _split_top(inner))
+    return not name.endswith("-only")
+
+
+def _split_top(names: str) -> list[str]:
+    """Split "a,avg(b,c),d" at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(names):
+        depth += ch in "(<["
+        depth -= ch in ")>]"
+        if ch == "," and depth == 0:
+            parts.append(names[start:i])
+            start = i + 1
+    parts.append(names[start:])
+    return parts
+
+
+# what each part of a candidate's name reads, in words an expert can check against the studio's plots
+INGREDIENT_WORDS = {
+    "mv": "majority vote of the pool", "wmv": "the pool's vote weighted by each annotator's dev accuracy",
+    "ds": "Dawid-Skene over the pool's votes",
+    "embedding": "MiniLM sentence embeddings", "tfidf": "TF-IDF of the text's words and word pairs",
+    "relation": "TF-IDF of the words between the two entities",
+    "masked": "MiniLM embeddings of the sentence with the two entities replaced by X and Y",
+}
+
+
+def describe_choice(name: str) -> str:
+    """`name` (as auto names its choice) in words: each ingredient and what it reads."""
+    if name.startswith("student<"):
+        views, teacher = name[name.rindex(">") + 1:], name[len("student<"):name.rindex(">")]
+        return ("a student: a text model trained on its teacher's labels of the unlabeled rows plus dev"
+                + (f" (reading {views.strip('[]')})" if views else "") + f"; the teacher: {describe_choice(teacher)}")
+    if name.startswith("avg("):
+        return "the mean of " + "; ".join(describe_choice(part) for part in _split_top(name[4:-1]))
+    if name == "evoagg[votes]":
+        return "EvoAgg over the pool's votes alone"
+    if name.startswith("evoagg["):
+        return f"EvoAgg: the pool's votes with {INGREDIENT_WORDS.get(name[7:-1], name[7:-1])}"
+    if name.endswith("-only"):
+        return f"{INGREDIENT_WORDS.get(name[:-5], name[:-5])} alone (no votes)"
+    return INGREDIENT_WORDS.get(name, name)

@@ -65,11 +65,19 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
+def _between(frame: pd.DataFrame) -> list[str]:
+    return [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], frame["text"],
+                                                                                    strict=True)]
+
+
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
-                  on_event: EventSink = quiet) -> dict[str, object]:
+                  on_event: EventSink = quiet, fit_frame: pd.DataFrame | None = None) -> dict[str, object]:
     """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
-    of the text and, for "relation", TF-IDF of the words between the two entity mentions."""
+    of the text and, for "relation", TF-IDF of the words between the two entity mentions. The TF-IDF
+    vocabularies are fitted on `fit_frame`'s texts (default: `frame`'s): pass every row of the workspace so a
+    row gets the same features whichever splits are being labeled (no label is read there)."""
     texts = list(frame["text"])
+    fit_texts = None if fit_frame is None else list(fit_frame["text"])
     out: dict[str, object] = {}
     if "embedding" in kinds:
         from engine.embed.cache import embed_texts
@@ -80,14 +88,13 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
 
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
-        out["tfidf"] = tfidf_rows(texts)
+        out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
     if "masked" in kinds:
         out["masked"] = masked_embeddings(store, frame, on_event)
     if "relation" in kinds:
-        between = [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], texts,
-                                                                                           strict=True)]
+        between = _between(frame)
         if any(between):  # entities side by side everywhere: no such view to learn from
-            out["relation"] = tfidf_rows(between)
+            out["relation"] = tfidf_rows(between, fit_texts=None if fit_frame is None else _between(fit_frame))
     return out
 
 
@@ -170,15 +177,14 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
     for split in splits or ("dev", "test", "pool"):
         if store.count_examples(split):
             ensure_votes(store, executor, pool, split, on_event)
-    if splits is None:
-        frame = store.examples_frame()
-    else:
-        frame = pd.concat([store.examples_frame(s) for s in splits], ignore_index=True)
+    everything = store.examples_frame()
+    frame = everything if splits is None else everything[everything["split"].isin(splits)].reset_index(drop=True)
     ids = list(frame["id"])
     votes = store.vote_matrix(pool, example_ids=ids).votes
     if kinds is None:
         kinds = feature_kinds(store.load_task(), aggregator)
-    features = text_features(store, frame, kinds, on_event) if kinds else None
+    # TF-IDF learns its vocabulary from every row's text, so `evaluate` on dev and `soft_labels` agree
+    features = text_features(store, frame, kinds, on_event, None if splits is None else everything) if kinds else None
     return frame, ids, votes, features
 
 

@@ -131,10 +131,12 @@ def fitted_tfidf(texts: Sequence[str], seed: int = 0) -> TfidfFeatures:
     return TfidfFeatures().fit([texts[i] for i in sample])
 
 
-def tfidf_rows(texts: Sequence[str], seed: int = 0) -> sparse.csr_matrix | LazyTfidfRows:
-    """TF-IDF of `texts`: the matrix itself up to EAGER_ROWS rows; above, fitted as `fitted_tfidf` does and rows
-    computed when asked for (`LazyTfidfRows`)."""
+def tfidf_rows(texts: Sequence[str], seed: int = 0, fit_texts: Sequence[str] | None = None
+               ) -> sparse.csr_matrix | LazyTfidfRows:
+    """TF-IDF of `texts`, its vocabulary fitted on `fit_texts` (default: `texts`) as `fitted_tfidf` does: the
+    matrix itself up to EAGER_ROWS rows, above that rows computed when asked for (`LazyTfidfRows`)."""
     texts = list(texts)
-    if len(texts) <= EAGER_ROWS:
+    if fit_texts is None and len(texts) <= EAGER_ROWS:
         return TfidfFeatures().fit_transform(texts)
-    return LazyTfidfRows(fitted_tfidf(texts, seed), texts)
+    features = fitted_tfidf(texts if fit_texts is None else fit_texts, seed)
+    return features.transform(texts) if len(texts) <= EAGER_ROWS else LazyTfidfRows(features, texts)

@@ -513,3 +513,21 @@ def test_oof_path_lands_where_fresh_fits_do(feature):
         # lbfgs stops at a gradient of 1e-4, not at the optimum: near it, and flatter the weaker the penalty
         np.testing.assert_allclose(proba, fresh, atol=0.02)
         assert (proba.argmax(axis=1) == fresh.argmax(axis=1)).mean() >= 0.98
+
+
+def test_demoted_vote_only_models_lose_ties_for_the_second_teacher():
+    """With accurate votes, majority vote ties the best vote-reading text model on the audit rows and is demoted
+    below the text readers (not surely better); the second teacher of auto's students is then picked in that
+    ranked order, so no student of the demoted majority vote is weighed."""
+    rng = np.random.default_rng(1)
+    n, m = 500, 5
+    y = rng.integers(0, K, n)
+    votes = np.where(rng.random((n, m)) < 0.97, y[:, None], (y[:, None] + rng.integers(1, K, (n, m))) % K)
+    emb = np.eye(K)[y] @ rng.normal(size=(K, 5)) + rng.normal(0, 1.0, (n, 5))
+    X = {"embedding": emb, "tfidf": sparse.csr_matrix(np.abs(emb) * (rng.random((n, 5)) < 0.6))}
+    dev, pool = np.arange(300), np.arange(300, 500)
+    auto = AutoAggregator(K, seed=0, n_jobs=1).fit(
+        votes[dev], y[dev], _take(X, dev), audit=np.random.default_rng(1).random(300) < 0.3,
+        unlabeled_votes=votes[pool], unlabeled_X=_take(X, pool))
+    assert "mv" in auto.demoted_
+    assert not any(name.startswith("student<mv") for name in auto.oof_scores_)

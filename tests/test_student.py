@@ -78,6 +78,7 @@ def test_student_keeps_only_the_most_frequent_sparse_columns(data):
     dense = np.ones((X.shape[0], 3))
     whole, sparse_kept = frequent_columns([dense, X], limit=8)
     assert whole is None and np.array_equal(sparse_kept, kept)
+    assert frequent_columns([dense], limit=2) is None  # only dense views: nothing to drop, whatever the limit
 
 
 def test_block_lr_is_scikit_learns_logistic_regression():

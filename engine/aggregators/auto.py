@@ -297,13 +297,14 @@ class AutoAggregator(BaseAggregator):
         """The students of the chosen candidate and of the best vote reader, scored out of fold; returns what is
         chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
         view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
-        teachers = [chosen] + [n for n in sorted(board.groups, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
+        # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
+        weighed = ranked + [n for n in board.groups if n not in set(ranked)]
+        teachers = [chosen] + [n for n in sorted(weighed, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
         if votes_selected and judge.audit is None:
             # no honest rows for what reads the selected votes: only the students (which read text at
             # prediction) and the text-only candidates may be chosen; vote readers may still teach
             self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
-            chosen = max((n for n in board.groups if not reads_votes(n)), key=lambda n: board.scores[n],
-                         default=chosen)
+            chosen = max((n for n in weighed if not reads_votes(n)), key=lambda n: board.scores[n], default=chosen)
         student = None
         fitted = self._students(teachers, view_sets, board.groups, board.makers, v, y, feats, folds, *unlabeled)
         for (teacher, views), (proba, model) in fitted.items():

@@ -8,7 +8,7 @@ student (4,500 rows, 768 dense + 28,700 sparse columns, 10 classes) a step takes
 The objective, the start (zeros) and the optimizer's settings are scikit-learn's `LogisticRegression` with
 lbfgs (1.x): mean weighted log-loss plus `||W||^2 / (2 C sum(w))`, intercept unpenalised, multinomial over the
 classes present, one sigmoid when two are, so the fitted model is the same one to the optimizer's tolerance
-(tests/test_block_lr.py holds it to that).
+(tests/test_student.py holds it to that).
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class BlockLogisticRegression:
 
     def fit(self, blocks: Sequence[Block], y: np.ndarray, sample_weight: np.ndarray | None = None
             ) -> BlockLogisticRegression:
+        if not blocks:
+            raise ValueError("BlockLogisticRegression needs at least one block of columns")
         blocks = [sparse.csr_matrix(b, dtype=np.float64) if sparse.issparse(b) else np.asarray(b, np.float64)
                   for b in blocks]
         self.classes_, target = np.unique(np.asarray(y), return_inverse=True)

@@ -37,12 +37,13 @@ def _imported() -> bool:
 def prewarm_workers(n_rows: int, n_classes: int, n_jobs: int | None = None) -> None:
     """Start auto's worker processes now, on a thread, if its fits will run on them: spawning them and importing
     numpy, scikit-learn and the engine there takes about a second, which the caller's feature work then hides."""
-    workers = worker_count(n_jobs, 2, n_rows * n_classes)
+    workers = worker_count(n_jobs, 1 << 30, n_rows * n_classes)  # as many as a batch of fits will ask for
     if workers == 1:
         return
     from joblib import Parallel, delayed
 
     with _warming_lock:
+        _warming[:] = [t for t in _warming if t.is_alive()]  # a finished start left by a serial fit is no user
         if _warming:
             return
         thread = threading.Thread(target=lambda: Parallel(n_jobs=workers, backend="loky")(

@@ -64,8 +64,8 @@ MAX_COLUMNS = 10_000  # the student keeps the most frequent sparse columns: lbfg
 def frequent_columns(blocks: Sequence[Block], limit: int = MAX_COLUMNS) -> list[np.ndarray | None] | None:
     """Per block, the sorted columns kept (None: all): dense blocks whole, then the sparse columns with the most
     nonzero rows (ties: the earlier column) up to `limit` columns in all. None when nothing is dropped."""
-    if sum(b.shape[1] for b in blocks) <= limit:
-        return None
+    if sum(b.shape[1] for b in blocks) <= limit or not any(sparse.issparse(b) for b in blocks):
+        return None  # dense views (embeddings) are kept whole
     room = limit - sum(b.shape[1] for b in blocks if not sparse.issparse(b))
     sparse_blocks = [sparse.csr_matrix(b) for b in blocks if sparse.issparse(b)]
     df = np.concatenate([np.bincount(b.indices, minlength=b.shape[1]) for b in sparse_blocks])

@@ -172,6 +172,10 @@ def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
     if choice.left_out:
         text += (f"; left out {', '.join(choice.left_out)}: the pool was chosen on these same rows, so their "
                  "dev figures are inflated")
+    if choice.chosen.startswith("student<"):
+        text += (". A student learns from its teacher's labels of thousands of unlabeled rows and reads only the "
+                 "text; auto keeps it over its teacher unless the teacher beats it in 90% of resamples of the rows "
+                 "it is judged on")
     return text
 
 

@@ -96,6 +96,7 @@ def test_labels_screen_shows_the_aggregator_and_dev_macro_f1_eval_gives_for_auto
     at = render("pages/labels.py")
     shown = "\n".join([c.value for c in at.caption] + [m.value for m in at.markdown])
     assert f"Auto chose {auto['chosen']}" in shown
+    assert ("auto keeps it over its teacher unless" in shown) == auto["chosen"].startswith("student<")
     assert metrics(at)["Dev macro-F1"] == f"{auto['macro_f1']:.3f}"
 
 

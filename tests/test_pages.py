@@ -408,6 +408,9 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     at = run("audited", "pages/labels.py")
     assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores.audit_macro_f1:.3f}"
     assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores.choice.chosen}" in texts(at)
+    # a student is explained as one: what it learns from, and when it stays over its teacher
+    said_student = "auto keeps it over its teacher unless the teacher beats it" in texts(at)
+    assert said_student == saved.dev_scores.choice.chosen.startswith("student<")
     # the manifest download carries the same provenance as `evopool export`'s
     frame = export.labeled_frame(store, SoftLabels(saved.probs, saved.example_ids, saved.resolved), saved.hard,
                                  saved.n_votes)

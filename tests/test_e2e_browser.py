@@ -151,7 +151,7 @@ def test_expert_journey(studio_url, tmp_path):
             card = page.get_by_test_id("stExpander").filter(has_text="accept").first
             card.get_by_label("Your reason (logged)").fill("fires on song titles, not on spam")
             card.get_by_role("button", name="Reject (take out of the pool)").click()
-            expect(page.get_by_text("logged with your reason")).to_be_visible()
+            expect(page.get_by_text("logged with your reason")).to_be_visible(timeout=30_000)  # the page reruns first
             _idle(page)
             _shot(page, "4-rejected")
             page.reload()  # everything lives in the workspace; the URL keeps which one
@@ -297,7 +297,7 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
                 expect(card.get_by_text("In plain words")).to_be_visible()
                 card.get_by_label("Your reason (logged)").fill(reason)
                 card.get_by_role("button", name="Reject (take out of the pool)").click()
-                expect(page.get_by_text("logged with your reason")).to_be_visible()
+                expect(page.get_by_text("logged with your reason")).to_be_visible(timeout=30_000)
                 _idle(page)
                 page.get_by_role("button", name="Run 1 generation (to 2)").click()
                 expect(page.get_by_role("button", name="Run 1 generation (to 3)")).to_be_visible(timeout=120_000)

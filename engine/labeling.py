@@ -65,7 +65,8 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
-def _between(frame: pd.DataFrame) -> list[str]:
+def between_texts(frame: pd.DataFrame) -> list[str]:
+    """Each row's words between its two entity mentions (the relation view; "" where it has none)."""
     return [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], frame["text"],
                                                                                     strict=True)]
 
@@ -92,9 +93,9 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     if "masked" in kinds:
         out["masked"] = masked_embeddings(store, frame, on_event)
     if "relation" in kinds:
-        between = _between(frame)
+        between = between_texts(frame)
         if any(between):  # entities side by side everywhere: no such view to learn from
-            out["relation"] = tfidf_rows(between, fit_texts=None if fit_frame is None else _between(fit_frame))
+            out["relation"] = tfidf_rows(between, fit_texts=None if fit_frame is None else between_texts(fit_frame))
     return out
 
 
@@ -184,7 +185,8 @@ def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, a
     if kinds is None:
         kinds = feature_kinds(store.load_task(), aggregator)
     # TF-IDF learns its vocabulary from every row's text, so `evaluate` on dev and `soft_labels` agree
-    features = text_features(store, frame, kinds, on_event, None if splits is None else everything) if kinds else None
+    fit_frame = everything if len(frame) < len(everything) else None  # a subset: fit on all, transform these
+    features = text_features(store, frame, kinds, on_event, fit_frame) if kinds else None
     return frame, ids, votes, features
 
 

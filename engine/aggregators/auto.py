@@ -60,7 +60,7 @@ from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import MAX_COLUMNS, StudentAggregator, unlabeled_sample
+from engine.aggregators.student import StudentAggregator, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -77,7 +77,7 @@ STUDENT_C = 10.0
 
 def _fit_cost(candidate: Ingredient, feats: dict | None, n_Cs: int) -> float:
     """A rough cost of a candidate's out-of-fold fits: the entries of what it reads, times the Cs it tries."""
-    matrix = (feats or {}).get(candidate.name.removesuffix("-only").removeprefix("evoagg[").removesuffix("]"))
+    matrix = (feats or {}).get(candidate.feature)
     size = 0 if matrix is None else (matrix.nnz if hasattr(matrix, "nnz") else np.prod(matrix.shape))
     return (1.0 + float(size)) * (n_Cs if candidate.tuned else 1)
 
@@ -92,15 +92,15 @@ def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: 
     return [oof_proba(lambda C=C: make(C), v, y, feats, folds) for C in Cs]
 
 
-def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, max_columns: int,
-                  n_classes: int, seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray,
+def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, n_classes: int,
+                  seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray,
                   held: np.ndarray | None, unlabeled_votes: np.ndarray, unlabeled_X: Features
                   ) -> np.ndarray | StudentAggregator:
     """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only; with
     `held=None`, the fitted student itself (the one auto keeps if it is chosen)."""
     sub = {name: mat[train] for name, mat in feats.items()}
     teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
-    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed, max_columns=max_columns)
+    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed)
     student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
     if held is None:
         return student
@@ -162,7 +162,11 @@ class Ingredient:
     name: str
     make: Callable[[float], Aggregator]
     tuned: bool  # whether C matters (then each C in `Cs` is scored)
-    reads_text: bool  # False: it reads nothing but the votes
+    feature: str | None = None  # the text feature it reads; None: nothing but the votes
+
+    @property
+    def reads_text(self) -> bool:
+        return self.feature is not None
 
 
 class AutoAggregator(BaseAggregator):
@@ -170,8 +174,7 @@ class AutoAggregator(BaseAggregator):
 
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
                  top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
-                 students: bool = True, confidence: float = 0.9, bootstrap: int = 200, n_jobs: int | None = None,
-                 student_columns: int = MAX_COLUMNS):
+                 students: bool = True, confidence: float = 0.9, bootstrap: int = 200, n_jobs: int | None = None):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -182,25 +185,22 @@ class AutoAggregator(BaseAggregator):
         self.students = students
         self.confidence = confidence  # how sure the audit rows must be before a vote-only model beats the text
         self.bootstrap = bootstrap
-        self.student_columns = student_columns  # the student's sparse columns at most (see student.MAX_COLUMNS)
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
         k, seed = self.n_classes, self.seed
         out = [
-            Ingredient("mv", lambda C: MajorityVote(k), tuned=False, reads_text=False),
-            Ingredient("wmv", lambda C: WeightedMajorityVote(k), tuned=False, reads_text=False),
-            Ingredient("ds", lambda C: DawidSkene(k), tuned=False, reads_text=False),
-            Ingredient("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), tuned=True,
-                      reads_text=False),
+            Ingredient("mv", lambda C: MajorityVote(k), tuned=False),
+            Ingredient("wmv", lambda C: WeightedMajorityVote(k), tuned=False),
+            Ingredient("ds", lambda C: DawidSkene(k), tuned=False),
+            Ingredient("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), tuned=True),
         ]
         for name in feature_dict(X):
             out.append(Ingredient(f"{name}-only", lambda C, name=name: TextOnly(k, feature=name, Cs=(C,), seed=seed),
-                                 tuned=True, reads_text=True))
-            out.append(Ingredient(f"evoagg[{name}]",
-                                 lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
-                                 tuned=True, reads_text=True))
+                                  tuned=True, feature=name))
+            out.append(Ingredient(f"evoagg[{name}]", lambda C, name=name: EvoAgg(k, feature=name, Cs=(C,), seed=seed),
+                                  tuned=True, feature=name))
         return out
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
@@ -234,7 +234,6 @@ class AutoAggregator(BaseAggregator):
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
                                                    unlabeled)
         self.oof_scores_ = board.scores
-        self.candidate_oof_ = board.oof  # every candidate's out-of-fold dev probabilities (the studio may compare)
         self.oof_proba_ = board.oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
         self.uses_votes_ = reads_votes(chosen)
@@ -244,7 +243,7 @@ class AutoAggregator(BaseAggregator):
             teacher, views, model = student
             if model is None:  # not fitted with the folds (they ran here, not on workers)
                 model = _student_fold([board.makers[n] for n in board.groups[teacher]], views, STUDENT_C,
-                                      self.student_columns, self.n_classes, self.seed, v, y, feats,
+                                      self.n_classes, self.seed, v, y, feats,
                                       np.arange(len(y)), None, *unlabeled)
             model.teacher_name = teacher
             self.members_ = [model]
@@ -298,7 +297,8 @@ class AutoAggregator(BaseAggregator):
         chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
         view_sets = [vs for vs in STUDENT_VIEWS if all(view in feats for view in vs)][:1] or [tuple(feats)[:1]]
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
-        weighed = ranked + [n for n in board.groups if n not in set(ranked)]
+        single = set(ranked)
+        weighed = ranked + [n for n in board.groups if n not in single]
         teachers = [chosen] + [n for n in sorted(weighed, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
         if votes_selected and judge.audit is None:
             # no honest rows for what reads the selected votes: only the students (which read text at
@@ -361,7 +361,7 @@ class AutoAggregator(BaseAggregator):
         for teacher, views in pairs:
             parts = [makers[n] for n in groups[teacher]]
             splits = folds + ([(np.arange(len(y)), None)] if speculate else [])
-            calls += [(_student_fold, (parts, views, STUDENT_C, self.student_columns, self.n_classes, self.seed, v,
+            calls += [(_student_fold, (parts, views, STUDENT_C, self.n_classes, self.seed, v,
                                        y, feats, train, held, unlabeled_votes, unlabeled_X)) for train, held in splits]
         results = iter(run_calls(calls, self.n_jobs, len(y) * self.n_classes))
         out = {}

@@ -88,7 +88,7 @@ def keep_columns(blocks: Sequence[Block], columns: list[np.ndarray | None] | Non
 
 
 def fit_student(F_dev: Sequence[Block], y_dev: np.ndarray, F_unl: Sequence[Block], teacher_proba: np.ndarray,
-                n_classes: int, C: float, seed: int, max_iter: int = 300) -> BlockLogisticRegression | np.ndarray:
+                n_classes: int, C: float, max_iter: int = 300) -> BlockLogisticRegression | np.ndarray:
     """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (the teacher's argmax, weighted by how
     far its probability stands above chance: rows the teacher knows nothing about, e.g. where no annotator
     votes, teach nothing). A constant prior when only one class is present. F_dev and F_unl (column blocks)
@@ -167,7 +167,7 @@ class StudentAggregator(BaseAggregator):
                                          self.max_columns)
         F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
-        self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C, self.seed)
+        self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
         self.n_annotators_ = votes.shape[1]
         return self
 

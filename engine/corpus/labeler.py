@@ -21,7 +21,7 @@ from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
 from engine.export import add_label_columns, label_separator
-from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels, masked_embeddings
+from engine.labeling import THRESHOLD, between_texts, feature_kinds, fit_on_dev, hard_labels, masked_embeddings
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 from engine.text_views import masked_views, view_text
@@ -165,11 +165,10 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         vocabularies["tfidf"] = fitted_tfidf(list(everything["text"]))  # as export fits it
         features["tfidf"] = vocabularies["tfidf"].transform(list(frame["text"]))
     if "relation" in kinds:
-        def between(rows: pd.DataFrame) -> list[str]:
-            return [view_text({**f, "text": t}, "between") for f, t in zip(rows["fields"], rows["text"], strict=True)]
-        if any(between(everything)):
-            vocabularies["relation"] = fitted_tfidf(between(everything))
-            features["relation"] = vocabularies["relation"].transform(between(frame))
+        between_all = between_texts(everything)
+        if any(between_all):
+            vocabularies["relation"] = fitted_tfidf(between_all)
+            features["relation"] = vocabularies["relation"].transform(between_texts(frame))
     if "masked" in kinds and embedder:
         features["masked"] = masked_embeddings(store, frame)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())

@@ -170,8 +170,10 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
     return probs
 
 
-def _prepare(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
-             on_event: EventSink, kinds: tuple[str, ...] | None = None):
+def labeling_inputs(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
+                    on_event: EventSink = quiet, kinds: tuple[str, ...] | None = None):
+    """The rows of `splits` (None: all) as a frame in import order, the pool's votes on them and the text features
+    `aggregator` reads: what every labeling fits and predicts from."""
     pool = store.pool_ids()
     if not pool and aggregator_entry(aggregator).votes_only:
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
@@ -210,7 +212,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         splits = (*splits, "pool")  # the student stage learns from the unlabeled rows; they are dropped below
     if chooses:  # its fits run on worker processes: start them while the features are read
         prewarm_workers(store.count_examples("dev"), n_classes)
-    frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event)
+    frame, ids, votes, features = labeling_inputs(store, executor, splits, aggregator, on_event)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
     unl = unl[unlabeled_sample(len(unl), seed)]  # all a student reads; its features are computed for these alone
     unlabeled = (votes[unl], _rows(features, unl) if features else None) if len(unl) else None
@@ -266,7 +268,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
                          "'evoagg' or 'auto' (both MultiLabelEvoAgg), or 'embedding' (the text alone)")
     k = len(store.load_task().labels)
-    frame, ids, votes, features = _prepare(store, executor, splits, aggregator, on_event, kinds=("embedding",))
+    frame, ids, votes, features = labeling_inputs(store, executor, splits, aggregator, on_event, kinds=("embedding",))
     # a text-only aggregator ("embedding") is the same model without the votes
     used = votes if aggregator_entry(aggregator).reads_votes else votes[:, :0]
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())

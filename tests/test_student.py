@@ -132,13 +132,13 @@ def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_be
     X, y, votes, dev, pool, test = data
     dev = np.arange(100, 130)  # 30 rows where the best candidate leads its student by a row out of fold
     fit = dict(unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
-    # any bootstrap lead is sure (confidence 0): the student needs a strictly higher score, as before
-    always = AutoAggregator(2, seed=0, confidence=0.0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    # any bootstrap lead is sure (student_confidence 0): the student needs a strictly higher score, as before
+    always = AutoAggregator(2, seed=0, student_confidence=0.0).fit(votes[dev], y[dev], rows(X, dev), **fit)
     teacher, scores = always.chosen_, always.oof_scores_
     student = f"student<{teacher}>"
     assert not teacher.startswith("student<") and scores[student] < scores[teacher]
-    # nothing is ever sure (confidence above 1): the best candidate's student takes its place
-    never = AutoAggregator(2, seed=0, confidence=1.01).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    # nothing is ever sure (student_confidence above 1): the best candidate's student takes its place
+    never = AutoAggregator(2, seed=0, student_confidence=1.01).fit(votes[dev], y[dev], rows(X, dev), **fit)
     assert never.chosen_ == student and never.uses_votes_ is reads_votes(teacher)
     # the default (0.9): a one-row lead on 30 rows is not sure
     assert AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit).chosen_ == student

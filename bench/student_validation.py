@@ -1,0 +1,145 @@
+"""The student rule, checked on rows that are neither dev nor test: the withheld gold labels of pool rows.
+
+`auto` lets the best candidate's own student replace it unless the teacher beats it in 90 % of paired bootstrap
+draws of the rows the teacher is judged on. Before that rule the student needed a strictly higher out-of-fold
+score. Dev cannot settle which is right (the teacher's ~100 audit rows are the winner's among 40 candidates) and
+test must not be looked at, so this bench scores both on a third set of rows: the WRENCH train rows, which the
+product imports as unlabeled pool rows and never reads a label of, minus the seeded sample the student learns
+from (its teacher's labels there, not the gold ones).
+
+For each dataset and seed: import and evolve as bench/quality.py does (dev 500 rows, audit share 0.2, 5
+generations of the offline agents on the compiled path), then on every row fit, on dev:
+  teacher        auto without students: the candidate (or average) the student would learn from
+  student        that teacher's student (the views and C auto gives it)
+  before rule    auto with `student_confidence=0`: a student replaces its teacher only on a higher out-of-fold
+                 score
+  with rule      auto as it ships
+and report macro-F1 on the held-out pool rows. Datasets whose pool leaves fewer than 500 rows outside the
+student's sample (semeval, youtube) cannot be checked this way; banking77's pool labels are not WRENCH's.
+
+    python bench/student_validation.py [--datasets chemprot trec sms] [--seeds 0 1 2]
+                                       [--out bench/results/student_validation]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
+from bench.throughput import commit  # noqa: E402
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
+from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.aggregators.student import StudentAggregator, unlabeled_sample  # noqa: E402
+from engine.evolve import EvolveConfig, evolve  # noqa: E402
+from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
+from engine.ingest.readers import read_wrench  # noqa: E402
+from engine.labeling import labeling_inputs  # noqa: E402
+from engine.score import macro_f1  # noqa: E402
+from engine.store.workspace import Store  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+TMP = ROOT / "bench" / "results" / "tmp"
+MIN_ROWS = 500  # held-out pool rows needed for a figure worth reading
+
+
+def run(name: str, seed: int, generations: int) -> dict | None:
+    workdir = TMP / f"validation-{name}-s{seed}"
+    store = Store.open(workdir)
+    if not store.has_data():
+        import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
+        load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    k = len(store.load_task().labels)
+    with CompiledExecutor() as executor:
+        if store.last_complete_generation() < generations:
+            evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
+        frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
+    save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
+    sample = pool[unlabeled_sample(len(pool), seed)]
+    held = np.setdiff1d(pool, sample)
+    if len(held) < MIN_ROWS:
+        print(f"  {name}: {len(held)} pool rows outside the student's sample, fewer than {MIN_ROWS}: skipped",
+              file=sys.stderr)
+        return None
+    wrench, _ = read_wrench(SHARED / name)
+    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))  # read here only, to score
+    gold = np.array([gold_of[i] for i in frame["id"].to_numpy()[held]])
+    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
+    y = frame["label"].to_numpy()[dev].astype(int)
+    on_dev = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True)
+    unlabeled = dict(unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
+    X_dev, X_held = take_rows(feats, dev), take_rows(feats, held)
+
+    def held_f1(model) -> float:
+        return round(macro_f1(gold, model.predict_proba(votes[held], X_held).argmax(axis=1), k), 4)
+
+    started = time.monotonic()
+    teacher = AutoAggregator(k, seed=seed, students=False).fit(votes[dev], y, X_dev, **on_dev)
+    student = StudentAggregator(k, lambda: None, teacher.chosen_, student_views(feats), C=STUDENT_C, seed=seed)
+    student.fit_from_teacher(teacher, votes[dev], y, X_dev, votes[sample], take_rows(feats, sample))
+    before = AutoAggregator(k, seed=seed, student_confidence=0.0).fit(votes[dev], y, X_dev, **on_dev, **unlabeled)
+    rule = AutoAggregator(k, seed=seed).fit(votes[dev], y, X_dev, **on_dev, **unlabeled)
+    Store.close_all()
+    return {"dataset": name, "seed": seed, "held_rows": int(len(held)), "teacher": teacher.chosen_,
+            "teacher_f1": held_f1(teacher), "student_f1": held_f1(student),
+            "before_rule": before.chosen_, "before_rule_f1": held_f1(before),
+            "with_rule": rule.chosen_, "with_rule_f1": held_f1(rule), "fit_s": round(time.monotonic() - started, 1)}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# The student rule on held-out pool rows: `bench/student_validation.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. Macro-F1 on the pool rows outside the student's sample, "
+             "against their withheld WRENCH train labels (never dev, never test).\n",
+             "| dataset | seed | held rows | teacher | teacher F1 | its student F1 | before the rule | F1 "
+             "| with the rule | F1 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['held_rows']} | {r['teacher']} | {r['teacher_f1']:.3f} | "
+                     f"{r['student_f1']:.3f} | {r['before_rule']} | {r['before_rule_f1']:.3f} | {r['with_rule']} | "
+                     f"{r['with_rule_f1']:.3f} |")
+    wins = sum(r["student_f1"] >= r["teacher_f1"] for r in rows)
+    lines.append(f"\nThe student scored at least its teacher's F1 in {wins} of {len(rows)} runs; mean F1 before the "
+                 f"rule {np.mean([r['before_rule_f1'] for r in rows]):.3f}, with it "
+                 f"{np.mean([r['with_rule_f1'] for r in rows]):.3f}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["chemprot", "trec", "sms"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--generations", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "student_validation")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
+    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
+            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "command": "python bench/student_validation.py " + " ".join(sys.argv[1:])}
+    rows = []
+    for name in args.datasets:
+        for seed in args.seeds:
+            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+            row = run(name, seed, args.generations)
+            if row is not None:
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    args.out.with_suffix(".md").write_text(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

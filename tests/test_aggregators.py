@@ -531,3 +531,33 @@ def test_demoted_vote_only_models_lose_ties_for_the_second_teacher():
         unlabeled_votes=votes[pool], unlabeled_X=_take(X, pool))
     assert "mv" in auto.demoted_
     assert not any(name.startswith("student<mv") for name in auto.oof_scores_)
+
+
+def test_evoagg_vote_weight_scales_only_the_vote_block_beside_text():
+    y, votes, X = synthetic(8, 60, 3)
+    for weight in (1.0, 0.25):
+        model = EvoAgg(K, vote_weight=weight)
+        design = model._design(votes, X["embedding"])
+        vote_block = sparse.csr_matrix(design)[:, X["embedding"].shape[1]:]
+        assert set(np.unique(vote_block.data)) == {weight}
+        # votes alone: C alone sets their scale, so the weight does not apply
+        assert set(np.unique(model._design(votes, None).data)) == {1.0}
+
+
+def test_a_lighter_vote_block_trusts_votes_chosen_on_dev_less():
+    """Votes right on every dev row (where the pool was chosen) and right on 45 % of new rows; the text is
+    a noisy but honest signal. At weight 1 EvoAgg follows the votes on new rows; at 0.25 the text keeps a say."""
+    rng = np.random.default_rng(3)
+    n_dev, n_new = 150, 2000
+    y = rng.integers(0, K, n_dev + n_new)
+    centers = rng.normal(size=(K, 16)) * 1.2
+    X = centers[y] + rng.normal(size=(len(y), 16))
+    votes = np.full((len(y), 4), ABSTAIN)
+    for j in range(4):
+        fires = rng.random(len(y)) < 0.6
+        right = np.concatenate([np.ones(n_dev, bool), rng.random(n_new) < 0.45])
+        votes[fires, j] = np.where(right, y, (y + rng.integers(1, K, len(y))) % K)[fires]
+    dev, new = slice(0, n_dev), slice(n_dev, None)
+    scores = {w: macro_f1(y[new], EvoAgg(K, vote_weight=w).fit(votes[dev], y[dev], X[dev])
+                          .predict(votes[new], X[new]), K) for w in (1.0, 0.25)}
+    assert scores[0.25] > scores[1.0] + 0.03, scores

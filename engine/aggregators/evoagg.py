@@ -1,7 +1,9 @@
 """EvoAgg: a logistic regression over [text features ; one-hot votes], fitted on dev labels only.
 
 The classifier learns how far to trust each annotator per class and where the text itself says more
-than the votes. C is chosen by stratified cross-validation on dev (macro-F1), classes are balanced.
+than the votes. Beside text, the one-hot vote block is scaled down by `vote_weight` (an L2 penalty 1/w² times
+heavier on the votes' coefficients): the pool was chosen on these dev rows, where its votes are right more often
+than anywhere else, and an LR fitted there trusts them too much (bench/vote_weight.py). C is chosen by stratified cross-validation on dev (macro-F1), classes are balanced.
 `TextOnly` is the same model on one text feature matrix alone (no votes), be it sentence embeddings or
 TF-IDF n-grams: a baseline the auto aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits
 one binary model per class.
@@ -31,6 +33,11 @@ from engine.aggregators.base import (
     select_feature,
 )
 from engine.score import macro_f1
+
+
+# the vote block's scale beside a text block, chosen on rows that are neither dev nor test: the withheld gold labels
+# of the unlabeled pool rows (bench/vote_weight.py, results in bench/results/vote_weight.md)
+VOTE_WEIGHT = 0.25
 
 
 class _Linear:
@@ -81,21 +88,23 @@ class _LinearAggregator(BaseAggregator):
     _use_votes = True
 
     def __init__(self, n_classes: int, feature: str | None = "embedding", Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
-                 cv: int = 3, seed: int = 0, max_iter: int = 1000):
+                 cv: int = 3, seed: int = 0, max_iter: int = 1000, vote_weight: float = VOTE_WEIGHT):
         self.n_classes = n_classes
         self.feature = feature
         self.Cs = Cs
         self.cv = cv
         self.seed = seed
         self.max_iter = max_iter
+        self.vote_weight = vote_weight  # the one-hot votes' scale beside text (alone, C sets their scale)
 
     def _design(self, v: np.ndarray, Xf: Matrix | None) -> Matrix:
         blocks: list[Matrix] = []
-        if Xf is not None:  # unit-norm rows: text weighs about as much as one vote, C sets the rest
+        if Xf is not None:  # unit-norm rows: text weighs about as much as one vote at weight 1, C sets the rest
             Xf = sparse.csr_matrix(Xf, dtype=np.float64) if sparse.issparse(Xf) else np.asarray(Xf, dtype=np.float64)
             blocks.append(normalize(Xf) if Xf.shape[0] else Xf)
         if self._use_votes:
-            blocks.append(onehot_votes(v, self.n_classes))
+            onehot = onehot_votes(v, self.n_classes)
+            blocks.append(onehot * self.vote_weight if blocks else onehot)
         if not blocks:
             raise ValueError(f"{type(self).__name__} has no input: pass X with feature {self.feature!r}")
         if len(blocks) == 1:
@@ -193,7 +202,8 @@ class MultiLabelEvoAgg(BaseAggregator):
             raise ValueError("MultiLabelEvoAgg needs a (n, k) 0/1 label matrix")
         v = check_votes(votes, self.n_classes)
         Y = check_label_sets(y, self.n_classes, v.shape[0])
-        self.encoder_ = EvoAgg(self.n_classes, feature=self.feature)
+        # weight 1: no multi-label data to choose a vote weight on (bench/vote_weight.py covers single-label sets)
+        self.encoder_ = EvoAgg(self.n_classes, feature=self.feature, vote_weight=1.0)
         Xf = select_feature(X, self.feature, v.shape[0])
         self.uses_features_ = Xf is not None
         F = self.encoder_._design(v, Xf)

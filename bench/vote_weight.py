@@ -1,0 +1,143 @@
+"""EvoAgg's vote weight, chosen on rows that are neither dev nor test: the withheld gold labels of pool rows.
+
+EvoAgg is an LR over [text ; one-hot votes] fitted on dev, the rows the pool was chosen on. There the votes are
+right more often than on new rows, so the LR learns to trust them too much. Scaling the vote block down by a
+weight w makes the L2 penalty on the votes' coefficients 1/w² heavier: the votes must earn their trust. Which
+w is a question dev cannot answer (it is the biased set), and test must not be looked at, so this bench asks
+the unlabeled pool rows, whose WRENCH train labels (banking77: its train.csv labels) the product never reads.
+EvoAgg is fitted on dev alone, so every pool row is held out.
+
+For each dataset and seed: import and evolve as bench/quality.py does (dev 500 rows, audit share 0.2, 5
+generations of the offline agents on the compiled path), then for every text feature fit `<feature>-only` and
+EvoAgg at each weight on dev, and report macro-F1 on all pool rows.
+
+    python bench/vote_weight.py [--datasets chemprot trec sms semeval youtube banking77] [--seeds 0 1 2]
+                                [--weights 1 0.5 0.25 0.1] [--out bench/results/vote_weight]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.quality import import_banking77, load_embedding_cache, machine, save_embedding_cache  # noqa: E402
+from bench.throughput import commit  # noqa: E402
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
+from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
+from engine.evolve import EvolveConfig, evolve  # noqa: E402
+from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
+from engine.ingest.readers import read_wrench  # noqa: E402
+from engine.labeling import labeling_inputs  # noqa: E402
+from engine.score import macro_f1  # noqa: E402
+from engine.store.workspace import Store  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+TMP = ROOT / "bench" / "results" / "tmp"
+
+
+def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """The withheld gold label of each pool row (read here only, to score)."""
+    if name == "banking77":  # import_banking77 names train row i "pool-i" or "dev-i" (train comes first)
+        train = pd.read_csv(SHARED / name / "train.csv")
+        return np.array([labels.index(train["category"].iloc[int(i.split("-")[1])]) for i in ids])
+    wrench, _ = read_wrench(SHARED / name)
+    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))
+    return np.array([gold_of[i] for i in ids])
+
+
+def run(name: str, seed: int, generations: int, weights: list[float]) -> list[dict]:
+    store = Store.open(TMP / f"validation-{name}-s{seed}")  # the workspaces of bench/student_validation.py
+    if not store.has_data():
+        if name == "banking77":
+            import_banking77(store, SHARED / name, 500, seed, IngestOptions.audit_fraction)
+        else:
+            import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
+        load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    labels = store.load_task().labels
+    k = len(labels)
+    with CompiledExecutor() as executor:
+        if store.last_complete_generation() < generations:
+            evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
+        frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
+    save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    Store.close_all()
+    pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
+    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
+    gold = pool_gold(name, frame["id"].to_numpy()[pool], labels)
+    y = frame["label"].to_numpy()[dev].astype(int)
+    X_dev, X_pool = take_rows(feats, dev), take_rows(feats, pool)
+    out = []
+    for feature in feats:
+        row = {"dataset": name, "seed": seed, "feature": feature, "pool_rows": int(len(pool))}
+        text = TextOnly(k, feature=feature, seed=seed).fit(votes[dev], y, X_dev)
+        row["text_only"] = round(macro_f1(gold, text.predict_proba(votes[pool], X_pool).argmax(axis=1), k), 4)
+        for w in weights:
+            model = EvoAgg(k, feature=feature, seed=seed, vote_weight=w).fit(votes[dev], y, X_dev)
+            row[f"w={w:g}"] = round(macro_f1(gold, model.predict_proba(votes[pool], X_pool).argmax(axis=1), k), 4)
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def markdown(rows: list[dict], weights: list[float], meta: dict) -> str:
+    cols = [f"w={w:g}" for w in weights]
+    lines = ["# EvoAgg's vote weight on held-out pool rows: `bench/vote_weight.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. Macro-F1 on every unlabeled pool row against its withheld "
+             "gold label (never dev, never test); EvoAgg and `<feature>-only` fitted on dev alone.\n",
+             "## Mean over seeds, per dataset and feature\n",
+             "| dataset | feature | seeds | text only | " + " | ".join(f"EvoAgg {c}" for c in cols) + " |",
+             "|---|---|---|---|" + "---|" * len(cols)]
+    for (name, feature), part in pd.DataFrame(rows).groupby(["dataset", "feature"], sort=False):
+        lines.append(f"| {name} | {feature} | {len(part)} | {part['text_only'].mean():.3f} | "
+                     + " | ".join(f"{part[c].mean():.3f}" for c in cols) + " |")
+    frame = pd.DataFrame(rows)
+    lines += ["\n## Over every dataset, seed and feature\n",
+              "| | text only | " + " | ".join(f"EvoAgg {c}" for c in cols) + " |",
+              "|---|---|" + "---|" * len(cols),
+              f"| mean macro-F1 ({len(frame)} fits) | {frame['text_only'].mean():.3f} | "
+              + " | ".join(f"{frame[c].mean():.3f}" for c in cols) + " |",
+              "| runs where this weight is the best EvoAgg | – | "
+              + " | ".join(str(int((frame[c] == frame[cols].max(axis=1)).sum())) for c in cols) + " |",
+              "| runs above text only | – | "
+              + " | ".join(str(int((frame[c] > frame["text_only"]).sum())) for c in cols) + " |"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["chemprot", "trec", "sms", "semeval", "youtube",
+                                                          "banking77"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--weights", nargs="+", type=float, default=[1.0, 0.5, 0.25, 0.1])
+    parser.add_argument("--generations", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vote_weight")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
+    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
+            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "command": "python bench/vote_weight.py " + " ".join(sys.argv[1:])}
+    rows = []
+    for name in args.datasets:
+        for seed in args.seeds:
+            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+            rows += run(name, seed, args.generations, args.weights)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    args.out.with_suffix(".md").write_text(markdown(rows, args.weights, meta))
+
+
+if __name__ == "__main__":
+    main()

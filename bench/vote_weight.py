@@ -56,8 +56,10 @@ def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray
     return np.array([gold_of[i] for i in ids])
 
 
-def run(name: str, seed: int, generations: int, weights: list[float]) -> list[dict]:
-    store = Store.open(TMP / f"validation-{name}-s{seed}")  # the workspaces of bench/student_validation.py
+def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame, np.ndarray, dict, tuple[str, ...]]:
+    """The rows, votes, text features and label names of a dataset's workspace, imported and evolved as
+    bench/quality.py does (the workspaces of bench/student_validation.py, reused when there)."""
+    store = Store.open(TMP / f"validation-{name}-s{seed}")
     if not store.has_data():
         if name == "banking77":
             import_banking77(store, SHARED / name, 500, seed, IngestOptions.audit_fraction)
@@ -65,13 +67,18 @@ def run(name: str, seed: int, generations: int, weights: list[float]) -> list[di
             import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
         load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     labels = store.load_task().labels
-    k = len(labels)
     with CompiledExecutor() as executor:
         if store.last_complete_generation() < generations:
             evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
         frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     Store.close_all()
+    return frame, votes, feats, labels
+
+
+def run(name: str, seed: int, generations: int, weights: list[float]) -> list[dict]:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+    k = len(labels)
     pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     gold = pool_gold(name, frame["id"].to_numpy()[pool], labels)

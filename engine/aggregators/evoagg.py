@@ -3,10 +3,10 @@
 The classifier learns how far to trust each annotator per class and where the text itself says more
 than the votes. Beside text, the one-hot vote block is scaled down by `vote_weight` (an L2 penalty 1/w² times
 heavier on the votes' coefficients): the pool was chosen on these dev rows, where its votes are right more often
-than anywhere else, and an LR fitted there trusts them too much (bench/vote_weight.py). C is chosen by stratified cross-validation on dev (macro-F1), classes are balanced.
-`TextOnly` is the same model on one text feature matrix alone (no votes), be it sentence embeddings or
-TF-IDF n-grams: a baseline the auto aggregator weighs against the vote-based ones. `MultiLabelEvoAgg` fits
-one binary model per class.
+than anywhere else, and an LR fitted there trusts them too much (bench/vote_weight.py). C is chosen by stratified
+cross-validation on dev (macro-F1), classes are balanced. `TextOnly` is the same model on one text feature matrix
+alone (no votes), be it sentence embeddings or TF-IDF n-grams: a baseline the auto aggregator weighs against the
+vote-based ones. `MultiLabelEvoAgg` fits one binary model per class.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from engine.aggregators.base import (
     select_feature,
 )
 from engine.score import macro_f1
-
 
 # the vote block's scale beside a text block, chosen on rows that are neither dev nor test: the withheld gold labels
 # of the unlabeled pool rows (bench/vote_weight.py, results in bench/results/vote_weight.md)

@@ -58,7 +58,8 @@ _ENTRIES = (
                     lambda k, seed: WeightedMajorityVote(k), needs_labels=True),
     AggregatorEntry("ds", "Dawid-Skene (EM over confusion matrices)", lambda k, seed: DawidSkene(k),
                     fits_unlabeled=True),
-    AggregatorEntry("evoagg", "EvoAgg: logistic regression over embeddings + one-hot votes",
+    AggregatorEntry("evoagg", "EvoAgg: logistic regression over embeddings + one-hot votes (the votes held on a "
+                    "shorter leash: the pool was chosen on dev)",
                     lambda k, seed: EvoAgg(k, seed=seed), reads_text=True, needs_labels=True),
     AggregatorEntry("embedding", "text embeddings only (ignores the votes)", lambda k, seed: TextOnly(k, seed=seed),
                     reads_votes=False, reads_text=True, needs_labels=True),

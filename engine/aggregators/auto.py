@@ -19,9 +19,8 @@ on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
 Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
-one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF; on relation tasks over
-the masked sentence embeddings + the words between the entities, with and without the whole text's TF-IDF; trained
-on the teacher's labels of the unlabeled rows plus dev); the
+one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF, or + the words
+between the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
 students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
 only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
 when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
@@ -78,18 +77,6 @@ STUDENT_C = 10.0
 def student_views(feats: dict) -> tuple[str, ...]:
     """The text views auto's students read: the first set of STUDENT_VIEWS present, else the first feature."""
     return next((views for views in STUDENT_VIEWS if all(view in feats for view in views)), tuple(feats)[:1])
-
-
-def student_view_sets(feats: dict) -> list[tuple[str, ...]]:
-    """The view sets auto weighs for its students, each scored out of fold: `student_views`, and on relation tasks
-    also with the whole text's TF-IDF. On held-out pool rows the whole text helped ChemProt's students (long
-    abstracts' sentences: their words say what kind of relation the paper is about) and hurt SemEval's (short
-    sentences, where the words beyond the two entities mostly mislead), so dev decides per workspace
-    (bench/student_views.py)."""
-    views = student_views(feats)
-    if "relation" in views and "tfidf" in feats and "tfidf" not in views:
-        return [views, (*views, "tfidf")]
-    return [views]
 
 
 def _fit_cost(candidate: Ingredient, feats: dict | None, n_Cs: int) -> float:
@@ -316,7 +303,7 @@ class AutoAggregator(BaseAggregator):
                         unlabeled: tuple[np.ndarray, Features]) -> tuple[str, tuple | None]:
         """The students of the chosen candidate and of the best vote reader, scored out of fold; returns what is
         chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
-        view_sets = student_view_sets(feats)
+        view_sets = [student_views(feats)]
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
         single = set(ranked)
         weighed = ranked + [n for n in board.groups if n not in single]

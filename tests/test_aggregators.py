@@ -561,3 +561,14 @@ def test_a_lighter_vote_block_trusts_votes_chosen_on_dev_less():
     scores = {w: macro_f1(y[new], EvoAgg(K, vote_weight=w).fit(votes[dev], y[dev], X[dev])
                           .predict(votes[new], X[new]), K) for w in (1.0, 0.25)}
     assert scores[0.25] > scores[1.0] + 0.03, scores
+
+
+def test_tfidf_transform_analyses_each_distinct_text_once_and_gives_every_row_its_own():
+    texts = ["refund my card", "goal for the team", "refund my card", "the card fee", "goal for the team"]
+    features = TfidfFeatures(word_ngrams=(1, 2), char_ngrams=(2, 3), min_df=1).fit(texts)
+    together = features.transform(texts)
+    one_by_one = sparse.vstack([features.transform([t]) for t in texts], format="csr")
+    assert together.shape == one_by_one.shape == (5, features.transform(texts[:1]).shape[1])
+    assert abs(together - one_by_one).max() == 0
+    np.testing.assert_array_equal(together[0].toarray(), together[2].toarray())
+    assert features.transform([]).shape[0] == 0

@@ -67,9 +67,16 @@ class TfidfFeatures:
         return self
 
     def transform(self, texts: Sequence[str]) -> sparse.csr_matrix:
+        """Each distinct text is analysed once (a row's TF-IDF depends on its text alone): corpora repeat texts
+        (retweets, template messages, ChemProt's sentences with several entity pairs)."""
         if not hasattr(self, "vectorizers_"):
             raise RuntimeError("TfidfFeatures is not fitted yet: call fit_transform(texts) first")
-        return self._join([vec.transform(list(texts)) for vec in self.vectorizers_])
+        position: dict[str, int] = {}
+        rows = np.fromiter((position.setdefault(t, len(position)) for t in texts), dtype=np.int64)
+        if not position:  # scikit-learn refuses zero rows
+            return sparse.csr_matrix((0, sum(len(vec.vocabulary_) for vec in self.vectorizers_)))
+        distinct = self._join([vec.transform(list(position)) for vec in self.vectorizers_])
+        return distinct if len(position) == len(rows) else distinct[rows]
 
     @staticmethod
     def _join(blocks: list[sparse.spmatrix]) -> sparse.csr_matrix:

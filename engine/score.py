@@ -51,14 +51,19 @@ def per_class_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> np.n
     return np.where(denom > 0, 2.0 * tp / np.maximum(denom, 1), 0.0)
 
 
-def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
-    """Mean F1 over the classes present in gold or predictions (0.0 when there are none)."""
-    y_true = np.asarray(y_true, dtype=np.int64)
-    y_pred = np.asarray(y_pred, dtype=np.int64)
+def judged_classes(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) bool: the classes present in gold or predictions, the ones a macro-F1 of these rows averages over."""
     present = np.zeros(n_classes, dtype=bool)
-    for arr in (y_true, y_pred):
-        seen = arr[(arr >= 0) & (arr < n_classes)]
-        present[seen] = True
+    for arr in (np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)):
+        present[arr[(arr >= 0) & (arr < n_classes)]] = True
+    return present
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int, classes: np.ndarray | None = None) -> float:
+    """Mean F1 over the classes present in gold or predictions (0.0 when there are none), or over `classes` (a
+    (k,) bool mask): two sets of rows compared on the same classes, e.g. fitness rows on the classes the audit
+    rows can judge."""
+    present = judged_classes(y_true, y_pred, n_classes) if classes is None else np.asarray(classes, dtype=bool)
     if not present.any():
         return 0.0
     return float(per_class_f1(y_true, y_pred, n_classes)[present].mean())
@@ -121,6 +126,18 @@ def pool_macro_f1(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
     if y.ndim == 2:
         return multilabel_f1(y, vote_counts(votes, n_classes) > 0)[0]
     return macro_f1(y, majority_vote(votes, n_classes), n_classes)
+
+
+def audit_and_fitness_f1(audit_votes: np.ndarray, audit_gold: np.ndarray, fitness_votes: np.ndarray,
+                         fitness_gold: np.ndarray, n_classes: int) -> tuple[float, float, np.ndarray]:
+    """The pool's majority-vote macro-F1 on the audit rows and on the fitness rows over the same classes, and the
+    (k,) mask of those classes. Macro-F1 averages over the classes present: a hundred audit rows may hold no row
+    of a small class the pool never gets right, and the fitness figure would then count a zero the audit figure
+    leaves out, so the gap between them would not be selection alone. Single-label gold."""
+    audit_pred = majority_vote(audit_votes, n_classes)
+    judged = judged_classes(audit_gold, audit_pred, n_classes)
+    return (macro_f1(audit_gold, audit_pred, n_classes, classes=judged),
+            macro_f1(fitness_gold, majority_vote(fitness_votes, n_classes), n_classes, classes=judged), judged)
 
 
 def multilabel_f1(Y: np.ndarray, P: np.ndarray) -> tuple[float, float]:

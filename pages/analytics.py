@@ -31,11 +31,20 @@ cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():
 rule = "any vote" if task.multi_label else "majority vote"
 fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
 if store.count_examples(AUDIT):  # the honest figure beside the one the pool was selected on
-    audit_f1 = score.pool_macro_f1(queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT), k)
+    audit_votes, audit_gold = queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT)
+    unjudged = []
+    if task.multi_label:
+        audit_f1 = score.pool_macro_f1(audit_votes, audit_gold, k)
+    else:  # both on the classes the audit rows hold (macro-F1 averages over the classes present)
+        audit_f1, fitness_f1, judged = score.audit_and_fitness_f1(audit_votes, audit_gold, fitness_votes,
+                                                                  fitness_gold, k)
+        unjudged = [task.labels[c] for c in np.flatnonzero(~judged)]
+    same = (f" Both over the {k - len(unjudged)} classes the audit rows hold: none of {', '.join(unjudged)}, so "
+            "the audit rows cannot judge those." if unjudged else "")
     cols[3].metric("Audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
                    help=f"the pool's {rule} on the audit rows; {fitness_f1:.3f} on the fitness rows the agents and "
                         "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
-                        "of the fitness figure is selection")
+                        f"of the fitness figure is selection.{same}")
 else:
     cols[3].metric("Dev macro-F1", f"{fitness_f1:.3f}",
                    help=f"the pool's {rule} on the dev rows it was chosen on (no audit rows held back), so "

@@ -377,6 +377,30 @@ def test_weak_spots_group_the_rows_and_aim_the_next_generation(home):
     assert not store.get_meta("focus")
 
 
+def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_rows_hold(home, tmp_path):
+    """A class with under 10 dev rows gets no audit rows; the analytics screen compares the pool's audit and fitness
+    figures on the other classes and says which class the audit rows cannot judge."""
+    frame = pd.read_csv(DEMO)
+    dev_ham = frame.index[(frame["split"] == "dev") & (frame["label"] == "HAM")][:6]
+    frame.loc[dev_ham, "label"] = "MUSIC"  # a third class with 6 dev rows
+    path = tmp_path / "three.csv"
+    frame.to_csv(path, index=False)
+    store = Store.open(home / "three")
+    import_path(store, path, IngestOptions(audit_fraction=0.5))
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+    labels = store.load_task().labels
+    music = labels.index("MUSIC")
+    assert music not in set(store.label_indices(AUDIT)) and music in set(store.label_indices(FITNESS))
+    audit_votes, fitness_votes = (store.vote_matrix(store.pool_ids(), s).votes for s in (AUDIT, FITNESS))
+    audit, fitness, judged = score.audit_and_fitness_f1(audit_votes, store.label_indices(AUDIT), fitness_votes,
+                                                        store.label_indices(FITNESS), len(labels))
+    assert not judged[music]
+    metric = next(m for m in run("three", "pages/analytics.py").metric if m.label == "Audit macro-F1")
+    assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    assert "none of MUSIC" in metric.proto.help and f"{fitness:.3f} on the fitness rows" in metric.proto.help
+
+
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     store = seed(home, "audited", generations=2, options=IngestOptions(audit_fraction=0.5))
     assert metrics(run("audited"))["Dev (labeled)"] == "120 (60 audit)"

@@ -7,6 +7,7 @@ import pytest
 from engine.domain import ABSTAIN
 from engine.score import (
     accuracy,
+    audit_and_fitness_f1,
     conflict_matrix,
     coverage_per_class,
     disagreement,
@@ -106,3 +107,20 @@ def test_marginal_contributions_hand_computed():
     # pool MV: [0 (tie), 0 (tie), 1] -> class 0 F1 2/3, class 1 F1 2/3 -> 2/3
     # without column 0: [1, 0, abstain] -> 0 ; without column 1: perfect -> 1
     assert marginal_contributions(votes, y, 2) == pytest.approx([2 / 3, 2 / 3 - 1.0])
+
+
+def test_audit_and_fitness_are_compared_on_the_classes_the_audit_rows_hold():
+    # three classes; the audit rows hold none of class 2, which the pool never gets right
+    fitness_gold = np.array([0, 0, 1, 1, 2, 2])
+    fitness_votes = np.array([[0], [0], [1], [0], [ABSTAIN], [1]])
+    audit_gold = np.array([0, 1, 1, 0])
+    audit_votes = np.array([[0], [1], [0], [0]])
+    audit, fitness, judged = audit_and_fitness_f1(audit_votes, audit_gold, fitness_votes, fitness_gold, 3)
+    assert judged.tolist() == [True, True, False]
+    assert audit == pytest.approx(pool_macro_f1(audit_votes, audit_gold, 3))  # the audit figure as before
+    per_class = per_class_f1(fitness_gold, majority_vote(fitness_votes, 3), 3)
+    assert per_class[2] == 0.0
+    assert fitness == pytest.approx(per_class[:2].mean())
+    # over every class present the fitness figure counts class 2's zero, which the audit figure cannot see
+    everything = pool_macro_f1(fitness_votes, fitness_gold, 3)
+    assert everything == pytest.approx(per_class.mean()) and everything < fitness

@@ -17,12 +17,10 @@ import argparse
 import cProfile
 import io
 import json
-import os
 import pstats
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.cache import embed_texts  # noqa: E402
@@ -55,9 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (SHARED / "chemprot").is_dir():
         sys.exit(f"no ChemProt at {SHARED / 'chemprot'}: this benchmark needs ../shared/data")
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "command": "python bench/auto_speed.py " + " ".join(sys.argv[1:])}
+    meta = run_meta("auto_speed.py")
     workdir = TMP / "auto-speed-chemprot"
     shutil.rmtree(workdir, ignore_errors=True)
     store = Store.open(workdir)

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +37,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -152,9 +150,7 @@ def main() -> None:
         sys.exit(f"no ChemProt at {SHARED / 'chemprot'}: this benchmark needs ../shared/data")
     frame, labels = build_frame(args.rows, args.distinct)
     cache = TMP / f"e2e-embeddings-{args.rows}{'-distinct' if args.distinct else ''}.npz"
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "command": "python bench/e2e_100k.py " + " ".join(sys.argv[1:])}
+    meta = run_meta("e2e_100k.py")
     records = []
     for kind in args.runs:
         print(f"== {kind}", file=sys.stderr, flush=True)

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import machine  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
 from engine.domain import ABSTAIN  # noqa: E402
 from engine.store.workspace import DB_NAME, Store  # noqa: E402
 
@@ -185,9 +182,7 @@ def main() -> None:
     parser.add_argument("--fired", type=float, default=0.077)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "store_votes")
     args = parser.parse_args()
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()), "annotators": args.annotators,
-            "fired": args.fired, "command": "python bench/store_votes.py " + " ".join(sys.argv[1:])}
+    meta = {**run_meta("store_votes.py"), "annotators": args.annotators, "fired": args.fired}
     records = []
     for n in args.rows:
         frame = rows_frame(n)

@@ -15,7 +15,7 @@ generations of the offline agents on the compiled path), then on every row fit, 
                  score
   with rule      auto as it ships
 and report macro-F1 on the held-out pool rows. Datasets whose pool leaves fewer than 500 rows outside the
-student's sample (semeval, youtube) cannot be checked this way; banking77's pool labels are not WRENCH's.
+student's sample (semeval, youtube) cannot be checked this way; banking77 can (gold from its train.csv).
 
     python bench/student_validation.py [--datasets chemprot trec sms] [--seeds 0 1 2]
                                        [--out bench/results/student_validation]
@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import load_embedding_cache, machine, save_embedding_cache  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.quality import import_banking77, load_embedding_cache, save_embedding_cache  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
@@ -54,18 +53,39 @@ TMP = ROOT / "bench" / "results" / "tmp"
 MIN_ROWS = 500  # held-out pool rows needed for a figure worth reading
 
 
-def run(name: str, seed: int, generations: int) -> dict | None:
-    workdir = TMP / f"validation-{name}-s{seed}"
-    store = Store.open(workdir)
+def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """The withheld gold label of each pool row (read here only, to score)."""
+    if name == "banking77":  # import_banking77 names train row i "pool-i" or "dev-i" (train comes first)
+        train = pd.read_csv(SHARED / name / "train.csv")
+        return np.array([labels.index(train["category"].iloc[int(i.split("-")[1])]) for i in ids])
+    wrench, _ = read_wrench(SHARED / name)
+    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))
+    return np.array([gold_of[i] for i in ids])
+
+
+def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame, np.ndarray, dict, tuple[str, ...]]:
+    """The rows, votes, text features and label names of a dataset's workspace, imported and evolved as
+    bench/quality.py does (this bench's workspaces, reused when there; bench/vote_weight.py reads them too)."""
+    store = Store.open(TMP / f"validation-{name}-s{seed}")
     if not store.has_data():
-        import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
+        if name == "banking77":
+            import_banking77(store, SHARED / name, 500, seed, IngestOptions.audit_fraction)
+        else:
+            import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
         load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    k = len(store.load_task().labels)
+    labels = store.load_task().labels
     with CompiledExecutor() as executor:
         if store.last_complete_generation() < generations:
             evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
         frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    Store.close_all()
+    return frame, votes, feats, labels
+
+
+def run(name: str, seed: int, generations: int) -> dict | None:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+    k = len(labels)
     pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
     sample = pool[unlabeled_sample(len(pool), seed)]
     held = np.setdiff1d(pool, sample)
@@ -73,9 +93,7 @@ def run(name: str, seed: int, generations: int) -> dict | None:
         print(f"  {name}: {len(held)} pool rows outside the student's sample, fewer than {MIN_ROWS}: skipped",
               file=sys.stderr)
         return None
-    wrench, _ = read_wrench(SHARED / name)
-    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))  # read here only, to score
-    gold = np.array([gold_of[i] for i in frame["id"].to_numpy()[held]])
+    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y = frame["label"].to_numpy()[dev].astype(int)
     on_dev = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True)
@@ -91,7 +109,6 @@ def run(name: str, seed: int, generations: int) -> dict | None:
     student.fit_from_teacher(teacher, votes[dev], y, X_dev, votes[sample], take_rows(feats, sample))
     before = AutoAggregator(k, seed=seed, student_confidence=0.0).fit(votes[dev], y, X_dev, **on_dev, **unlabeled)
     rule = AutoAggregator(k, seed=seed).fit(votes[dev], y, X_dev, **on_dev, **unlabeled)
-    Store.close_all()
     return {"dataset": name, "seed": seed, "held_rows": int(len(held)), "teacher": teacher.chosen_,
             "teacher_f1": held_f1(teacher), "student_f1": held_f1(student),
             "before_rule": before.chosen_, "before_rule_f1": held_f1(before),
@@ -125,9 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "command": "python bench/student_validation.py " + " ".join(sys.argv[1:])}
+    meta = run_meta("student_validation.py")
     rows = []
     for name in args.datasets:
         for seed in args.seeds:

@@ -293,6 +293,14 @@ def commit() -> str:
         return "unknown"
 
 
+def run_meta(script: str) -> dict[str, str]:
+    """What every bench result file opens with: when (UTC), the commit, the machine, the load average at the
+    start and the command line (`script`: the bench file's name, e.g. "e2e_100k.py")."""
+    return {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
+            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "command": f"python bench/{script} " + " ".join(sys.argv[1:])}
+
+
 def markdown(records: list[dict], meta: dict[str, Any]) -> str:
     lines = ["# Throughput: `bench/throughput.py` (issue 15)\n",
              f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average "

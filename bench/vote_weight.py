@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -29,51 +27,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import import_banking77, load_embedding_cache, machine, save_embedding_cache  # noqa: E402
-from bench.throughput import commit  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
-from engine.evolve import EvolveConfig, evolve  # noqa: E402
-from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
-from engine.ingest.readers import read_wrench  # noqa: E402
-from engine.labeling import labeling_inputs  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
-from engine.store.workspace import Store  # noqa: E402
-
-SHARED = ROOT.parent / "shared" / "data"
-TMP = ROOT / "bench" / "results" / "tmp"
-
-
-def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
-    """The withheld gold label of each pool row (read here only, to score)."""
-    if name == "banking77":  # import_banking77 names train row i "pool-i" or "dev-i" (train comes first)
-        train = pd.read_csv(SHARED / name / "train.csv")
-        return np.array([labels.index(train["category"].iloc[int(i.split("-")[1])]) for i in ids])
-    wrench, _ = read_wrench(SHARED / name)
-    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))
-    return np.array([gold_of[i] for i in ids])
-
-
-def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame, np.ndarray, dict, tuple[str, ...]]:
-    """The rows, votes, text features and label names of a dataset's workspace, imported and evolved as
-    bench/quality.py does (the workspaces of bench/student_validation.py, reused when there)."""
-    store = Store.open(TMP / f"validation-{name}-s{seed}")
-    if not store.has_data():
-        if name == "banking77":
-            import_banking77(store, SHARED / name, 500, seed, IngestOptions.audit_fraction)
-        else:
-            import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
-        load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    labels = store.load_task().labels
-    with CompiledExecutor() as executor:
-        if store.last_complete_generation() < generations:
-            evolve(store, OfflineProposer(), executor, generations, EvolveConfig(seed=seed))
-        frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
-    save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    Store.close_all()
-    return frame, votes, feats, labels
 
 
 def run(name: str, seed: int, generations: int, weights: list[float]) -> list[dict]:
@@ -133,9 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-    meta = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(), "machine": machine(),
-            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "command": "python bench/vote_weight.py " + " ".join(sys.argv[1:])}
+    meta = run_meta("vote_weight.py")
     rows = []
     for name in args.datasets:
         for seed in args.seeds:

@@ -29,12 +29,12 @@ cols[0].metric("Annotators in the pool", len(pool))
 cols[1].metric(f"Rows ({split})", f"{votes.shape[0]:,}")
 cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():.1%}")
 rule = "any vote" if task.multi_label else "majority vote"
-fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
 if store.count_examples(AUDIT):  # the honest figure beside the one the pool was selected on
     audit_votes, audit_gold = queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT)
     unjudged = []
     if task.multi_label:
         audit_f1 = score.pool_macro_f1(audit_votes, audit_gold, k)
+        fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
     else:  # both on the classes the audit rows hold (macro-F1 averages over the classes present)
         audit_f1, fitness_f1, judged = score.audit_and_fitness_f1(audit_votes, audit_gold, fitness_votes,
                                                                   fitness_gold, k)
@@ -46,6 +46,7 @@ if store.count_examples(AUDIT):  # the honest figure beside the one the pool was
                         "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
                         f"of the fitness figure is selection.{same}")
 else:
+    fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
     cols[3].metric("Dev macro-F1", f"{fitness_f1:.3f}",
                    help=f"the pool's {rule} on the dev rows it was chosen on (no audit rows held back), so "
                         "optimistic")
@@ -57,7 +58,7 @@ with left:
     st.plotly_chart(figures.coverage_per_class(task.labels, score.coverage_per_class(votes, k), dev_share),
                     key="coverage")
 with right:
-    st.plotly_chart(figures.timeline(store.generations(), queries.audit_by_generation(store)),
+    st.plotly_chart(figures.timeline(store.generations(), *queries.audit_by_generation(store)),
                     key="analytics_timeline")
 
 overlap_tab, conflict_tab = st.tabs(["Overlap", "Conflict"])

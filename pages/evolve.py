@@ -72,7 +72,7 @@ live()
 # ---- timeline --------------------------------------------------------------------------------------
 generations = store.generations()
 if (generations["status"] == "complete").any():
-    st.plotly_chart(figures.timeline(generations, queries.audit_by_generation(store)), key="timeline")
+    st.plotly_chart(figures.timeline(generations, *queries.audit_by_generation(store)), key="timeline")
 else:
     st.info("No complete generation yet: press **Run** above.")
     st.stop()

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import score
-from engine.domain import ABSTAIN, AUDIT
+from engine.domain import ABSTAIN, AUDIT, FITNESS
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace
@@ -112,21 +112,30 @@ def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _audit_by_generation(name: str, version: tuple) -> dict[int, float]:
+def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float]]:
     store = workspace.open_store(name)
-    gold, k = store.gold(AUDIT), len(store.load_task().labels)
-    out = {}
+    task = store.load_task()
+    k, audit_gold, fitness_gold = len(task.labels), store.gold(AUDIT), store.gold(FITNESS)
+    audit, fitness = {}, {}
     for number in store.generations().query("status == 'complete'")["number"]:
         members = store.pool_ids(int(number))
-        out[int(number)] = score.pool_macro_f1(store.vote_matrix(members, AUDIT).votes, gold, k)
-    return out
+        audit_votes = store.vote_matrix(members, AUDIT).votes
+        if task.multi_label:
+            audit[int(number)] = score.pool_macro_f1(audit_votes, audit_gold, k)
+            continue
+        audit[int(number)], same_classes, judged = score.audit_and_fitness_f1(
+            audit_votes, audit_gold, store.vote_matrix(members, FITNESS).votes, fitness_gold, k)
+        if not judged.all():
+            fitness[int(number)] = same_classes
+    return audit, fitness
 
 
-def audit_by_generation(store: Store) -> dict[int, float]:
-    """Generation -> the pool's macro-F1 on the audit rows as it stood then ({} without audit rows): the honest
-    line beside the fitness figure the gate optimised."""
+def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float]]:
+    """Per generation, the pool's macro-F1 on the audit rows as it stood then ({} without audit rows): the honest
+    line beside the fitness figure the gate optimised; and, where the audit rows hold no row of some class, the
+    fitness figure on the classes they do hold, the one to compare with (`score.audit_and_fitness_f1`)."""
     if not store.count_examples(AUDIT):
-        return {}
+        return {}, {}
     return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 

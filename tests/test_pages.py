@@ -396,9 +396,15 @@ def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_r
     audit, fitness, judged = score.audit_and_fitness_f1(audit_votes, store.label_indices(AUDIT), fitness_votes,
                                                         store.label_indices(FITNESS), len(labels))
     assert not judged[music]
-    metric = next(m for m in run("three", "pages/analytics.py").metric if m.label == "Audit macro-F1")
+    at = run("three", "pages/analytics.py")
+    metric = next(m for m in at.metric if m.label == "Audit macro-F1")
     assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness"
     assert "none of MUSIC" in metric.proto.help and f"{fitness:.3f} on the fitness rows" in metric.proto.help
+    # the timeline beside it draws the same comparison, generation by generation
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    lines = {t.get("name"): t for c in charts if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
+    assert lines["fitness macro-F1 (classes with audit rows)"]["y"] == pytest.approx([fitness])
+    assert lines["audit macro-F1"]["y"] == pytest.approx([audit])
 
 
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):

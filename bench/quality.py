@@ -93,6 +93,15 @@ def import_banking77(store: Store, folder: Path, dev_size: int, seed: int, audit
     import_frame(store, frame, opts, dataset="banking77", source=str(folder))
 
 
+def import_dataset(store: Store, name: str, seed: int, audit_fraction: float = IngestOptions.audit_fraction) -> None:
+    """One dataset of ../shared/data into a fresh workspace as every quality bench imports it: dev 500 rows (or the
+    whole valid split when smaller), seeded."""
+    if name == "banking77":
+        import_banking77(store, SHARED / name, 500, seed, audit_fraction)
+    else:
+        import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed, audit_fraction=audit_fraction))
+
+
 def load_embedding_cache(store: Store, path: Path) -> None:
     """Put the dataset's cached sentence embeddings into a fresh workspace (texts are seed-independent)."""
     if not path.exists():
@@ -142,10 +151,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     store = Store.open(workdir)
     cache = workdir.parent / f"embeddings-{name}.npz"
     if not store.has_data():
-        if name == "banking77":
-            import_banking77(store, folder, 500, seed, audit_fraction)
-        else:
-            import_path(store, folder, IngestOptions(dev_size=500, seed=seed, audit_fraction=audit_fraction))
+        import_dataset(store, name, seed, audit_fraction)
         load_embedding_cache(store, cache)
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}

@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import import_banking77, load_embedding_cache, save_embedding_cache  # noqa: E402
+from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
 from bench.throughput import run_meta  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
@@ -42,7 +42,6 @@ from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # 
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.student import StudentAggregator, unlabeled_sample  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
-from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
@@ -68,10 +67,7 @@ def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame
     bench/quality.py does (this bench's workspaces, reused when there; bench/vote_weight.py reads them too)."""
     store = Store.open(TMP / f"validation-{name}-s{seed}")
     if not store.has_data():
-        if name == "banking77":
-            import_banking77(store, SHARED / name, 500, seed, IngestOptions.audit_fraction)
-        else:
-            import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed))
+        import_dataset(store, name, seed)
         load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     labels = store.load_task().labels
     with CompiledExecutor() as executor:

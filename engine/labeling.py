@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from engine.aggregators.base import make_folds, oof_proba
+from engine.aggregators.base import make_folds, oof_proba, take_rows
 from engine.aggregators.features import join_unit_rows, tfidf_rows
 from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
@@ -115,10 +115,6 @@ def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = q
     return join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress) for i in (0, 1)))
 
 
-def _rows(features: dict[str, object], idx: np.ndarray) -> dict[str, object]:
-    return {name: matrix[idx] for name, matrix in features.items()}
-
-
 def predict_rows(model, votes: np.ndarray, features: dict | None, chunk: int = PREDICT_ROWS) -> np.ndarray:
     """`model.predict_proba` of every row, `chunk` rows at a time. Rows computed on demand (large TF-IDF) stay
     so per chunk: only a model that reads them computes them."""
@@ -164,9 +160,9 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
     probs = np.zeros((len(y), n_classes))
     for train, held in make_folds(y, n_splits=n_splits, seed=seed):
         model = make_aggregator(name, n_classes, seed)
-        fit_on_dev(model, name, votes[train], y[train], _rows(features, train) if features else None, audit[train],
+        fit_on_dev(model, name, votes[train], y[train], take_rows(features or None, train), audit[train],
              votes_selected, unlabeled)
-        probs[held] = model.predict_proba(votes[held], _rows(features, held) if features else None)
+        probs[held] = model.predict_proba(votes[held], take_rows(features or None, held))
     return probs
 
 
@@ -215,7 +211,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     frame, ids, votes, features = labeling_inputs(store, executor, splits, aggregator, on_event)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
     unl = unl[unlabeled_sample(len(unl), seed)]  # all a student reads; its features are computed for these alone
-    unlabeled = (votes[unl], _rows(features, unl) if features else None) if len(unl) else None
+    unlabeled = (votes[unl], take_rows(features or None, unl)) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
@@ -225,7 +221,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if aggregator_entry(aggregator).fits_unlabeled:
         model.fit(votes, None, features)
     else:
-        fit_on_dev(model, aggregator, votes[dev], y_dev, _rows(features, dev) if features else None, audit,
+        fit_on_dev(model, aggregator, votes[dev], y_dev, take_rows(features or None, dev), audit,
              votes_selected, unlabeled)
     probs = predict_rows(model, votes, features)
     oof, dev_scores = None, DevScores()
@@ -235,7 +231,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         oof = model.oof_proba_
         probs[dev] = oof
     elif score_dev:
-        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, _rows(features, dev) if features else None, seed,
+        oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, take_rows(features or None, dev), seed,
                       audit=audit, votes_selected=votes_selected, unlabeled=unlabeled)
         probs[dev] = oof
     n_votes = (votes != ABSTAIN).sum(axis=1)
@@ -275,7 +271,7 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
     position = {e: i for i, e in enumerate(store.example_ids("dev"))}
     Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
     audit = frame["audit"].to_numpy(dtype=bool)[dev]
-    dev_features = _rows(features, dev)
+    dev_features = take_rows(features, dev)
     on_event(EventKind.AGGREGATING, {"aggregator": aggregator, "rows": len(ids)})
     probs = MultiLabelEvoAgg(k, seed=seed).fit(used[dev], Y_dev, dev_features).predict_proba(used, features)
     oof, dev_scores = None, DevScores()

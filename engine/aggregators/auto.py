@@ -55,11 +55,11 @@ from engine.aggregators.base import (
     oof_proba,
     take_rows,
 )
-from engine.aggregators.choice_names import reads_votes
+from engine.aggregators.choice_names import PRIOR_SUFFIX, reads_votes
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import StudentAggregator, unlabeled_sample
+from engine.aggregators.student import StudentAggregator, shifted, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -108,7 +108,8 @@ def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...],
     student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
     if held is None:
         return student
-    return student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()})
+    raw = student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()}, match_prior=False)
+    return raw, shifted(raw, student.prior_bias_)
 
 
 class _Average:
@@ -179,7 +180,7 @@ class AutoAggregator(BaseAggregator):
     def __init__(self, n_classes: int, seed: int = 0, n_splits: int = 5, Cs: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
                  top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
                  students: bool = True, confidence: float = 0.9, student_confidence: float = 0.9, bootstrap: int = 200,
-                 n_jobs: int | None = None):
+                 n_jobs: int | None = None, prior_matching: bool = True):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -194,6 +195,7 @@ class AutoAggregator(BaseAggregator):
         self.student_confidence = student_confidence
         self.bootstrap = bootstrap
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
+        self.prior_matching = prior_matching  # also weigh each student with its class shares pulled toward dev's
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
@@ -248,12 +250,12 @@ class AutoAggregator(BaseAggregator):
         if student is None:
             self.members_ = [board.makers[n]().fit(v, y, feats) for n in board.groups[chosen]]
         else:
-            teacher, views, model = student
+            teacher, views, model, matched = student
             if model is None:  # not fitted with the folds (they ran here, not on workers)
                 model = _student_fold([board.makers[n] for n in board.groups[teacher]], views, STUDENT_C,
                                       self.n_classes, self.seed, v, y, feats,
                                       np.arange(len(y)), None, *unlabeled)
-            model.teacher_name = teacher
+            model.teacher_name, model.match_prior = teacher, matched
             self.members_ = [model]
         self.n_annotators_ = v.shape[1]
         return self
@@ -315,7 +317,7 @@ class AutoAggregator(BaseAggregator):
             chosen = max((n for n in weighed if not reads_votes(n)), key=lambda n: board.scores[n], default=chosen)
         student = None
         fitted = self._students(teachers, view_sets, board.groups, board.makers, v, y, feats, folds, *unlabeled)
-        for (teacher, views), (proba, model) in fitted.items():
+        for (teacher, views), (proba, matched, model) in fitted.items():
             name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
             board.add(name, proba, judge.score(proba, name), board.groups[teacher])
             takes_over = board.scores[name] > board.scores[chosen] + 1e-12 or (reads_votes(chosen)
@@ -324,7 +326,11 @@ class AutoAggregator(BaseAggregator):
                 takes_over = not self._surely_better(board.oof[chosen], proba, y, self.student_confidence,
                                                      judge.rows(chosen))
             if takes_over:
-                chosen, student = name, (teacher, views, model)
+                chosen, student = name, (teacher, views, model, False)
+            if self.prior_matching:  # weighed like any candidate: it takes over on a strictly higher score
+                board.add(name + PRIOR_SUFFIX, matched, judge.score(matched, name), board.groups[teacher])
+                if board.scores[name + PRIOR_SUFFIX] > board.scores[chosen] + 1e-12:
+                    chosen, student = name + PRIOR_SUFFIX, (teacher, views, model, True)
         return chosen, student
 
     def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
@@ -379,10 +385,10 @@ class AutoAggregator(BaseAggregator):
         results = iter(run_calls(calls, self.n_jobs, len(y) * self.n_classes))
         out = {}
         for pair in pairs:
-            proba = np.zeros((len(y), self.n_classes))
+            proba, matched = np.zeros((len(y), self.n_classes)), np.zeros((len(y), self.n_classes))
             for _, held in folds:
-                proba[held] = next(results)
-            out[pair] = (proba, next(results) if speculate else None)
+                proba[held], matched[held] = next(results)
+            out[pair] = (proba, matched, next(results) if speculate else None)
         return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:

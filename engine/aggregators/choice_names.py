@@ -2,6 +2,8 @@
 choice reads the pool's votes, and what each ingredient reads, in words an expert can check in the studio."""
 from __future__ import annotations
 
+PRIOR_SUFFIX = "+prior"  # a student whose class shares are pulled toward dev's (engine/aggregators/student.py)
+
 
 def reads_votes(name: str) -> bool:
     """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
@@ -36,6 +38,9 @@ INGREDIENT_WORDS = {
 
 def describe_choice(name: str) -> str:
     """`name` (as auto names its choice) in words: each ingredient and what it reads."""
+    if name.endswith(PRIOR_SUFFIX):
+        return (describe_choice(name[: -len(PRIOR_SUFFIX)]) + "; its class shares on the unlabeled rows pulled "
+                "toward dev's (a class its teacher rarely names is named more often)")
     if name.startswith("student<"):
         views, teacher = name[name.rindex(">") + 1:], name[len("student<"):name.rindex(">")]
         return ("a student: a text model trained on its teacher's labels of the unlabeled rows plus dev"

@@ -114,6 +114,38 @@ def fit_student(F_dev: Sequence[Block], y_dev: np.ndarray, F_unl: Sequence[Block
         return BlockLogisticRegression(C=C, max_iter=max_iter).fit(F, y, sample_weight=w * scale[y])
 
 
+# how far the class shares are pulled toward dev's: a full match (1.0) would make the student's labels of the
+# unlabeled rows hold dev's shares exactly, which dev's own few rows per class make too noisy a target
+PRIOR_STRENGTH = 1.0
+
+
+def dev_shares(y: np.ndarray, n_classes: int) -> np.ndarray:
+    """Dev's class shares, add-one smoothed (a class with no dev row keeps a small share)."""
+    return (np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes)
+
+
+def prior_bias(proba: np.ndarray, target: np.ndarray, iters: int = 50) -> np.ndarray:
+    """(k,) log-offsets that bring the shares of the classes `proba` picks (argmax over the unlabeled rows) to
+    `target`: a student trained on a teacher that rarely names a small class names it more rarely still (SemEval's
+    Message-Topic: 2 dev rows, 0.4 % of its labels, about 3 % of the data). Damped steps, since argmax shares
+    move in jumps."""
+    if not len(proba):
+        return np.zeros(len(target))
+    logp = np.log(np.clip(proba, 1e-12, None))
+    bias = np.zeros(len(target))
+    for _ in range(iters):
+        shares = (np.bincount((logp + bias).argmax(axis=1), minlength=len(target)) + 1.0) / (len(proba) + len(target))
+        bias += 0.5 * np.log(target / shares)
+    return bias - bias.mean()
+
+
+def shifted(proba: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Probabilities times exp(bias) per class, renormalised."""
+    out = proba * np.exp(bias)[None, :]
+    total = out.sum(axis=1, keepdims=True)
+    return np.divide(out, total, out=np.zeros_like(out), where=total > 0)
+
+
 def student_proba(model: BlockLogisticRegression | np.ndarray, F: Sequence[Block], n_classes: int) -> np.ndarray:
     n = F[0].shape[0]
     if isinstance(model, np.ndarray):
@@ -133,7 +165,7 @@ class StudentAggregator(BaseAggregator):
 
     def __init__(self, n_classes: int, teacher: Callable[[], Aggregator], teacher_name: str = "",
                  views: Sequence[str] = ("tfidf",), C: float = 10.0, seed: int = 0,
-                 max_unlabeled: int = MAX_UNLABELED, max_columns: int = MAX_COLUMNS):
+                 max_unlabeled: int = MAX_UNLABELED, max_columns: int = MAX_COLUMNS, match_prior: bool = False):
         self.n_classes = n_classes
         self.teacher = teacher
         self.teacher_name = teacher_name
@@ -142,6 +174,7 @@ class StudentAggregator(BaseAggregator):
         self.seed = seed
         self.max_unlabeled = max_unlabeled
         self.max_columns = max_columns
+        self.match_prior = match_prior  # predict with the class shares pulled toward dev's (`prior_bias`)
 
     def fit(self, votes: np.ndarray, y: np.ndarray | None = None, X: Features = None,
             unlabeled_votes: np.ndarray | None = None, unlabeled_X: Features = None) -> StudentAggregator:
@@ -170,6 +203,9 @@ class StudentAggregator(BaseAggregator):
         F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
+        # what `match_prior` would shift by: toward dev's class shares on the unlabeled rows it learnt from
+        self.prior_bias_ = PRIOR_STRENGTH * prior_bias(student_proba(self.model_, F_unl, self.n_classes),
+                                                       dev_shares(y[keep], self.n_classes))
         self.n_annotators_ = votes.shape[1]
         return self
 
@@ -180,7 +216,11 @@ class StudentAggregator(BaseAggregator):
     def _used(self, F: list[Block]) -> list[Block]:
         return keep_columns(F, self.columns_)
 
-    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
+    def predict_proba(self, votes: np.ndarray, X: Features = None, match_prior: bool | None = None) -> np.ndarray:
+        """`match_prior` (None: the attribute of that name): shift the probabilities by `prior_bias_`."""
         v = self._votes_for_predict(votes)
-        return student_proba(self.model_, self._used(student_design(X, self.views, v.shape[0])), self.n_classes)
+        proba = student_proba(self.model_, self._used(student_design(X, self.views, v.shape[0])), self.n_classes)
+        if self.match_prior if match_prior is None else match_prior:
+            proba = shifted(proba, self.prior_bias_)
+        return proba
 

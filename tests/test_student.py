@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from engine.aggregators.auto import AutoAggregator
-from engine.aggregators.choice_names import reads_votes
+from engine.aggregators.choice_names import PRIOR_SUFFIX, describe_choice, reads_votes
 from engine.aggregators.features import TfidfFeatures
-from engine.aggregators.student import StudentAggregator, frequent_columns
+from engine.aggregators.student import StudentAggregator, dev_shares, frequent_columns, prior_bias, shifted
 from engine.aggregators.voting import MajorityVote
 from engine.domain import ABSTAIN
 from engine.score import macro_f1
@@ -142,3 +142,83 @@ def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_be
     assert never.chosen_ == student and never.uses_votes_ is reads_votes(teacher)
     # the default (0.9): a one-row lead on 30 rows is not sure
     assert AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit).chosen_ == student
+
+
+def test_prior_bias_brings_the_picked_class_shares_to_the_target():
+    rng = np.random.default_rng(0)
+    # three classes; class 2 is almost never the argmax although it is a third of the target
+    proba = rng.dirichlet([4.0, 4.0, 1.0], size=3000)
+    target = np.array([0.4, 0.3, 0.3])
+    before = np.bincount(proba.argmax(axis=1), minlength=3) / len(proba)
+    bias = prior_bias(proba, target)
+    after = np.bincount(shifted(proba, bias).argmax(axis=1), minlength=3) / len(proba)
+    assert before[2] < 0.1 and abs(after[2] - 0.3) < 0.03 and np.abs(after - target).max() < 0.03
+    assert abs(bias.mean()) < 1e-9 and bias[2] == bias.max()
+    assert np.allclose(shifted(proba, bias).sum(axis=1), 1.0)
+    assert np.allclose(shifted(proba, np.zeros(3)), proba)  # no offset: the same probabilities
+    assert np.array_equal(prior_bias(proba[:0], target), np.zeros(3))  # nothing to match on: no offset
+
+
+def test_dev_shares_are_smoothed():
+    assert np.allclose(dev_shares(np.array([0, 0, 1]), 3), [3 / 6, 2 / 6, 1 / 6])
+
+
+def test_a_student_predicts_with_the_shifted_shares_only_when_asked(data):
+    X, y, votes, dev, pool, test = data
+    student = StudentAggregator(2, lambda: MajorityVote(2), "mv", ("tfidf",)).fit(
+        votes[dev], y[dev], rows(X, dev), unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    raw = student.predict_proba(votes[test], rows(X, test))
+    assert student.match_prior is False and student.prior_bias_.shape == (2,)
+    assert np.allclose(student.predict_proba(votes[test], rows(X, test), match_prior=True),
+                       shifted(raw, student.prior_bias_))
+    student.match_prior = True
+    assert np.allclose(student.predict_proba(votes[test], rows(X, test)), shifted(raw, student.prior_bias_))
+
+
+def test_auto_weighs_each_student_with_its_shares_pulled_toward_devs(data):
+    X, y, votes, dev, pool, test = data
+    dev = np.arange(40)
+    fit = dict(unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    auto = AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    students = [n for n in auto.oof_scores_ if n.startswith("student<") and not n.endswith(PRIOR_SUFFIX)]
+    assert students and all(n + PRIOR_SUFFIX in auto.oof_scores_ for n in students)
+    kept = auto.members_[0]
+    if auto.chosen_.startswith("student<"):  # the model kept predicts as the name says
+        assert kept.match_prior is auto.chosen_.endswith(PRIOR_SUFFIX)
+    off = AutoAggregator(2, seed=0, prior_matching=False).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    assert not any(n.endswith(PRIOR_SUFFIX) for n in off.oof_scores_)
+
+
+def test_auto_chooses_the_shifted_student_only_when_it_scores_higher_out_of_fold():
+    """A minority class (6 % of the rows) that the only annotator calls the majority class: its teacher rarely
+    names it, so the student shifted toward dev's shares scores higher out of fold and is chosen (the pool was
+    chosen on dev, no audit rows: students and text models compete)."""
+    rng = np.random.default_rng(0)
+    n, k = 3000, 3
+    y = rng.choice(k, size=n, p=[0.54, 0.4, 0.06])
+    X = {"embedding": rng.normal(size=(k, 8))[y] * 0.9 + rng.normal(size=(n, 8))}
+    votes = np.full((n, 1), ABSTAIN)
+    voted = rng.random(n) < 0.9
+    votes[voted, 0] = np.where(y[voted] == 2, 0, y[voted])
+    dev = rng.choice(n, 150, replace=False)
+    pool = np.setdiff1d(np.arange(n), dev)
+    fit = dict(votes_selected=True, unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    auto = AutoAggregator(k, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    assert auto.chosen_ == "student<evoagg[embedding]>" + PRIOR_SUFFIX and auto.members_[0].match_prior is True
+    scores = auto.oof_scores_
+    choosable = [name for name in scores if name != auto.chosen_ and (name.startswith("student<")
+                                                                       or not reads_votes(name))]
+    assert scores[auto.chosen_] > max(scores[name] for name in choosable)  # the plain student among them
+    assert "student<evoagg[embedding]>" in choosable
+    assert "class shares" in describe_choice(auto.chosen_)
+    # the model kept predicts as chosen: the student's probabilities shifted by its offsets
+    kept = auto.members_[0]
+    assert np.allclose(auto.predict_proba(votes[pool], rows(X, pool)),
+                       kept.predict_proba(votes[pool], rows(X, pool), match_prior=True))
+    # a dev with the classes in equal thirds while the rows hold 6 % of the minority: the shift overshoots, scores
+    # lower out of fold, and the plain model stays
+    even = np.concatenate([np.flatnonzero(y == c)[:30] for c in range(k)])
+    rest = np.setdiff1d(np.arange(n), even)
+    plain = AutoAggregator(k, seed=0).fit(votes[even], y[even], rows(X, even), unlabeled_votes=votes[rest],
+                                          unlabeled_X=rows(X, rest))
+    assert not plain.chosen_.endswith(PRIOR_SUFFIX)

@@ -28,7 +28,11 @@ votes at prediction is left out (those may still teach). The best candidate's ow
 the teacher beats it in `student_confidence` of paired bootstrap draws of the rows the teacher is judged on: on the
 withheld gold labels of pool rows outside the student's sample (bench/student_validation.py; never read here) the
 student scored above its teacher in every run of ChemProt, TREC and SMS, where ~100 audit rows, the winner's
-score among 40 candidates, had often put the teacher ahead. `uses_votes_` says whether the chosen model reads
+score among 40 candidates, had often put the teacher ahead. Each student is also weighed with its class shares
+on the unlabeled rows pulled toward dev's (`student<...>+prior`, `student.prior_bias`): a teacher that rarely names
+a class with two dev rows teaches a student that names it more rarely still. The shifted student is scored out of
+fold like the rest (per fold, the shift is fitted on that fold's student and training rows' shares) and taken
+on a strictly higher score (bench/prior_match.py). `uses_votes_` says whether the chosen model reads
 the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
 candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
 

@@ -6,6 +6,9 @@ the unlabeled pool rows; a logistic regression on text features alone (the *stud
 thousands of rows, each weighted by the teacher's confidence, and from the dev rows with their gold labels.
 With far more rows than dev it generalises better than its teacher, in a view the teacher may not read.
 
+`prior_bias_`: per-class log-offsets that would bring the shares of the classes the student names on its unlabeled
+rows to dev's shares; `match_prior=True` predicts with them (auto weighs both ways and keeps the better).
+
 `fit(votes, y, X, unlabeled_votes=..., unlabeled_X=...)`: dev rows first (labeled), then the unlabeled ones.
 The student predicts from text alone, so `predict_proba` ignores the votes (they are only checked).
 """
@@ -114,11 +117,6 @@ def fit_student(F_dev: Sequence[Block], y_dev: np.ndarray, F_unl: Sequence[Block
         return BlockLogisticRegression(C=C, max_iter=max_iter).fit(F, y, sample_weight=w * scale[y])
 
 
-# how far the class shares are pulled toward dev's: a full match (1.0) would make the student's labels of the
-# unlabeled rows hold dev's shares exactly, which dev's own few rows per class make too noisy a target
-PRIOR_STRENGTH = 1.0
-
-
 def dev_shares(y: np.ndarray, n_classes: int) -> np.ndarray:
     """Dev's class shares, add-one smoothed (a class with no dev row keeps a small share)."""
     return (np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes)
@@ -204,8 +202,8 @@ class StudentAggregator(BaseAggregator):
         self.n_pseudo_ = int(P.shape[0])
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
         # what `match_prior` would shift by: toward dev's class shares on the unlabeled rows it learnt from
-        self.prior_bias_ = PRIOR_STRENGTH * prior_bias(student_proba(self.model_, F_unl, self.n_classes),
-                                                       dev_shares(y[keep], self.n_classes))
+        self.prior_bias_ = prior_bias(student_proba(self.model_, F_unl, self.n_classes),
+                                      dev_shares(y[keep], self.n_classes))
         self.n_annotators_ = votes.shape[1]
         return self
 

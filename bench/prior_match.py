@@ -1,0 +1,102 @@
+"""Prior matching, checked on rows that are neither dev nor test: the withheld gold labels of the pool rows.
+
+`auto` weighs each student twice: as trained, and with its class shares on the unlabeled rows pulled toward
+dev's (`student<...>+prior`, engine/aggregators/student.py `prior_bias`), taking the shifted one only on a
+strictly higher out-of-fold dev score. Dev alone cannot say whether that choice is right, and test must not be
+looked at, so this bench scores `auto` with and without the shifted students on the WRENCH train rows the product
+imports as unlabeled pool rows: the labels it delivers for them, against their withheld gold labels (never read
+by the product). The bias is fitted on the student's own predictions for its unlabeled sample, with no label.
+
+For each dataset and seed: import and evolve as bench/quality.py does (the workspaces of
+bench/student_validation.py), fit `auto` on dev with `prior_matching` off and on, and report macro-F1 on every
+pool row and what each chose.
+
+    python bench/prior_match.py [--datasets ...] [--seeds 0 1 2] [--out bench/results/prior_match]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
+from bench.throughput import run_meta  # noqa: E402
+from engine.aggregators.auto import AutoAggregator  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.aggregators.student import unlabeled_sample  # noqa: E402
+from engine.score import macro_f1  # noqa: E402
+
+DATASETS = ["youtube", "sms", "trec", "semeval", "chemprot", "banking77"]
+
+
+def run(name: str, seed: int, generations: int) -> dict:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+    k = len(labels)
+    pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
+    gold = pool_gold(name, frame["id"].to_numpy()[pool], labels)
+    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
+    y = frame["label"].to_numpy()[dev].astype(int)
+    sample = pool[unlabeled_sample(len(pool), seed)]
+    fit = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True,
+               unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
+    X_dev, X_pool = take_rows(feats, dev), take_rows(feats, pool)
+    row = {"dataset": name, "seed": seed, "pool_rows": int(len(pool))}
+    for key, matching in (("off", False), ("on", True)):
+        model = AutoAggregator(k, seed=seed, prior_matching=matching).fit(votes[dev], y, X_dev, **fit)
+        row[f"{key}_chose"] = model.chosen_
+        row[f"{key}_f1"] = round(macro_f1(gold, model.predict_proba(votes[pool], X_pool).argmax(axis=1), k), 4)
+    return row
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# Prior matching on the pool rows' withheld gold labels: `bench/prior_match.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. Macro-F1 of `auto`'s labels for every pool row against "
+             "their withheld WRENCH train labels (never dev, never test).\n",
+             "| dataset | seed | pool rows | without: chose | F1 | with: chose | F1 |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['pool_rows']} | {r['off_chose']} | {r['off_f1']:.3f} | "
+                     f"{r['on_chose']} | {r['on_f1']:.3f} |")
+    lines.append("\n| dataset | mean without | mean with | runs that chose a shifted student |\n|---|---|---|---|")
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == name]
+        off, on = np.mean([r["off_f1"] for r in mine]), np.mean([r["on_f1"] for r in mine])
+        shifted = sum(r["on_chose"].endswith("+prior") for r in mine)
+        lines.append(f"| {name} | {off:.3f} | {on:.3f} | {shifted} of {len(mine)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=DATASETS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--generations", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prior_match")
+    parser.add_argument("--merge", nargs="+", type=Path, help="join the JSON files of runs side by side instead")
+    args = parser.parse_args()
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        meta, rows = parts[0]["meta"], [r for p in parts for r in p["rows"]]
+        rows.sort(key=lambda r: (DATASETS.index(r["dataset"]) if r["dataset"] in DATASETS else 99, r["seed"]))
+    else:
+        if not SHARED.is_dir():
+            sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
+        meta, rows = run_meta("prior_match.py"), []
+        for name in args.datasets:
+            for seed in args.seeds:
+                print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+                rows.append(run(name, seed, args.generations))
+                print(json.dumps(rows[-1]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    args.out.with_suffix(".md").write_text(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

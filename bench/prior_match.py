@@ -29,7 +29,7 @@ from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: 
 from bench.throughput import run_meta  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
-from engine.aggregators.student import unlabeled_sample  # noqa: E402
+from engine.aggregators.student import auto_unlabeled_sample  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
 
 DATASETS = ["youtube", "sms", "trec", "semeval", "chemprot", "banking77"]
@@ -42,7 +42,7 @@ def run(name: str, seed: int, generations: int) -> dict:
     gold = pool_gold(name, frame["id"].to_numpy()[pool], labels)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y = frame["label"].to_numpy()[dev].astype(int)
-    sample = pool[unlabeled_sample(len(pool), seed)]
+    sample = pool[auto_unlabeled_sample(len(pool), seed)]  # as the product hands them to auto
     fit = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True,
                unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
     X_dev, X_pool = take_rows(feats, dev), take_rows(feats, pool)

@@ -25,7 +25,7 @@ from engine.aggregators.registry import (
     make_aggregator,
     predict_labels,
 )
-from engine.aggregators.student import unlabeled_sample
+from engine.aggregators.student import auto_unlabeled_sample
 from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
 from engine.events import EventKind, EventSink, quiet
 from engine.evolve import ensure_votes
@@ -210,7 +210,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         prewarm_workers(store.count_examples("dev"), n_classes)
     frame, ids, votes, features = labeling_inputs(store, executor, splits, aggregator, on_event)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooses else np.zeros(0, int)
-    unl = unl[unlabeled_sample(len(unl), seed)]  # all a student reads; its features are computed for these alone
+    unl = unl[auto_unlabeled_sample(len(unl), seed)]  # all a student reads (its sample and its offsets' rows)
     unlabeled = (votes[unl], take_rows(features or None, unl)) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)

@@ -63,7 +63,7 @@ from engine.aggregators.choice_names import PRIOR_SUFFIX, reads_votes
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import StudentAggregator, shifted, unlabeled_sample
+from engine.aggregators.student import StudentAggregator, shift_sample, shifted, unlabeled_sample
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -102,14 +102,14 @@ def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: 
 
 def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, n_classes: int,
                   seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray,
-                  held: np.ndarray | None, unlabeled_votes: np.ndarray, unlabeled_X: Features
-                  ) -> np.ndarray | StudentAggregator:
+                  held: np.ndarray | None, unlabeled_votes: np.ndarray, unlabeled_X: Features,
+                  shift_X: Features = None) -> tuple[np.ndarray, np.ndarray] | StudentAggregator:
     """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only; with
     `held=None`, the fitted student itself (the one auto keeps if it is chosen)."""
     sub = {name: mat[train] for name, mat in feats.items()}
     teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
     student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed)
-    student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
+    student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X, shift_X)
     if held is None:
         return student
     raw = student.predict_proba(v[held], {name: mat[held] for name, mat in feats.items()}, match_prior=False)
@@ -244,7 +244,9 @@ class AutoAggregator(BaseAggregator):
         if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0:
             # the student reads this seeded sample alone (the same rows it would draw): workers get only these
             rows = unlabeled_sample(len(unlabeled_votes), self.seed)
-            unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows))
+            shift = shift_sample(len(unlabeled_votes), self.seed, rows)  # the offsets' rows, if any
+            unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
+                         take_rows(unlabeled_X, shift) if len(shift) else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
                                                    unlabeled)
         self.oof_scores_ = board.scores
@@ -306,7 +308,7 @@ class AutoAggregator(BaseAggregator):
 
     def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], judge: _Judge, votes_selected: bool,
                         v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
-                        unlabeled: tuple[np.ndarray, Features]) -> tuple[str, tuple | None]:
+                        unlabeled: tuple[np.ndarray, Features, Features]) -> tuple[str, tuple | None]:
         """The students of the chosen candidate and of the best vote reader, scored out of fold; returns what is
         chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
         view_sets = [student_views(feats)]
@@ -370,7 +372,7 @@ class AutoAggregator(BaseAggregator):
 
     def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],
                   makers: dict[str, Callable[[], Aggregator]], v: np.ndarray, y: np.ndarray, feats: dict,
-                  folds: list, unlabeled_votes: np.ndarray, unlabeled_X: Features
+                  folds: list, unlabeled_votes: np.ndarray, unlabeled_X: Features, shift_X: Features
                   ) -> dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, StudentAggregator | None]]:
         """Per (teacher, views): the student's out-of-fold dev probabilities, each fold's teacher (the mean of
         the teacher's parts) fitted on the training folds only so the held rows' labels reach neither teacher
@@ -385,7 +387,8 @@ class AutoAggregator(BaseAggregator):
             parts = [makers[n] for n in groups[teacher]]
             splits = folds + ([(np.arange(len(y)), None)] if speculate else [])
             calls += [(_student_fold, (parts, views, STUDENT_C, self.n_classes, self.seed, v,
-                                       y, feats, train, held, unlabeled_votes, unlabeled_X)) for train, held in splits]
+                                       y, feats, train, held, unlabeled_votes, unlabeled_X, shift_X))
+                      for train, held in splits]
         results = iter(run_calls(calls, self.n_jobs, len(y) * self.n_classes))
         out = {}
         for pair in pairs:

@@ -44,6 +44,24 @@ def unlabeled_sample(n: int, seed: int, limit: int = MAX_UNLABELED) -> np.ndarra
     return np.sort(np.random.default_rng(seed).choice(n, limit, replace=False))
 
 
+MAX_SHIFT_ROWS = 2000  # unlabeled rows outside the student's sample that its class-share offsets are fitted on
+
+
+def shift_sample(n: int, seed: int, taken: np.ndarray, limit: int = MAX_SHIFT_ROWS) -> np.ndarray:
+    """Sorted positions of up to `limit` of `n` unlabeled rows outside `taken` (the student's sample; empty when
+    that holds them all): rows the student did not learn from, where its offsets do not overshoot."""
+    rest = np.setdiff1d(np.arange(n), taken)
+    if len(rest) <= limit:
+        return rest
+    return np.sort(np.random.default_rng(seed + 1).choice(rest, limit, replace=False))
+
+
+def auto_unlabeled_sample(n: int, seed: int) -> np.ndarray:
+    """The unlabeled rows worth handing to `auto`: enough for the student's sample and for the rows its class-share
+    offsets are fitted on (`shift_sample`)."""
+    return unlabeled_sample(n, seed, MAX_UNLABELED + MAX_SHIFT_ROWS)
+
+
 def student_design(X: Features, views: Sequence[str], n_rows: int) -> list[Block]:
     """The student's design as column blocks, one per view: unit-norm rows, each block scaled by
     1/sqrt(#views) so that together they weigh as one; dense views stay dense (see block_lr)."""
@@ -144,6 +162,12 @@ def shifted(proba: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return np.divide(out, total, out=np.zeros_like(out), where=total > 0)
 
 
+def _rows(X: Features) -> int:
+    """Row count of a feature matrix or of the first matrix of a dict of them."""
+    first = next(iter(X.values())) if isinstance(X, dict) else X
+    return first.shape[0]
+
+
 def student_proba(model: BlockLogisticRegression | np.ndarray, F: Sequence[Block], n_classes: int) -> np.ndarray:
     n = F[0].shape[0]
     if isinstance(model, np.ndarray):
@@ -184,8 +208,11 @@ class StudentAggregator(BaseAggregator):
         return self.fit_from_teacher(teacher, v, y, X, unlabeled_votes, unlabeled_X)
 
     def fit_from_teacher(self, teacher: Aggregator, votes: np.ndarray, y: np.ndarray, X: Features,
-                         unlabeled_votes: np.ndarray | None, unlabeled_X: Features) -> StudentAggregator:
-        """Fit the student from an already fitted teacher (auto reuses its fold models this way)."""
+                         unlabeled_votes: np.ndarray | None, unlabeled_X: Features,
+                         shift_X: Features = None) -> StudentAggregator:
+        """Fit the student from an already fitted teacher (auto reuses its fold models this way). `shift_X`: text
+        of unlabeled rows it does not learn from, to fit `prior_bias_` on (default: `shift_sample` of the
+        unlabeled rows when they outnumber the student's sample, else the sample itself)."""
         keep = np.flatnonzero(y >= 0)
         F_dev = [b[keep] for b in student_design(X, self.views, votes.shape[0])]
         if unlabeled_votes is not None and len(unlabeled_votes):
@@ -194,6 +221,8 @@ class StudentAggregator(BaseAggregator):
             sampled = take_rows(unlabeled_X, rows)  # before the design (row-wise): not all 100K rows per fit
             F_unl = student_design(sampled, self.views, len(rows))
             P = teacher.predict_proba(uv[rows], sampled)
+            if shift_X is None and len(rows) < uv.shape[0]:
+                shift_X = take_rows(unlabeled_X, shift_sample(uv.shape[0], self.seed, rows))
         else:
             F_unl, P = [b[:0] for b in F_dev], np.zeros((0, self.n_classes))
         self.columns_ = frequent_columns(F_unl if F_unl[0].shape[0] > F_dev[0].shape[0] else F_dev,
@@ -201,8 +230,12 @@ class StudentAggregator(BaseAggregator):
         F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
-        # what `match_prior` would shift by: toward dev's class shares on the unlabeled rows it learnt from
-        self.prior_bias_ = prior_bias(student_proba(self.model_, F_unl, self.n_classes),
+        # what `match_prior` would shift by: toward dev's class shares, on unlabeled rows it did not learn from when
+        # there are any (on its own sample it is surer of its teacher's classes, so offsets fitted there overshoot)
+        F_shift = F_unl if shift_X is None else self._used(student_design(shift_X, self.views, _rows(shift_X)))
+        if not F_shift[0].shape[0]:
+            F_shift = F_unl
+        self.prior_bias_ = prior_bias(student_proba(self.model_, F_shift, self.n_classes),
                                       dev_shares(y[keep], self.n_classes))
         self.n_annotators_ = votes.shape[1]
         return self

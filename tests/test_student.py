@@ -11,7 +11,14 @@ import pytest
 from engine.aggregators.auto import AutoAggregator
 from engine.aggregators.choice_names import PRIOR_SUFFIX, describe_choice, reads_votes
 from engine.aggregators.features import TfidfFeatures
-from engine.aggregators.student import StudentAggregator, dev_shares, frequent_columns, prior_bias, shifted
+from engine.aggregators.student import (
+    StudentAggregator,
+    dev_shares,
+    frequent_columns,
+    prior_bias,
+    shift_sample,
+    shifted,
+)
 from engine.aggregators.voting import MajorityVote
 from engine.domain import ABSTAIN
 from engine.score import macro_f1
@@ -222,3 +229,18 @@ def test_auto_chooses_the_shifted_student_only_when_it_scores_higher_out_of_fold
     plain = AutoAggregator(k, seed=0).fit(votes[even], y[even], rows(X, even), unlabeled_votes=votes[rest],
                                           unlabeled_X=rows(X, rest))
     assert not plain.chosen_.endswith(PRIOR_SUFFIX)
+
+
+def test_the_offsets_are_fitted_on_unlabeled_rows_the_student_did_not_learn_from(data):
+    """On its own sample the student is surer of its teacher's classes, so offsets fitted there overshoot on new
+    rows: when the unlabeled rows outnumber its sample, they are fitted on rows outside it."""
+    X, y, votes, dev, pool, test = data
+    student = StudentAggregator(2, lambda: MajorityVote(2), "mv", ("tfidf",), max_unlabeled=500).fit(
+        votes[dev], y[dev], rows(X, dev), unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    learnt = student.unlabeled_rows(len(pool))
+    shift = shift_sample(len(pool), 0, learnt)
+    assert len(learnt) == 500 and len(shift) == len(pool) - 500 and not np.intersect1d(shift, learnt).size
+    unseen = student.predict_proba(votes[pool[shift]], rows(X, pool[shift]), match_prior=False)
+    assert np.allclose(student.prior_bias_, prior_bias(unseen, dev_shares(y[dev], 2)))
+    assert len(shift_sample(10, 0, np.arange(10))) == 0  # the sample holds every row: nothing outside it
+    assert len(shift_sample(10_000, 0, np.arange(10), limit=300)) == 300

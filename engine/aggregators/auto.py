@@ -31,8 +31,10 @@ student scored above its teacher in every run of ChemProt, TREC and SMS, where ~
 score among 40 candidates, had often put the teacher ahead. Each student is also weighed with its class shares
 on the unlabeled rows pulled toward dev's (`student<...>+prior`, `student.prior_bias`): a teacher that rarely names
 a class with two dev rows teaches a student that names it more rarely still. The shifted student is scored out of
-fold like the rest (per fold, the shift is fitted on that fold's student and training rows' shares) and taken
-on a strictly higher score (bench/prior_match.py). `uses_votes_` says whether the chosen model reads
+fold like the rest (per fold, the shift is fitted on that fold's student, its training rows' shares and, when
+the unlabeled rows outnumber the student's sample, up to 2,000 rows outside it: on its own sample a student is
+surer of its teacher's classes and the shift overshoots) and taken on a strictly higher score
+(bench/prior_match.py). `uses_votes_` says whether the chosen model reads
 the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
 candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
 

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -156,9 +156,7 @@ def main() -> None:
         print(f"== {kind}", file=sys.stderr, flush=True)
         records.append(run(kind, frame, labels, args.generations, cache))
         print(json.dumps(records[-1]), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-        args.out.with_suffix(".md").write_text(markdown(records, meta))
+        save_result(args.out, {"meta": meta, "records": records}, markdown(records, meta))
 
 
 if __name__ == "__main__":

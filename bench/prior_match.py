@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.student import auto_unlabeled_sample  # noqa: E402
@@ -80,23 +80,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prior_match")
     parser.add_argument("--merge", nargs="+", type=Path, help="join the JSON files of runs side by side instead")
     args = parser.parse_args()
-    if args.merge:
+    if args.merge:  # runs made side by side, joined into one table
         parts = [json.loads(p.read_text()) for p in args.merge]
-        meta, rows = parts[0]["meta"], [r for p in parts for r in p["rows"]]
-        rows.sort(key=lambda r: (DATASETS.index(r["dataset"]) if r["dataset"] in DATASETS else 99, r["seed"]))
-    else:
-        if not SHARED.is_dir():
-            sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-        meta, rows = run_meta("prior_match.py"), []
-        for name in args.datasets:
-            for seed in args.seeds:
-                print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
-                rows.append(run(name, seed, args.generations))
-                print(json.dumps(rows[-1]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(rows, meta))
-
+        rows = sorted((r for p in parts for r in p["rows"]),
+                      key=lambda r: (DATASETS.index(r["dataset"]) if r["dataset"] in DATASETS else 99, r["seed"]))
+        save_result(args.out, {"meta": parts[0]["meta"], "rows": rows}, markdown(rows, parts[0]["meta"]))
+        return
+    if not SHARED.is_dir():
+        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
+    meta, rows = run_meta("prior_match.py"), []
+    for name in args.datasets:
+        for seed in args.seeds:
+            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+            rows.append(run(name, seed, args.generations))
+            print(json.dumps(rows[-1]), flush=True)
+            save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))  # a stopped run keeps these
 
 if __name__ == "__main__":
     main()

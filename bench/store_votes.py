@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.domain import ABSTAIN  # noqa: E402
 from engine.store.workspace import DB_NAME, Store  # noqa: E402
 
@@ -191,9 +191,7 @@ def main() -> None:
             records.append(record)
             print(json.dumps(record), flush=True)
         assert records[-1]["checksum"] == records[-2]["checksum"], "before and after read different votes"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(records, meta))
+    save_result(args.out, {"meta": meta, "records": records}, markdown(records, meta))
     shutil.rmtree(TMP, ignore_errors=True)
 
 

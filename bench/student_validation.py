@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
@@ -147,9 +147,7 @@ def main() -> None:
             if row is not None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(rows, meta))
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
 
 
 if __name__ == "__main__":

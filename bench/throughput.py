@@ -301,6 +301,13 @@ def run_meta(script: str) -> dict[str, str]:
             "command": f"python bench/{script} " + " ".join(sys.argv[1:])}
 
 
+def save_result(out: Path, payload: dict, markdown_text: str) -> None:
+    """Write a bench result as `out`.json (the payload: meta and the measured rows) and `out`.md (its table)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(payload, indent=1))
+    out.with_suffix(".md").write_text(markdown_text)
+
+
 def markdown(records: list[dict], meta: dict[str, Any]) -> str:
     lines = ["# Throughput: `bench/throughput.py` (issue 15)\n",
              f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average "
@@ -378,9 +385,7 @@ def main() -> None:
             "base_rows": len(json.loads(ROWS_FILE.read_text())),
             "workers": args.workers, "command": "python bench/throughput.py " + " ".join(sys.argv[1:])}
     if str(args.out) != "-":
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-        args.out.with_suffix(".md").write_text(markdown(records, meta))
+        save_result(args.out, {"meta": meta, "records": records}, markdown(records, meta))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
@@ -97,9 +97,7 @@ def main() -> None:
         for seed in args.seeds:
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows += run(name, seed, args.generations, args.weights)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(rows, args.weights, meta))
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, args.weights, meta))
 
 
 if __name__ == "__main__":

@@ -189,9 +189,8 @@ def test_auto_weighs_each_student_with_its_shares_pulled_toward_devs(data):
     auto = AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit)
     students = [n for n in auto.oof_scores_ if n.startswith("student<") and not n.endswith(PRIOR_SUFFIX)]
     assert students and all(n + PRIOR_SUFFIX in auto.oof_scores_ for n in students)
-    kept = auto.members_[0]
-    if auto.chosen_.startswith("student<"):  # the model kept predicts as the name says
-        assert kept.match_prior is auto.chosen_.endswith(PRIOR_SUFFIX)
+    kept = auto.members_[0]  # a student here: the model kept predicts as its name says
+    assert auto.chosen_.startswith("student<") and kept.match_prior is auto.chosen_.endswith(PRIOR_SUFFIX)
     off = AutoAggregator(2, seed=0, prior_matching=False).fit(votes[dev], y[dev], rows(X, dev), **fit)
     assert not any(n.endswith(PRIOR_SUFFIX) for n in off.oof_scores_)
 

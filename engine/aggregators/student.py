@@ -232,11 +232,9 @@ class StudentAggregator(BaseAggregator):
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
         # what `match_prior` would shift by: toward dev's class shares, on unlabeled rows it did not learn from when
         # there are any (on its own sample it is surer of its teacher's classes, so offsets fitted there overshoot)
-        F_shift = F_unl if shift_X is None else self._used(student_design(shift_X, self.views, _rows(shift_X)))
-        if not F_shift[0].shape[0]:
-            F_shift = F_unl
-        self.prior_bias_ = prior_bias(student_proba(self.model_, F_shift, self.n_classes),
-                                      dev_shares(y[keep], self.n_classes))
+        unseen = (student_proba(self.model_, F_unl, self.n_classes) if shift_X is None
+                  else self._text_proba(shift_X, _rows(shift_X)))
+        self.prior_bias_ = prior_bias(unseen, dev_shares(y[keep], self.n_classes))
         self.n_annotators_ = votes.shape[1]
         return self
 
@@ -244,13 +242,16 @@ class StudentAggregator(BaseAggregator):
         """A seeded sample of at most `max_unlabeled` unlabeled rows (all of them when fewer)."""
         return unlabeled_sample(n, self.seed, self.max_unlabeled)
 
+    def _text_proba(self, X: Features, n_rows: int) -> np.ndarray:
+        """The student's probabilities for `n_rows` rows of text features (unshifted)."""
+        return student_proba(self.model_, self._used(student_design(X, self.views, n_rows)), self.n_classes)
+
     def _used(self, F: list[Block]) -> list[Block]:
         return keep_columns(F, self.columns_)
 
     def predict_proba(self, votes: np.ndarray, X: Features = None, match_prior: bool | None = None) -> np.ndarray:
         """`match_prior` (None: the attribute of that name): shift the probabilities by `prior_bias_`."""
-        v = self._votes_for_predict(votes)
-        proba = student_proba(self.model_, self._used(student_design(X, self.views, v.shape[0])), self.n_classes)
+        proba = self._text_proba(X, self._votes_for_predict(votes).shape[0])
         if self.match_prior if match_prior is None else match_prior:
             proba = shifted(proba, self.prior_bias_)
         return proba

@@ -162,7 +162,7 @@ def shifted(proba: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return np.divide(out, total, out=np.zeros_like(out), where=total > 0)
 
 
-def _rows(X: Features) -> int:
+def _n_rows(X: Features) -> int:
     """Row count of a feature matrix or of the first matrix of a dict of them."""
     first = next(iter(X.values())) if isinstance(X, dict) else X
     return first.shape[0]
@@ -233,7 +233,7 @@ class StudentAggregator(BaseAggregator):
         # what `match_prior` would shift by: toward dev's class shares, on unlabeled rows it did not learn from when
         # there are any (on its own sample it is surer of its teacher's classes, so offsets fitted there overshoot)
         unseen = (student_proba(self.model_, F_unl, self.n_classes) if shift_X is None
-                  else self._text_proba(shift_X, _rows(shift_X)))
+                  else self._text_proba(shift_X, _n_rows(shift_X)))
         self.prior_bias_ = prior_bias(unseen, dev_shares(y[keep], self.n_classes))
         self.n_annotators_ = votes.shape[1]
         return self

@@ -195,7 +195,7 @@ def test_auto_weighs_each_student_with_its_shares_pulled_toward_devs(data):
     assert not any(n.endswith(PRIOR_SUFFIX) for n in off.oof_scores_)
 
 
-def test_auto_chooses_the_shifted_student_only_when_it_scores_higher_out_of_fold():
+def test_auto_chooses_the_shifted_student_only_when_it_scores_clearly_higher_out_of_fold():
     """A minority class (6 % of the rows) that the only annotator calls the majority class: its teacher rarely
     names it, so the student shifted toward dev's shares scores higher out of fold and is chosen (the pool was
     chosen on dev, no audit rows: students and text models compete)."""
@@ -217,6 +217,11 @@ def test_auto_chooses_the_shifted_student_only_when_it_scores_higher_out_of_fold
     assert scores[auto.chosen_] > max(scores[name] for name in choosable)  # the plain student among them
     assert "student<evoagg[embedding]>" in choosable
     assert "class shares" in describe_choice(auto.chosen_)
+    # a shift that gains less than `prior_min_gain` over its plain student is taken for noise: the plain one stays
+    gain = scores[auto.chosen_] - scores["student<evoagg[embedding]>"]
+    assert gain >= AutoAggregator(k).prior_min_gain > 0
+    strict = AutoAggregator(k, seed=0, prior_min_gain=gain + 1e-3).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    assert not strict.chosen_.endswith(PRIOR_SUFFIX) and strict.members_[0].match_prior is False
     # the model kept predicts as chosen: the student's probabilities shifted by its offsets
     kept = auto.members_[0]
     assert np.allclose(auto.predict_proba(votes[pool], rows(X, pool)),

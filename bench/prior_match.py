@@ -2,10 +2,12 @@
 
 `auto` weighs each student twice: as trained, and with its class shares on the unlabeled rows pulled toward
 dev's (`student<...>+prior`, engine/aggregators/student.py `prior_bias`), taking the shifted one only on a
-strictly higher out-of-fold dev score. Dev alone cannot say whether that choice is right, and test must not be
-looked at, so this bench scores `auto` with and without the shifted students on the WRENCH train rows the product
-imports as unlabeled pool rows: the labels it delivers for them, against their withheld gold labels (never read
-by the product). The bias is fitted on the student's own predictions for its unlabeled sample, with no label.
+strictly higher out-of-fold dev score that also beats the same student unshifted by `PRIOR_MIN_GAIN`. Dev alone
+cannot say whether that choice is right, and test must not be looked at, so this bench scores `auto` with and
+without the shifted students on the WRENCH train rows the product imports as unlabeled pool rows: the labels it
+delivers for them, against their withheld gold labels (never read by the product). The offsets are fitted on the
+student's predictions for unlabeled rows outside its sample, with no label. `dev gain`: per student weighed, its
+shifted version's out-of-fold dev macro-F1 minus its own (what the minimum gain is compared with).
 
 For each dataset and seed: import and evolve as bench/quality.py does (the workspaces of
 bench/student_validation.py), fit `auto` on dev with `prior_matching` off and on, and report macro-F1 on every
@@ -29,6 +31,7 @@ from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: 
 from bench.throughput import run_meta, save_result  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
+from engine.aggregators.choice_names import PRIOR_SUFFIX  # noqa: E402
 from engine.aggregators.student import auto_unlabeled_sample  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
 
@@ -53,6 +56,10 @@ def run(name: str, seed: int, generations: int) -> dict:
     for key, matching in (("off", False), ("on", True)):
         model = AutoAggregator(k, seed=seed, prior_matching=matching).fit(votes[dev], y, X_dev, **fit)
         row[f"{key}_chose"] = model.chosen_
+        if matching:
+            scores = model.oof_scores_
+            row["dev_gains"] = {n: round(scores[n + PRIOR_SUFFIX] - scores[n], 4) for n in scores
+                                if n + PRIOR_SUFFIX in scores}
         named[key] = model.predict_proba(votes[pool], X_pool).argmax(axis=1)
         row[f"{key}_f1"] = round(macro_f1(gold, named[key], k), 4)
         if not matching:  # the shift applied to the unshifted choice whatever dev says (a student's only)
@@ -72,11 +79,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"at the start. Command: `{meta['command']}`. Macro-F1 of `auto`'s labels for every pool row against "
              "their withheld WRENCH train labels (never dev, never test).\n",
              "`shift forced`: the unshifted choice with the shift applied whatever dev says (when it is a student).\n",
-             "| dataset | seed | pool rows | without: chose | F1 | with: chose | F1 | shift forced F1 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| dataset | seed | pool rows | without: chose | F1 | with: chose | F1 | shift forced F1 | dev gain |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        gains = ", ".join(f"{g:+.3f}" for g in r.get("dev_gains", {}).values()) or "–"
         lines.append(f"| {r['dataset']} | {r['seed']} | {r['pool_rows']} | {r['off_chose']} | {r['off_f1']:.3f} | "
-                     f"{r['on_chose']} | {r['on_f1']:.3f} | {r['forced_f1']:.3f} |")
+                     f"{r['on_chose']} | {r['on_f1']:.3f} | {r['forced_f1']:.3f} | {gains} |")
     lines += [f"\nClasses with at most {SMALL_DEV_ROWS} dev rows: how many pool rows each model names them on.\n",
               "| dataset | seed | class | dev rows | pool rows holding it | named without | named with |",
               "|---|---|---|---|---|---|---|"]

@@ -82,7 +82,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "| dataset | seed | pool rows | without: chose | F1 | with: chose | F1 | shift forced F1 | dev gain |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        gains = ", ".join(f"{g:+.3f}" for g in r.get("dev_gains", {}).values()) or "–"
+        gains = "; ".join(f"{n}: {g:+.3f}" for n, g in r.get("dev_gains", {}).items()) or "–"
         lines.append(f"| {r['dataset']} | {r['seed']} | {r['pool_rows']} | {r['off_chose']} | {r['off_f1']:.3f} | "
                      f"{r['on_chose']} | {r['on_f1']:.3f} | {r['forced_f1']:.3f} | {gains} |")
     lines += [f"\nClasses with at most {SMALL_DEV_ROWS} dev rows: how many pool rows each model names them on.\n",

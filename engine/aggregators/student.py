@@ -7,7 +7,8 @@ thousands of rows, each weighted by the teacher's confidence, and from the dev r
 With far more rows than dev it generalises better than its teacher, in a view the teacher may not read.
 
 `prior_bias_`: per-class log-offsets that would bring the shares of the classes the student names on its unlabeled
-rows to dev's shares; `match_prior=True` predicts with them (auto weighs both ways and keeps the better).
+rows to dev's shares; `match_prior=True` predicts with them (auto weighs both ways and keeps the shifted one only
+when it scores clearly higher: `PRIOR_MIN_GAIN` in auto.py).
 
 `fit(votes, y, X, unlabeled_votes=..., unlabeled_X=...)`: dev rows first (labeled), then the unlabeled ones.
 The student predicts from text alone, so `predict_proba` ignores the votes (they are only checked).

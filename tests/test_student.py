@@ -249,3 +249,9 @@ def test_the_offsets_are_fitted_on_unlabeled_rows_the_student_did_not_learn_from
     assert np.allclose(student.prior_bias_, prior_bias(unseen, dev_shares(y[dev], 2)))
     assert len(shift_sample(10, 0, np.arange(10))) == 0  # the sample holds every row: nothing outside it
     assert len(shift_sample(10_000, 0, np.arange(10), limit=300)) == 300
+
+
+def test_auto_refuses_a_negative_minimum_gain_for_the_shift(data):
+    X, y, votes, dev, pool, test = data
+    with pytest.raises(ValueError, match="prior_min_gain"):
+        AutoAggregator(2, prior_min_gain=-0.01).fit(votes[:40], y[:40], rows(X, np.arange(40)))

@@ -212,8 +212,6 @@ class AutoAggregator(BaseAggregator):
         self.bootstrap = bootstrap
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
         self.prior_matching = prior_matching  # also weigh each student with its class shares pulled toward dev's
-        if prior_min_gain < 0:
-            raise ValueError(f"prior_min_gain is a gain in macro-F1: 0 or more, not {prior_min_gain}")
         self.prior_min_gain = prior_min_gain  # what the shifted student must gain over the plain one to be chosen
 
     def candidates(self, X: Features) -> list[Ingredient]:
@@ -237,6 +235,8 @@ class AutoAggregator(BaseAggregator):
             unlabeled_votes: np.ndarray | None = None, unlabeled_X: Features = None) -> AutoAggregator:
         if y is None:
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
+        if self.prior_min_gain < 0:  # checked here, not in __init__: scikit-learn's convention for parameters
+            raise ValueError(f"prior_min_gain is a gain in macro-F1: 0 or more, not {self.prior_min_gain}")
         v = check_votes(votes, self.n_classes)
         y = check_labels(y, self.n_classes, v.shape[0])
         feats = feature_dict(X) or None

@@ -95,7 +95,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
         off, on, forced = (np.mean([r[key] for r in mine]) for key in ("off_f1", "on_f1", "forced_f1"))
-        shifted = sum(r["on_chose"].endswith("+prior") for r in mine)
+        shifted = sum(r["on_chose"].endswith(PRIOR_SUFFIX) for r in mine)
         lines.append(f"| {name} | {off:.3f} | {on:.3f} | {forced:.3f} | {shifted} of {len(mine)} |")
     return "\n".join(lines) + "\n"
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from engine.aggregators.auto import AutoAggregator
+from engine.aggregators.base import class_prior
 from engine.aggregators.choice_names import PRIOR_SUFFIX, describe_choice, reads_votes
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.student import (
     StudentAggregator,
-    dev_shares,
     frequent_columns,
     prior_bias,
     shift_sample,
@@ -166,8 +166,8 @@ def test_prior_bias_brings_the_picked_class_shares_to_the_target():
     assert np.array_equal(prior_bias(proba[:0], target), np.zeros(3))  # nothing to match on: no offset
 
 
-def test_dev_shares_are_smoothed():
-    assert np.allclose(dev_shares(np.array([0, 0, 1]), 3), [3 / 6, 2 / 6, 1 / 6])
+def test_the_offsets_target_devs_class_shares_add_one_smoothed():
+    assert np.allclose(class_prior(np.array([0, 0, 1]), 3), [3 / 6, 2 / 6, 1 / 6])
 
 
 def test_a_student_predicts_with_the_shifted_shares_only_when_asked(data):
@@ -246,7 +246,9 @@ def test_the_offsets_are_fitted_on_unlabeled_rows_the_student_did_not_learn_from
     shift = shift_sample(len(pool), 0, learnt)
     assert len(learnt) == 500 and len(shift) == len(pool) - 500 and not np.intersect1d(shift, learnt).size
     unseen = student.predict_proba(votes[pool[shift]], rows(X, pool[shift]), match_prior=False)
-    assert np.allclose(student.prior_bias_, prior_bias(unseen, dev_shares(y[dev], 2)))
+    assert np.allclose(student.prior_bias_, prior_bias(unseen, class_prior(y[dev], 2)))
+    on_sample = student.predict_proba(votes[pool[learnt]], rows(X, pool[learnt]), match_prior=False)
+    assert not np.allclose(student.prior_bias_, prior_bias(on_sample, class_prior(y[dev], 2)))  # not its own rows
     assert len(shift_sample(10, 0, np.arange(10))) == 0  # the sample holds every row: nothing outside it
     assert len(shift_sample(10_000, 0, np.arange(10), limit=300)) == 300
 

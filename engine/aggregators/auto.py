@@ -324,8 +324,9 @@ class AutoAggregator(BaseAggregator):
     def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], judge: _Judge, votes_selected: bool,
                         v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
                         unlabeled: tuple[np.ndarray, Features, Features]) -> tuple[str, tuple | None]:
-        """The students of the chosen candidate and of the best vote reader, scored out of fold; returns what is
-        chosen now and, if it is a student, (teacher, views, the fitted student or None)."""
+        """The students of the chosen candidate and of the best vote reader, each as trained and shifted, scored out
+        of fold; returns what is chosen now and, if it is a student, (teacher, views, the fitted student or None,
+        whether it predicts shifted)."""
         view_sets = [student_views(feats)]
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
         single = set(ranked)
@@ -349,10 +350,11 @@ class AutoAggregator(BaseAggregator):
             if takes_over:
                 chosen, student = name, (teacher, views, model, False)
             if self.prior_matching:  # takes over on a strictly higher score, by `prior_min_gain` over its plain self
-                board.add(name + PRIOR_SUFFIX, matched, judge.score(matched, name), board.groups[teacher])
-                score = board.scores[name + PRIOR_SUFFIX]
+                shifted_name = name + PRIOR_SUFFIX
+                board.add(shifted_name, matched, judge.score(matched, shifted_name), board.groups[teacher])
+                score = board.scores[shifted_name]
                 if score > board.scores[chosen] + 1e-12 and score >= board.scores[name] + self.prior_min_gain - 1e-12:
-                    chosen, student = name + PRIOR_SUFFIX, (teacher, views, model, True)
+                    chosen, student = shifted_name, (teacher, views, model, True)
         return chosen, student
 
     def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
@@ -389,8 +391,9 @@ class AutoAggregator(BaseAggregator):
     def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],
                   makers: dict[str, Callable[[], Aggregator]], v: np.ndarray, y: np.ndarray, feats: dict,
                   folds: list, unlabeled_votes: np.ndarray, unlabeled_X: Features, shift_X: Features
-                  ) -> dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, StudentAggregator | None]]:
-        """Per (teacher, views): the student's out-of-fold dev probabilities, each fold's teacher (the mean of
+                  ) -> dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, np.ndarray, StudentAggregator | None]]:
+        """Per (teacher, views): the student's out-of-fold dev probabilities as trained and shifted (`prior_bias_`
+        of each fold's student), each fold's teacher (the mean of
         the teacher's parts) fitted on the training folds only so the held rows' labels reach neither teacher
         nor student; and, when the fits run on worker processes, the student fitted on all of dev, in the same
         batch (five folds leave a worker idle for the last round: the one kept if chosen costs no wall time)."""

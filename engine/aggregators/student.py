@@ -136,11 +136,6 @@ def fit_student(F_dev: Sequence[Block], y_dev: np.ndarray, F_unl: Sequence[Block
         return BlockLogisticRegression(C=C, max_iter=max_iter).fit(F, y, sample_weight=w * scale[y])
 
 
-def dev_shares(y: np.ndarray, n_classes: int) -> np.ndarray:
-    """Dev's class shares, add-one smoothed (a class with no dev row keeps a small share)."""
-    return (np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes)
-
-
 def prior_bias(proba: np.ndarray, target: np.ndarray, iters: int = 50) -> np.ndarray:
     """(k,) log-offsets that bring the shares of the classes `proba` picks (argmax over the unlabeled rows) to
     `target`: a student trained on a teacher that rarely names a small class names it more rarely still (SemEval's
@@ -235,7 +230,7 @@ class StudentAggregator(BaseAggregator):
         # there are any (on its own sample it is surer of its teacher's classes, so offsets fitted there overshoot)
         unseen = (student_proba(self.model_, F_unl, self.n_classes) if shift_X is None
                   else self._text_proba(shift_X, _n_rows(shift_X)))
-        self.prior_bias_ = prior_bias(unseen, dev_shares(y[keep], self.n_classes))
+        self.prior_bias_ = prior_bias(unseen, class_prior(y[keep], self.n_classes))  # dev's shares, add-one smoothed
         self.n_annotators_ = votes.shape[1]
         return self
 

@@ -66,7 +66,7 @@ from engine.aggregators.choice_names import PRIOR_SUFFIX, reads_votes
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import StudentAggregator, shift_sample, shifted, unlabeled_sample
+from engine.aggregators.student import StudentAggregator, shifted, student_rows
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
@@ -258,8 +258,7 @@ class AutoAggregator(BaseAggregator):
         student = None
         if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0:
             # the student reads this seeded sample alone (the same rows it would draw): workers get only these
-            rows = unlabeled_sample(len(unlabeled_votes), self.seed)
-            shift = shift_sample(len(unlabeled_votes), self.seed, rows)  # the offsets' rows, if any
+            rows, shift = student_rows(len(unlabeled_votes), self.seed)  # and the offsets' rows, if any
             unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
                          take_rows(unlabeled_X, shift) if len(shift) else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,

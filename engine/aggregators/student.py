@@ -57,6 +57,13 @@ def shift_sample(n: int, seed: int, taken: np.ndarray, limit: int = MAX_SHIFT_RO
     return np.sort(np.random.default_rng(seed + 1).choice(rest, limit, replace=False))
 
 
+def student_rows(n: int, seed: int, limit: int = MAX_UNLABELED) -> tuple[np.ndarray, np.ndarray]:
+    """Of `n` unlabeled rows, the student's seeded sample and the rows its offsets are fitted on (`shift_sample`;
+    empty when the sample holds them all)."""
+    rows = unlabeled_sample(n, seed, limit)
+    return rows, shift_sample(n, seed, rows)
+
+
 def auto_unlabeled_sample(n: int, seed: int) -> np.ndarray:
     """The unlabeled rows worth handing to `auto`: enough for the student's sample and for the rows its class-share
     offsets are fitted on (`shift_sample`)."""
@@ -213,12 +220,12 @@ class StudentAggregator(BaseAggregator):
         F_dev = [b[keep] for b in student_design(X, self.views, votes.shape[0])]
         if unlabeled_votes is not None and len(unlabeled_votes):
             uv = check_votes(unlabeled_votes, self.n_classes)
-            rows = self.unlabeled_rows(uv.shape[0])
+            rows, shift = student_rows(uv.shape[0], self.seed, self.max_unlabeled)
             sampled = take_rows(unlabeled_X, rows)  # before the design (row-wise): not all 100K rows per fit
             F_unl = student_design(sampled, self.views, len(rows))
             P = teacher.predict_proba(uv[rows], sampled)
-            if shift_X is None and len(rows) < uv.shape[0]:
-                shift_X = take_rows(unlabeled_X, shift_sample(uv.shape[0], self.seed, rows))
+            if shift_X is None and len(shift):
+                shift_X = take_rows(unlabeled_X, shift)
         else:
             F_unl, P = [b[:0] for b in F_dev], np.zeros((0, self.n_classes))
         self.columns_ = frequent_columns(F_unl if F_unl[0].shape[0] > F_dev[0].shape[0] else F_dev,

@@ -1,9 +1,10 @@
 """Views: the parts of an example an annotator (or a text feature) reads, reduced to lower-case words.
 
 The whole sentence, its first words (the "lead": a question word and its head noun), and for relation
-tasks (two entity spans) the words between the mentions, a few words before and after them, and each
-entity's name. The offline agents mine cues per view (engine/agents/mining.py), the emitted annotator code
-computes the same views (engine/agents/templates.py), and the relation text feature reads the "between" view.
+tasks (two entity spans) the words between the mentions (all of them, or only when they are few: "near"), a
+few words before and after them, and each entity's name. The offline agents mine cues per view
+(engine/agents/mining.py), the emitted annotator code computes the same views (engine/agents/templates.py),
+and the relation text feature reads the "between" view.
 """
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ import numpy as np
 WORD = re.compile(r"[a-z0-9]+")
 WINDOW = 3  # words kept on each side of an entity pair ("before" / "after" views)
 LEAD = 4  # words kept at the start of the text ("lead" view: question words and their head noun)
-RELATION_VIEWS = ("between", "sentence", "before", "after", "entity1", "entity2")
+# The "near" view: the words between the mentions when there are at most NEAR of them. A trigger word close to
+# both arguments names their relation far more often than one anywhere between them: on the whole ChemProt
+# valid split, inhibit* between the mentions is Downregulator on 81 % of 298 rows, with at most 5 words between
+# on 95 % of 87; agonist* 60 % of 35 against 94 % of 18, antagon* 68 % of 66 against 93 % of 30.
+NEAR = 5
+RELATION_VIEWS = ("between", "near", "sentence", "before", "after", "entity1", "entity2")
 TEXT_VIEWS = ("sentence", "lead")
 
 
@@ -85,12 +91,17 @@ def raw_piece(example: dict[str, Any], view: str) -> str:
         return str(example.get(view) or "")
     if view in SPAN_VIEWS:
         return span_pieces(example)[SPAN_VIEWS.index(view)]
+    if view == "near":
+        return span_pieces(example)[0]
     raise ValueError(f"unknown view {view!r}")
 
 
 def window(view: str, normalised: str) -> str:
     """The words of a normalised piece the view keeps: the first LEAD ("lead"), the last or first WINDOW
-    ("before" / "after"), all of them otherwise. Split with a bound, so long pieces cost little."""
+    ("before" / "after"), all or none ("near": none past NEAR words), all of them otherwise. Split with a
+    bound, so long pieces cost little."""
+    if view == "near":
+        return normalised if len(normalised.split(" ", NEAR + 1)) <= NEAR else ""
     if view == "lead":
         return " ".join(normalised.split(" ", LEAD)[:LEAD])
     if view == "before":

@@ -211,7 +211,38 @@ def test_relation_task_gets_entity_context_cues_that_vote_on_new_examples():
            "span2": [text.index("N"), text.index("N") + 1]}
     votes = [v for v in (_annotate_fn(c.source)(new) for c in cands) if v is not None]
     assert votes and votes.count("Down") > votes.count("Up")
-    assert any(parse_spec(c.source).view == "between" for c in cands)
+
+
+def _relation_example(text: str, first: str, second: str) -> dict:
+    s1, s2 = text.index(first), text.index(second)
+    return {"text": text, "entity1": first, "entity2": second, "span1": [s1, s1 + len(first)],
+            "span2": [s2, s2 + len(second)]}
+
+
+def test_a_trigger_next_to_both_mentions_gets_the_near_view():
+    """'inhibits kinase' right between the mentions means Down; far between them (in an aside) it does not, so
+    its words are only precise cues in the near view (at most NEAR words between): the generator writes one."""
+    tails = ("in cells", "in mice", "in vitro", "at low doses", "here", "strongly")  # in both classes: no cue
+    near = [f"drug D{i} inhibits kinase K{i} {tail}" for i, tail in enumerate(tails)]
+    asides = ("activates, as serum", "raises, while a toxin", "boosts, though an agent", "spares, whereas lipid",
+              "stabilises, as one peptide", "induces, while ligand")
+    links = ("then", "so", "and", "yet", "but", "hence")
+    far = [f"drug D{i} {aside} inhibits kinase, {link} K{i} {tail}"  # varied words: no veto singles them out
+           for i, (aside, link, tail) in enumerate(zip(asides, links, tails, strict=True))]
+    rows = [(t, "Down", i) for i, t in enumerate(near)] + [(t, "Up", i) for i, t in enumerate(far)]
+    dev = tuple(Example(f"r{n}", text, "dev", ["Down", "Up"].index(label),
+                        {k: v for k, v in _relation_example(text, f"D{i}", f"K{i}").items() if k != "text"})
+                for n, (text, label, i) in enumerate(rows * 2))
+    task = Task(name="rel-near", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    cands = OfflineProposer().propose("generator", _context(task, dev))
+    _check_candidates(cands, task, [ex.as_input() for ex in dev])
+    down = [parse_spec(c.source) for c in cands if parse_spec(c.source).label == "Down"]
+    near_down = [spec for spec in down if spec.view == "near"]
+    assert near_down, down
+    source = render(near_down[0])
+    assert _votes(source, [_relation_example("drug A inhibits kinase B strongly", "A", "B")], task.labels)[0] == 0
+    far_text = "drug A raises, as a toxin inhibits kinase, so B"
+    assert _votes(source, [_relation_example(far_text, "A", "B")], task.labels)[0] == ABSTAIN
 
 
 @pytest.mark.parametrize("spec", [
@@ -221,12 +252,13 @@ def test_relation_task_gets_entity_context_cues_that_vote_on_new_examples():
     AnnotatorSpec("cue", "Down", "after", ("in cells", "strongly")),
     AnnotatorSpec("cue", "Up", "entity2", ("*and", "molecule")),
     AnnotatorSpec("cue", "Down", "lead", ("aspirin strongly",)),
+    AnnotatorSpec("cue", "Up", "near", ("activat*", "induces")),
 ])
 def test_mined_fired_rows_match_the_emitted_code(spec):
     task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
     dev = _relation_dev()
     inputs = [ex.as_input() for ex in dev]
-    views = ("between", "sentence", "before", "after", "entity1", "entity2", "lead")
+    views = ("between", "near", "sentence", "before", "after", "entity1", "entity2", "lead")
     ws = build_workspace(task, inputs, np.array([ex.label for ex in dev]), inputs, views)
     assert parse_spec(render(spec)) == spec
     emitted = _votes(render(spec), inputs, task.labels) != ABSTAIN
@@ -240,7 +272,9 @@ def test_view_helpers_agree_with_mining_on_awkward_spans():
              ([0, 3, 4], [5, 6]), (None, [1, 2])]
     cases = [{"text": text, "span1": a, "span2": b} for a, b in spans]
     cases += [{"text": text}, {}, {"span1": [0, 1]}]
-    for view in ("between", "before", "after", "entity1", "sentence", "lead"):
+    far = "A one two three four five six B"  # six words between the mentions: too far for "near"
+    cases += [{"text": far, "span1": [0, 1], "span2": [30, 31]}, {"text": far, "span1": [0, 1], "span2": [26, 31]}]
+    for view in ("between", "near", "before", "after", "entity1", "sentence", "lead"):
         spec = AnnotatorSpec("cue", "Up", view, ("x",))
         namespace: dict = {}
         exec(compile(render(spec), "<annotator>", "exec"), namespace)  # own generated code

@@ -36,12 +36,12 @@ from engine.agents.word_index import Runs, ViewWords
 from engine.domain import ABSTAIN
 from engine.sandbox.checks import MAX_SOURCE_CHARS, CodeRejected, check_source
 from engine.sandbox.executor import jsonable
-from engine.text_views import LEAD, LOWER_TO_ASCII, SPAN_VIEWS, WINDOW, normalise_all, span_pieces, window
+from engine.text_views import LEAD, LOWER_TO_ASCII, NEAR, SPAN_VIEWS, WINDOW, normalise_all, span_pieces, window
 
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
 MAX_CUE_CHARS = 80
-WINDOWED = ("lead", "before", "after")  # views that keep some of their words (text_views.window)
+WINDOWED = ("lead", "before", "after", "near")  # views that keep some of their words (text_views.window)
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,8 @@ class Views:
         """The raw text each row's view is cut from (text_views.raw_piece); the span views in one pass."""
         if view not in self._pieces:
             sent = self.sent()
+            if view == "near":
+                return self.pieces("between")
             if view in SPAN_VIEWS:
                 cut = [span_pieces(ex) for ex in sent]
                 for i, name in enumerate(SPAN_VIEWS):
@@ -166,6 +168,8 @@ class Views:
         if view not in self._rows:
             if view == "lead":
                 rows = self.rows("sentence")
+            elif view == "near":
+                rows = self.rows("between")
             else:
                 rows = normalise_all(self.pieces(view))
             self._rows[view] = [window(view, row) for row in rows] if view in WINDOWED else rows
@@ -199,6 +203,9 @@ class Views:
         spans = self._span_ranges()
         if spans is None:
             return None
+        if view == "near":  # the between range, emptied where it holds more than NEAR words
+            lo, hi = spans["between"]
+            return runs.view(lo, np.where(self.words("between").counts > NEAR, lo, hi))
         keep = {"between": 0, "before": -WINDOW, "after": WINDOW}[view]
         return runs.view(*spans[view], keep)
 

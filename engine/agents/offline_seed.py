@@ -50,7 +50,7 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
         words = label_words(label, str(ws.task.label_descriptions.get(label, "")))
         cues = list(dict.fromkeys(word_cue(w) for w in words))
         for view in ws.views:
-            if view not in ("sentence", "between", "lead"):
+            if view not in ("sentence", "between", "near", "lead"):
                 continue  # entity names and short windows say little about a class name's words
             out += [(label_id, AnnotatorSpec("cue", label, view, (cue,))) for cue in cues]
             out += [(label_id, AnnotatorSpec("cue", label, view, (first,), also=(second,)))

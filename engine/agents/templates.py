@@ -17,6 +17,7 @@ VIEW_PHRASES = {
     "sentence": "anywhere in the text",
     "lead": "among the first words of the text",
     "between": "between the two entity mentions",
+    "near": f"between the two entity mentions, when at most {views.NEAR} words apart",
     "before": "just before the first entity mention",
     "after": "just after the second entity mention",
     "entity1": "in the first entity's name",
@@ -58,6 +59,16 @@ def view(example: dict) -> str:
         return normalise(str(example.get("text") or "")[first_end:second_start])
     except (KeyError, TypeError, ValueError):
         return ""
+''',
+    "near": f'''
+def view(example: dict) -> str:
+    """Words between the two entity mentions when there are at most {views.NEAR} of them ('' otherwise)."""
+    try:
+        (_, first_end), (second_start, _) = sorted([tuple(example["span1"]), tuple(example["span2"])])
+        words = normalise(str(example.get("text") or "")[first_end:second_start])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return words if len(words.split()) <= {views.NEAR} else ""
 ''',
     "before": f'''
 def view(example: dict) -> str:

@@ -21,7 +21,7 @@ from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
 from engine.score import score_annotator
-from engine.text_views import view_text
+from engine.text_views import NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -211,6 +211,19 @@ def test_relation_task_gets_entity_context_cues_that_vote_on_new_examples():
            "span2": [text.index("N"), text.index("N") + 1]}
     votes = [v for v in (_annotate_fn(c.source)(new) for c in cands) if v is not None]
     assert votes and votes.count("Down") > votes.count("Up")
+    assert any(parse_spec(c.source).view == "between" for c in cands)
+
+
+def test_near_is_mined_only_where_it_is_not_a_copy_of_between():
+    fields = ("entity1", "entity2", "span1", "span2")
+    close = [_relation_example(f"drug D{i} inhibits K{i} here", f"D{i}", f"K{i}") for i in range(4)]
+    apart = _relation_example("drug D9 in a long aside of many words binds K9", "D9", "K9")
+    untouched = _relation_example("D8K8 joined", "D8", "K8")  # no words between: does not count either way
+    assert NEAR_MIN_SHARE == 0.25
+    assert "near" not in mined_views(fields, close + [apart, untouched])  # 1 of 5 rows apart
+    assert "near" in mined_views(fields, close[:3] + [apart, untouched])  # 1 of 4
+    assert "near" not in mined_views(fields, close)
+    assert mined_views(("span1",), close) == TEXT_VIEWS
 
 
 def _relation_example(text: str, first: str, second: str) -> dict:

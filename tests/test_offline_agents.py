@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,13 @@ from engine.agents.base import ProposalContext
 from engine.agents.mining import ViewIndex
 from engine.agents.offline import OfflineProposer
 from engine.agents.offline_mine import build_workspace
+from engine.agents.offline_roles import broaden
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
 from engine.score import score_annotator
-from engine.text_views import NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text
+from engine.text_views import NEAR, NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -224,6 +226,25 @@ def test_near_is_mined_only_where_it_is_not_a_copy_of_between():
     assert "near" in mined_views(fields, close[:3] + [apart, untouched])  # 1 of 4
     assert "near" not in mined_views(fields, close)
     assert mined_views(("span1",), close) == TEXT_VIEWS
+    five, six = ("drug D7 " + " ".join(["w"] * n) + " K7" for n in (NEAR, NEAR + 1))  # the limit itself
+    assert "near" not in mined_views(fields, close[:3] + [_relation_example(five, "D7", "K7")])
+    assert "near" in mined_views(fields, close[:3] + [_relation_example(six, "D7", "K7")])
+
+
+def test_a_near_member_fires_where_near_is_not_mined_and_widens_to_between():
+    """An LLM or an expert may write a near annotator where the agents do not mine the view: the workspace still
+    sees where it fires (pool coverage, the refiner), and the refiner's first widening is any distance."""
+    task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    dev = _relation_dev()
+    inputs = [ex.as_input() for ex in dev]
+    assert "near" not in mined_views(task.fields, inputs)  # every row of this set has its mentions close
+    ws = OfflineProposer()._workspace(_context(task, dev))
+    near = AnnotatorSpec("cue", "Down", "near", ("inhibit*",))
+    emitted = _votes(render(near), inputs, task.labels) != ABSTAIN
+    assert emitted.any() and np.array_equal(ws.fires(near), emitted)
+    assert "near" not in ws.views
+    widened = [spec for spec, _ in broaden(ws, near, 0, 0.0)]
+    assert replace(near, view="between") in widened and replace(near, view="sentence") in widened
 
 
 def _relation_example(text: str, first: str, second: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.agents.offline_mine import build_workspace
-from engine.agents.offline_seed import label_words, seeded_proposals, word_cue
+from engine.agents.offline_seed import label_words, seeded_proposals, seeded_specs, word_cue
 from engine.agents.templates import parse_spec, render
 from engine.domain import Task
 from engine.sandbox.checks import check_source
@@ -81,3 +81,12 @@ def test_descriptions_add_cues_the_name_lacks():
     assert ("money*",) not in without
     assert ("money*",) in with_desc and ("back*",) in with_desc
     assert with_desc >= without
+
+
+def test_relation_tasks_seed_the_label_words_between_the_mentions_near_and_at_any_distance():
+    task = Task(name="rel", labels=("Agonist", "Antagonist"), fields=("entity1", "entity2", "span1", "span2"))
+    text = "drug D is an agonist of receptor R"
+    inputs = [{"text": text, "span1": [5, 6], "span2": [33, 34]}]
+    ws = build_workspace(task, inputs, np.array([0]), inputs, ("between", "near", "sentence", "before"))
+    views = {spec.view for label, spec in seeded_specs(ws) if spec.cues == (word_cue("agonist"),) and label == 0}
+    assert views == {"between", "near", "sentence"}  # not the three-word windows around the mentions

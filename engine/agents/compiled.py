@@ -41,7 +41,7 @@ from engine.text_views import LEAD, LOWER_TO_ASCII, NEAR, SPAN_VIEWS, WINDOW, no
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
 MAX_CUE_CHARS = 80
-WINDOWED = ("lead", "before", "after", "near")  # views that keep some of their words (text_views.window)
+WINDOWED = ("lead", "before", "after", "near")  # views that keep some of their words, or none (text_views.window)
 
 
 @dataclass(frozen=True)
@@ -150,10 +150,10 @@ class Views:
 
     def pieces(self, view: str) -> list[str]:
         """The raw text each row's view is cut from (text_views.raw_piece); the span views in one pass."""
+        if view == "near":
+            return self.pieces("between")
         if view not in self._pieces:
             sent = self.sent()
-            if view == "near":
-                return self.pieces("between")
             if view in SPAN_VIEWS:
                 cut = [span_pieces(ex) for ex in sent]
                 for i, name in enumerate(SPAN_VIEWS):

@@ -135,6 +135,9 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
         return out
     if spec.also or spec.unless:
         out.append((replace(spec, also=(), unless=()), "dropped the extra conditions"))
+    if spec.view == "near" and "between" in ws.dev.views:  # the next step out: any distance between the two
+        out.append((replace(spec, view="between"), "between the two entity mentions at any distance, not only "
+                    "when close"))
     if spec.view not in ("sentence", "lead") and "sentence" in ws.dev.views:
         out.append((replace(spec, view="sentence", also=(), unless=()), "anywhere in the text, not only "
                     f"{spec.view}"))

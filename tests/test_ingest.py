@@ -9,7 +9,7 @@ import pytest
 from engine.domain import AUDIT, FITNESS
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path, plan_import
-from engine.ingest.readers import read_table
+from engine.ingest.readers import read_table, read_wrench
 from engine.store.workspace import Store
 
 
@@ -209,6 +209,26 @@ def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
     broken.write_text(json.dumps(good[0]) + "\n{not json\n")
     with pytest.raises(IngestError, match="row 2: not valid JSON"):
         read_table(broken)
+
+
+def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
+    """JSON's "\\ud800" escape parses to a lone surrogate, which no store takes: its row is named, the rest
+    imports (it used to sink the whole file with an encoding error that named no row)."""
+    rows = [{"text": "fine", "label": "a"}, {"text": "broken \ud800 here", "label": "b"},
+            {"text": "also fine", "label": "b"}, {"text": "ok", "label": "a", "entity1": {"name": "x\udfff"}}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # ensure_ascii: the escapes, as a file has them
+    with pytest.raises(IngestError, match=r"row 2: 'text' holds a lone UTF-16 surrogate"):
+        import_path(Store.open(tmp_path / "a"), path)
+    report = import_path(Store.open(tmp_path / "b"), path, IngestOptions(skip_bad_rows=True))
+    assert [p.row for p in report.skipped] == [2, 4] and "'entity1'" in str(report.skipped[1])
+    assert sum(report.split_counts.values()) == 2  # the good rows are in
+    folder = tmp_path / "wrench"
+    folder.mkdir()
+    (folder / "label.json").write_text(json.dumps({"0": "a", "1": "b"}))
+    (folder / "valid.json").write_text(json.dumps({"7": {"label": 0, "data": {"text": "x \ud800"}}}))
+    with pytest.raises(IngestError, match="valid.json, record 7: 'data' holds a lone UTF-16 surrogate"):
+        read_wrench(folder)
 
 
 def test_parquet_round_trip(tmp_path):

@@ -63,6 +63,35 @@ def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.D
                       "or a WRENCH folder)")
 
 
+def lone_surrogate(record: dict) -> str | None:
+    """Where a parsed JSON record holds a lone UTF-16 surrogate (JSON's "\\ud800" escape parses to one), or None.
+
+    Such a string is not Unicode text: pandas, Arrow and DuckDB refuse to store it, and one would sink the whole
+    file with an encoding error that names no row."""
+    def bad(value: object) -> bool:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+            return False
+        if isinstance(value, dict):
+            return any(bad(k) or bad(v) for k, v in value.items())
+        if isinstance(value, list):
+            return any(bad(v) for v in value)
+        return False
+
+    for key, value in record.items():
+        if bad(key) or bad(value):
+            return repr(key.encode("utf-8", "backslashreplace").decode("ascii"))
+    return None
+
+
+def _surrogate_reason(field: str) -> str:
+    return (f"{field} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape), which is not text; "
+            "fix or drop that character")
+
+
 def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
     records, index, problems = [], [], []
     for i, line in enumerate(text.splitlines(), start=1):
@@ -75,6 +104,10 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
             continue
         if not isinstance(record, dict):
             problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
+            continue
+        field = lone_surrogate(record)
+        if field is not None:
+            problems.append(RowProblem(i, _surrogate_reason(field)))
             continue
         records.append(record)
         index.append(i - 1)
@@ -124,6 +157,9 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
         if not path.exists():
             continue
         for key, record in json.loads(path.read_text()).items():
+            field = lone_surrogate(record)
+            if field is not None:
+                raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
             data = dict(record.get("data", {}))
             rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
                          "label": record.get("label"), "split": split, **data})

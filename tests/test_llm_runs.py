@@ -11,14 +11,16 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fake_openai_server import FakeOpenAIServer
 from test_llm_agents import FREE, context_for, fenced
 
+from engine.agents.base import ProposalContext
 from engine.agents.llm import LLMProposer
 from engine.agents.llm_spec import parse_specs
 from engine.agents.templates import AnnotatorSpec, render
-from engine.domain import Task
+from engine.domain import Example, Task
 from engine.events import EventKind
 from engine.llm.client import Budget, BudgetExhausted, LLMConfig, OpenAICompatibleClient
 from engine.sandbox.checks import check_source
@@ -160,6 +162,34 @@ def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     assert "Do not write code" in fake_openai.requests[0].body["messages"][0]["content"]
     assert [c.source for c in got] == [render(AnnotatorSpec("cue", "spam", "sentence", ("free", "prize")))]
     assert got[0].written_by == "llm:tiny-local"
+
+
+def test_spec_mode_offers_the_views_the_offline_agents_mine(fake_openai):
+    """On a relation task whose mentions are always close, "near" copies "between": the offline agents do not mine
+    it, and spec mode neither offers it (contract, schema) nor takes it; where the mentions are often far apart
+    it does both."""
+    task = Task("rel", ("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+
+    def row(i: int, middle: str) -> Example:
+        text = f"drug D{i} {middle} kinase K{i}"
+        spans = {"span1": [text.index(f"D{i}"), text.index(f"D{i}") + 2],
+                 "span2": [text.index(f"K{i}"), text.index(f"K{i}") + 2]}
+        return Example(f"d{i}", text, "dev", i % 2, {"entity1": f"D{i}", "entity2": f"K{i}", **spans})
+
+    close = tuple(row(i, "inhibits") for i in range(8))
+    far = close[:4] + tuple(row(i, "and in a long aside of many words also binds") for i in range(4, 8))
+    reply = '[{"label": "Down", "cues": ["inhibit*"], "view": "near"}]'
+    for dev, offered in ((close, False), (far, True)):
+        fake_openai.reply(reply)
+        fake_openai.reply(reply)  # the repair turn, if the first is refused
+        sent = len(fake_openai.requests)
+        context = ProposalContext(task, dev, (), (), {}, np.empty((len(dev), 0), dtype=np.int64), 1, 0)
+        got = LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1, mode="spec").propose("generator",
+                                                                                                  context)
+        body = fake_openai.requests[sent].body
+        assert ('"near" =' in body["messages"][0]["content"]) is offered
+        assert ("near" in json.dumps(body.get("response_format", {}))) is offered or "response_format" not in body
+        assert bool(got) is offered
 
 
 def test_auto_mode_switches_to_specs_when_free_code_keeps_failing(fake_openai):

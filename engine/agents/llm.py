@@ -95,6 +95,7 @@ class _Job:
     task: Task | None = None
     label: str | None = None  # spec mode: the one label this call's annotators may vote
     vocabulary: tuple[str, ...] = ()  # spec mode: the words its cues may be (empty: any word)
+    views: tuple[str, ...] = ()  # spec mode: the views its specs may name (empty: every view of the task)
 
 
 @dataclass
@@ -192,6 +193,8 @@ class LLMProposer:
     # ---- calls ---------------------------------------------------------------------------------
     def _jobs(self, role: str, context: ProposalContext) -> list[_Job]:
         jobs, mode = [], self.writing
+        # spec mode offers the views the offline agents mine on this dev (no "near" where it copies "between")
+        views = llm_spec.views_for(context.task, [ex.as_input() for ex in context.dev]) if mode == "spec" else ()
         targets: list[Annotator | None] = (
             list(self.refine_targets(context)) if role == "refiner" else [None] * self.n_per_role)
         for index, parent in enumerate(targets):
@@ -201,14 +204,15 @@ class LLMProposer:
             words = tuple(prompts.label_vocabulary(context, label)) if label and role != "refiner" else ()
             if role == "generator":
                 messages = prompts.generator_messages(context, rng, self.per_call, mode=mode, label=label,
-                                                      words=words)
+                                                      words=words, views=views or None)
             elif role == "improver":
                 messages = prompts.improver_messages(context, rng, self.per_call, mode=mode, label=label,
-                                                     words=words)
+                                                     words=words, views=views or None)
             else:
-                messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode)
+                messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode,
+                                                    views=views or None)
             jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task,
-                             label, words))
+                             label, words, views))
         return jobs
 
     @staticmethod
@@ -287,7 +291,8 @@ class LLMProposer:
 
     def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
         if job.mode == "spec" and job.task is not None:  # constrained decoding, where the server offers it
-            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary))
+            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary),
+                                          job.views or None)
             reply = self.client.complete(messages, role=job.role, seed=job.seed, schema=schema)
         else:
             reply = self.client.complete(messages, role=job.role, seed=job.seed)
@@ -299,7 +304,7 @@ class LLMProposer:
     def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
         """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
         if job.mode == "spec" and job.task is not None:
-            return llm_spec.parse_specs(reply.text, job.task)
+            return llm_spec.parse_specs(reply.text, job.task, job.views or None)
         return check_reply(reply.text, cut_off=reply.finish_reason == "length")
 
     def _track_mode(self, job: _Job, outcome: _Outcome) -> None:

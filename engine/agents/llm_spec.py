@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.domain import Task
-from engine.text_views import task_views
+from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
@@ -21,15 +22,17 @@ _OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
 
 
-def views_for(task: Task) -> tuple[str, ...]:
-    """The views a spec may name on this task (entity views only where examples carry entity spans)."""
-    return task_views(task.fields)
+def views_for(task: Task, dev: Sequence[dict] | None = None) -> tuple[str, ...]:
+    """The views a spec may name on this task (entity views only where examples carry entity spans); given the
+    dev rows, the views the offline agents mine there (`mined_views`: no "near" where it copies "between")."""
+    return task_views(task.fields) if dev is None else mined_views(task.fields, dev)
 
 
-def spec_contract(task: Task) -> str:
-    """What a structured reply must hold; replaces the code contract in the system message."""
+def spec_contract(task: Task, views: Sequence[str] | None = None) -> str:
+    """What a structured reply must hold; replaces the code contract in the system message. `views`: the views
+    a spec may name (default: `views_for(task)`)."""
     labels = ", ".join(json.dumps(label) for label in task.labels)
-    views = "; ".join(f'"{v}" = {VIEW_PHRASES[v]}' for v in views_for(task))
+    views = "; ".join(f'"{v}" = {VIEW_PHRASES[v]}' for v in (views or views_for(task)))
     return (
         "Do not write code. Describe each annotator as one JSON object with these keys:\n"
         f'- "label": exactly one of {labels}: what the annotator votes when a cue appears;\n'
@@ -47,7 +50,8 @@ SCHEMA_NAME = "annotator_specs"
 CUE_PATTERN = r"^[a-z0-9]{2,20}( [a-z0-9]{1,20}){0,%d}[*]?$" % (MAX_CUE_WORDS - 1)
 
 
-def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[str] | None = None) -> dict[str, Any]:
+def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[str] | None = None,
+                views: Sequence[str] | None = None) -> dict[str, Any]:
     """The JSON schema of a structured reply, for constrained decoding: a server that honours it (llama.cpp,
     vLLM, Ollama, OpenAI) can only emit an object `parse_specs` accepts, which a 135M model cannot manage
     unaided. The root is an object (OpenAI's structured outputs require one); `parse_specs` reads the
@@ -59,20 +63,22 @@ def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[s
             "properties": {
                 "label": {"type": "string", "enum": [label] if label is not None else list(task.labels)},
                 "cues": {"type": "array", "minItems": 1, "maxItems": MAX_CUES, "items": cue},
-                "view": {"type": "string", "enum": list(views_for(task))}}}
+                "view": {"type": "string", "enum": list(views or views_for(task))}}}
     return {"type": "object", "additionalProperties": False, "required": ["annotators"],
             "properties": {"annotators": {"type": "array", "items": spec, "minItems": 1, "maxItems": max(1, n)}}}
 
 
-def parse_specs(text: str, task: Task) -> tuple[list[tuple[str, str]], list[str]]:
-    """([(rationale, rendered source)], [error per rejected object]) for one structured reply."""
+def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
+                ) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the
+    views a spec may name (default: `views_for(task)`)."""
     objects = _objects(text)
     if not objects:
         return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects']
     good, errors = [], []
     for i, obj in enumerate(objects, start=1):
         try:
-            spec = to_spec(obj, task)
+            spec = to_spec(obj, task, views)
         except ValueError as err:
             errors.append(f"object {i}: {err}" if len(objects) > 1 else str(err))
             continue
@@ -80,7 +86,7 @@ def parse_specs(text: str, task: Task) -> tuple[list[tuple[str, str]], list[str]
     return good, errors
 
 
-def to_spec(obj: dict[str, Any], task: Task) -> AnnotatorSpec:
+def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None) -> AnnotatorSpec:
     """One JSON object -> a checked cue spec; raises ValueError naming what is wrong."""
     label = _label(obj.get("label", obj.get("class")), task)
     raw = obj.get("cues", obj.get("cue_phrases", obj.get("keywords", obj.get("cue"))))
@@ -97,7 +103,7 @@ def to_spec(obj: dict[str, Any], task: Task) -> AnnotatorSpec:
                 cues.append(cue)
     if not cues:
         raise ValueError(f'"cues" holds no usable word or phrase of at most {MAX_CUE_WORDS} words')
-    view = _view(obj.get("view", obj.get("field", "sentence")), task)
+    view = _view(obj.get("view", obj.get("field", "sentence")), tuple(views or views_for(task)))
     return AnnotatorSpec("cue", label, view, tuple(cues[:MAX_CUES]))
 
 
@@ -109,8 +115,7 @@ def _label(value: Any, task: Task) -> str:
     return found
 
 
-def _view(value: Any, task: Task) -> str:
-    allowed = views_for(task)
+def _view(value: Any, allowed: tuple[str, ...]) -> str:
     name = str(value or "sentence").strip().lower()
     name = {"text": "sentence", "whole": "sentence", "start": "lead", "first words": "lead"}.get(name, name)
     if name not in allowed:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,14 +70,15 @@ def describe_task(task: Task) -> str:
     return "\n".join(lines)
 
 
-def system_message(task: Task, mode: str = "code") -> dict[str, str]:
-    """The task and the contract: free code (`mode` "code") or a JSON spec the engine renders ("spec")."""
+def system_message(task: Task, mode: str = "code", views: Sequence[str] | None = None) -> dict[str, str]:
+    """The task and the contract: free code (`mode` "code") or a JSON spec the engine renders ("spec"), naming
+    one of `views` (default: every view of the task)."""
     if mode == "spec":
         from engine.agents.llm_spec import spec_contract
 
         return {"role": "system", "content": (
             "You choose cue words for labeling functions (annotators) in a weak-supervision pool.\n\n"
-            + describe_task(task) + "\n\n" + spec_contract(task))}
+            + describe_task(task) + "\n\n" + spec_contract(task, views))}
     return {"role": "system", "content": (
         "You write labeling functions (annotators) in Python for a weak-supervision pool.\n\n"
         + describe_task(task) + "\n\n" + annotator_contract(task))}
@@ -226,20 +228,25 @@ def _for_label(label: str, where: str, words: tuple[str, ...] = ()) -> str:
     return ask
 
 
-def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                       mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
-    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
+def generator_messages(context: ProposalContext, rng: np.random.Generator, n: int, mode: str = "code",
+                       label: str | None = None, words: tuple[str, ...] = (),
+                       views: Sequence[str] | None = None) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`, in one
+    of `views`."""
     assert_no_holdout(context)
     shown = "\n".join(render_example(ex, context.task) for ex in examples_per_class(context, rng, per_class=4))
     what = (_for_label(label, "the examples above", words) if label is not None else
             "for this task, each using a different cue and together covering several labels")
     user = f"Labeled examples from the dev split:\n{shown}\n\n" + _ask(n, what, mode)
-    return [system_message(context.task, mode), {"role": "user", "content": user + expert_feedback_text(context)}]
+    return [system_message(context.task, mode, views),
+            {"role": "user", "content": user + expert_feedback_text(context)}]
 
 
-def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int,
-                      mode: str = "code", label: str | None = None, words: tuple[str, ...] = ()) -> list[dict]:
-    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`."""
+def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int, mode: str = "code",
+                      label: str | None = None, words: tuple[str, ...] = (),
+                      views: Sequence[str] | None = None) -> list[dict]:
+    """`label`, `words` (spec mode): ask only for annotators voting that label, with cues among `words`, in one
+    of `views`."""
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
@@ -271,11 +278,13 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     else:
         target = f"that cover {where}, or cue the labels with the lowest F1 in new ways"
     parts.append("\n" + _ask(n, target, mode) + " Do not repeat the existing annotators' cues.")
-    return [system_message(task, mode), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+    return [system_message(task, mode, views),
+            {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 
 
 def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.random.Generator,
-                     n: int, max_missed: int = 6, mode: str = "code") -> list[dict]:
+                     n: int, max_missed: int = 6, mode: str = "code", views: Sequence[str] | None = None
+                     ) -> list[dict]:
     """Ask for broader variants of one precise-but-narrow annotator, showing dev rows of its class it misses."""
     assert_no_holdout(context)
     task, score = context.task, context.scores[annotator.id]
@@ -296,7 +305,8 @@ def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.ran
             parts += [render_example(context.dev[i], task) for i in picks]
     parts.append("\n" + _ask(n, "that are broader variants of it: keep its precision but fire on more "
                              "examples (synonyms, related phrasings, looser patterns)", mode))
-    return [system_message(task, mode), {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+    return [system_message(task, mode, views),
+            {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 
 
 def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:

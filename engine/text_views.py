@@ -95,8 +95,8 @@ def raw_piece(example: dict[str, Any], view: str) -> str:
         return str(example.get(view) or "")
     if view in SPAN_VIEWS:
         return span_pieces(example)[SPAN_VIEWS.index(view)]
-    if view == "near":
-        return span_pieces(example)[0]
+    if view == "near":  # the between piece; `window` empties it past NEAR words
+        return raw_piece(example, "between")
     raise ValueError(f"unknown view {view!r}")
 
 

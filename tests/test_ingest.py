@@ -215,13 +215,15 @@ def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
     """JSON's "\\ud800" escape parses to a lone surrogate, which no store takes: its row is named, the rest
     imports (it used to sink the whole file with an encoding error that named no row)."""
     rows = [{"text": "fine", "label": "a"}, {"text": "broken \ud800 here", "label": "b"},
-            {"text": "also fine", "label": "b"}, {"text": "ok", "label": "a", "entity1": {"name": "x\udfff"}}]
+            {"text": "also fine", "label": "b"}, {"text": "ok", "label": "a", "entity1": {"name": "x\udfff"}},
+            {"text": "ok too", "label": "a", "café": ["\udc00"]}]  # a non-ASCII field name, named as it is
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # ensure_ascii: the escapes, as a file has them
     with pytest.raises(IngestError, match=r"row 2: 'text' holds a lone UTF-16 surrogate"):
         import_path(Store.open(tmp_path / "a"), path)
     report = import_path(Store.open(tmp_path / "b"), path, IngestOptions(skip_bad_rows=True))
-    assert [p.row for p in report.skipped] == [2, 4] and "'entity1'" in str(report.skipped[1])
+    assert [p.row for p in report.skipped] == [2, 4, 5] and "'entity1'" in str(report.skipped[1])
+    assert "'café' holds a lone UTF-16 surrogate" in str(report.skipped[2])
     assert sum(report.split_counts.values()) == 2  # the good rows are in
     folder = tmp_path / "wrench"
     folder.mkdir()

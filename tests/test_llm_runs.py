@@ -188,7 +188,8 @@ def test_spec_mode_offers_the_views_the_offline_agents_mine(fake_openai):
                                                                                                   context)
         body = fake_openai.requests[sent].body
         assert ('"near" =' in body["messages"][0]["content"]) is offered
-        assert ("near" in json.dumps(body.get("response_format", {}))) is offered or "response_format" not in body
+        schema = body["response_format"]["json_schema"]["schema"]
+        assert ("near" in schema["properties"]["annotators"]["items"]["properties"]["view"]["enum"]) is offered
         assert bool(got) is offered
 
 

@@ -291,9 +291,12 @@ def test_a_trigger_next_to_both_mentions_gets_the_near_view():
 def test_mined_fired_rows_match_the_emitted_code(spec):
     task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
     dev = _relation_dev()
-    inputs = [ex.as_input() for ex in dev]
+    # and rows whose mentions are far apart (more than NEAR words between them: "near" is empty there)
+    far = [_relation_example(f"agent A{i} in cells, as reported, strongly activates and induces kinase K{i}",
+                             f"A{i}", f"K{i}") for i in range(2)]
+    inputs = [ex.as_input() for ex in dev] + far
     views = ("between", "near", "sentence", "before", "after", "entity1", "entity2", "lead")
-    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev]), inputs, views)
+    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev] + [1, 1]), inputs, views)
     assert parse_spec(render(spec)) == spec
     emitted = _votes(render(spec), inputs, task.labels) != ABSTAIN
     assert np.array_equal(ws.fires(spec), emitted)

@@ -204,13 +204,12 @@ class LLMProposer:
             words = tuple(prompts.label_vocabulary(context, label)) if label and role != "refiner" else ()
             if role == "generator":
                 messages = prompts.generator_messages(context, rng, self.per_call, mode=mode, label=label,
-                                                      words=words, views=views or None)
+                                                      words=words, views=views)
             elif role == "improver":
                 messages = prompts.improver_messages(context, rng, self.per_call, mode=mode, label=label,
-                                                     words=words, views=views or None)
+                                                     words=words, views=views)
             else:
-                messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode,
-                                                    views=views or None)
+                messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode, views=views)
             jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task,
                              label, words, views))
         return jobs
@@ -291,8 +290,7 @@ class LLMProposer:
 
     def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
         if job.mode == "spec" and job.task is not None:  # constrained decoding, where the server offers it
-            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary),
-                                          job.views or None)
+            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary), job.views)
             reply = self.client.complete(messages, role=job.role, seed=job.seed, schema=schema)
         else:
             reply = self.client.complete(messages, role=job.role, seed=job.seed)
@@ -304,7 +302,7 @@ class LLMProposer:
     def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
         """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
         if job.mode == "spec" and job.task is not None:
-            return llm_spec.parse_specs(reply.text, job.task, job.views or None)
+            return llm_spec.parse_specs(reply.text, job.task, job.views)
         return check_reply(reply.text, cut_off=reply.finish_reason == "length")
 
     def _track_mode(self, job: _Job, outcome: _Outcome) -> None:

@@ -30,7 +30,7 @@ def views_for(task: Task, dev: Sequence[dict] | None = None) -> tuple[str, ...]:
 
 def spec_contract(task: Task, views: Sequence[str] | None = None) -> str:
     """What a structured reply must hold; replaces the code contract in the system message. `views`: the views
-    a spec may name (default: `views_for(task)`)."""
+    a spec may name (none or empty: `views_for(task)`)."""
     labels = ", ".join(json.dumps(label) for label in task.labels)
     views = "; ".join(f'"{v}" = {VIEW_PHRASES[v]}' for v in (views or views_for(task)))
     return (
@@ -71,7 +71,7 @@ def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[s
 def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the
-    views a spec may name (default: `views_for(task)`)."""
+    views a spec may name (none or empty: `views_for(task)`)."""
     objects = _objects(text)
     if not objects:
         return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects']

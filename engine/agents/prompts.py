@@ -72,7 +72,7 @@ def describe_task(task: Task) -> str:
 
 def system_message(task: Task, mode: str = "code", views: Sequence[str] | None = None) -> dict[str, str]:
     """The task and the contract: free code (`mode` "code") or a JSON spec the engine renders ("spec"), naming
-    one of `views` (default: every view of the task)."""
+    one of `views` (none or empty: every view of the task)."""
     if mode == "spec":
         from engine.agents.llm_spec import spec_contract
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +64,11 @@ def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.D
                       "or a WRENCH folder)")
 
 
+# JSON text reaches a lone surrogate only through a \uD800-\uDFFF escape (decoded UTF-8 holds none): lines without
+# one (nearly all) skip the walk below
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def lone_surrogate(record: dict) -> str | None:
     """Where a parsed JSON record holds a lone UTF-16 surrogate (JSON's "\\ud800" escape parses to one), or None.
 
@@ -83,7 +89,7 @@ def lone_surrogate(record: dict) -> str | None:
 
     for key, value in record.items():
         if bad(key) or bad(value):
-            return repr(key.encode("utf-8", "backslashreplace").decode("ascii"))
+            return repr(key.encode("utf-8", "backslashreplace").decode("utf-8"))
     return None
 
 
@@ -105,7 +111,7 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
         if not isinstance(record, dict):
             problems.append(RowProblem(i, "a JSONL row must be a JSON object"))
             continue
-        field = lone_surrogate(record)
+        field = lone_surrogate(record) if SURROGATE_ESCAPE.search(line) else None
         if field is not None:
             problems.append(RowProblem(i, _surrogate_reason(field)))
             continue
@@ -156,8 +162,10 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
         path = folder / f"{file_split}.json"
         if not path.exists():
             continue
-        for key, record in json.loads(path.read_text()).items():
-            field = lone_surrogate(record)
+        text = path.read_text()
+        escapes = SURROGATE_ESCAPE.search(text) is not None
+        for key, record in json.loads(text).items():
+            field = lone_surrogate(record) if escapes else None
             if field is not None:
                 raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
             data = dict(record.get("data", {}))

@@ -56,7 +56,8 @@ def _random_spec(rng: random.Random) -> AnnotatorSpec:
     cues = tuple(dict.fromkeys(_random_cue(rng) for _ in range(rng.randint(1, 5))))
     also = tuple(_random_cue(rng) for _ in range(rng.choice([0, 0, 1, 2])))
     unless = tuple(_random_cue(rng) for _ in range(rng.choice([0, 0, 1, 2])))
-    return AnnotatorSpec("cue", label, rng.choice(VIEWS), cues, also, unless)
+    unless_view = rng.choice(("sentence",) + VIEWS) if unless else "sentence"  # the veto's own view, or another
+    return AnnotatorSpec("cue", label, rng.choice(VIEWS), cues, also, unless, unless_view=unless_view)
 
 
 def _relation_rows(rng: random.Random, texts: list[str]) -> list[dict]:

@@ -16,8 +16,9 @@ import pytest
 from engine.agents.base import ProposalContext
 from engine.agents.mining import ViewIndex
 from engine.agents.offline import OfflineProposer
-from engine.agents.offline_mine import build_workspace
+from engine.agents.offline_mine import build_workspace, exception_variants
 from engine.agents.offline_roles import broaden
+from engine.agents.offline_select import Proposal
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
@@ -279,6 +280,30 @@ def test_a_trigger_next_to_both_mentions_gets_the_near_view():
     assert _votes(source, [_relation_example(far_text, "A", "B")], task.labels)[0] == ABSTAIN
 
 
+def test_a_negation_between_the_mentions_vetoes_a_cue_there_and_not_elsewhere():
+    """'did not inhibit' between a pair names no Down relation for it; a 'not' outside the pair says nothing about
+    it. A veto on 'not' anywhere in the text would also silence the right votes, so the miner reads it between the
+    mentions, and the emitted code votes as mined."""
+    verbs = ("inhibits", "can inhibit", "inhibited")
+    rows = [(f"drug D{i} {verb} kinase K{i}", "Down") for i, verb in enumerate(verbs)]
+    rows += [(f"aspirin did not inhibit it, yet drug D{i} inhibits kinase K{i}", "Down") for i in range(3, 6)]
+    negated = ("did not inhibit", "does not really inhibit", "can not fully inhibit")
+    rows += [(f"drug D{i} {words} kinase K{i}", "Up") for i, words in zip(range(6, 9), negated, strict=True)]
+    dev = tuple(Example(f"r{n}", text, "dev", ["Down", "Up"].index(label),
+                        {k: v for k, v in _relation_example(text, f"D{n % 9}", f"K{n % 9}").items() if k != "text"})
+                for n, (text, label) in enumerate(rows * 2))
+    task = Task(name="rel-neg", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    inputs = [ex.as_input() for ex in dev]
+    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev]), inputs, ("between", "sentence"))
+    plain = AnnotatorSpec("cue", "Down", "sentence", ("inhibit*",))
+    proposal = Proposal(plain, 0, ws.fires(plain), prior=1.0)
+    [vetoed] = exception_variants(ws, [proposal])
+    assert (vetoed.spec.unless, vetoed.spec.unless_view) == (("not",), "between")
+    emitted = _votes(render(vetoed.spec), inputs, task.labels) != ABSTAIN
+    assert np.array_equal(emitted, np.array([ex.label == 0 for ex in dev])) and np.array_equal(vetoed.fired, emitted)
+    assert "not between the two entity mentions" in vetoed.spec.describe()
+
+
 @pytest.mark.parametrize("spec", [
     AnnotatorSpec("cue", "Up", "between", ("activat*", "induces")),
     AnnotatorSpec("cue", "Down", "sentence", ("inhibit*",), also=("drug",), unless=("activates",)),
@@ -287,6 +312,9 @@ def test_a_trigger_next_to_both_mentions_gets_the_near_view():
     AnnotatorSpec("cue", "Up", "entity2", ("*and", "molecule")),
     AnnotatorSpec("cue", "Down", "lead", ("aspirin strongly",)),
     AnnotatorSpec("cue", "Up", "near", ("activat*", "induces")),
+    AnnotatorSpec("cue", "Down", "sentence", ("inhibit*",), unless=("not",), unless_view="between"),
+    AnnotatorSpec("cue", "Down", "between", ("inhibit*",), unless=("not",), unless_view="between"),
+    AnnotatorSpec("cue", "Down", "near", ("inhibit*",), unless=("not", "no"), unless_view="between"),
 ])
 def test_mined_fired_rows_match_the_emitted_code(spec):
     task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
@@ -294,11 +322,16 @@ def test_mined_fired_rows_match_the_emitted_code(spec):
     # and rows whose mentions are far apart (more than NEAR words between them: "near" is empty there)
     far = [_relation_example(f"agent A{i} in cells, as reported, strongly activates and induces kinase K{i}",
                              f"A{i}", f"K{i}") for i in range(2)]
+    # and a negation between the mentions, or outside them (a veto read between the mentions tells them apart)
+    far += [_relation_example("drug N1 did not inhibit kinase T1", "N1", "T1"),
+            _relation_example("not surprisingly drug N2 inhibits kinase T2", "N2", "T2")]
     inputs = [ex.as_input() for ex in dev] + far
     views = ("between", "near", "sentence", "before", "after", "entity1", "entity2", "lead")
-    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev] + [1, 1]), inputs, views)
+    ws = build_workspace(task, inputs, np.array([ex.label for ex in dev] + [1, 1, 1, 0]), inputs, views)
     assert parse_spec(render(spec)) == spec
     emitted = _votes(render(spec), inputs, task.labels) != ABSTAIN
+    if spec.unless_view == "between":  # the negated pair is vetoed, the pair negated elsewhere is not
+        assert list(emitted[-2:]) == [False, True]
     assert np.array_equal(ws.fires(spec), emitted)
     assert np.array_equal(ws.fires(spec, "pool"), emitted)
 

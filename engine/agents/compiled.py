@@ -311,7 +311,8 @@ def cue_sets(spec: AnnotatorSpec) -> list[tuple[str, tuple[str, ...]]]:
     """The (view, cues) sets `fired` looks up for a spec."""
     if spec.kind != "cue":
         return []
-    return [(spec.view, spec.cues)] + [("sentence", cues) for cues in (spec.also, spec.unless) if cues]
+    return [(spec.view, spec.cues)] + [(view, cues) for view, cues in (("sentence", spec.also),
+                                                                        (spec.unless_view, spec.unless)) if cues]
 
 
 def fired(compiled: CompiledAnnotator, views: Views) -> np.ndarray:
@@ -324,7 +325,7 @@ def fired(compiled: CompiledAnnotator, views: Views) -> np.ndarray:
     if spec.also and mask.any():
         mask &= views.any_of("sentence", spec.also)
     if spec.unless and mask.any():
-        mask &= ~views.any_of("sentence", spec.unless)
+        mask &= ~views.any_of(spec.unless_view, spec.unless)
     return mask
 
 

@@ -66,7 +66,9 @@ class OfflineWorkspace:
         if spec.also:
             fired &= index.fires("sentence", spec.also)
         if spec.unless:
-            fired &= ~index.fires("sentence", spec.unless)
+            if spec.unless_view not in index.views:
+                return np.zeros(index.n_rows, dtype=bool)
+            fired &= ~index.fires(spec.unless_view, spec.unless)
         return fired
 
     def pool_fires(self, view: str, cues: Sequence[str]) -> int:
@@ -181,10 +183,10 @@ def bank_from(ws: OfflineWorkspace, label: int, view: str, ranked: list[Proposal
 
 
 def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int = 40) -> list[Proposal]:
-    """Cue annotators plus an `unless` word (often a negation) that vetoes most of their wrong votes."""
-    matrix = ws.dev.matrix["sentence"]
-    cues = ws.dev.cues["sentence"]
-    too_short = np.array([len(c.strip("*")) < 2 for c in cues], dtype=bool)  # one-letter vetoes are noise
+    """Cue annotators plus an `unless` word (often a negation) that vetoes most of their wrong votes: looked for in
+    the whole text and, on a relation task, between the mentions ("did not inhibit" names no relation for this pair,
+    while a "not" elsewhere in the sentence is about something else); the view whose word vetoes more wins."""
+    veto_views = ["sentence"] + [v for v in ("between",) if v in ws.views]
     out: list[Proposal] = []
     plain = [p for p in proposals if p.spec.kind == "cue" and not p.spec.unless]
     ranked = sorted(plain, key=lambda p: -p.prior)
@@ -193,22 +195,37 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
         wrong = p.fired & ~ws.hit(p.label)
         if wrong.sum() < 2:
             continue
-        vetoed_wrong = np.asarray(matrix[wrong].sum(axis=0)).ravel()
-        vetoed_right = np.asarray(matrix[right].sum(axis=0)).ravel()
-        gain = vetoed_wrong - 2.0 * vetoed_right
-        gain[(vetoed_wrong < 2) | (3 * vetoed_right > vetoed_wrong) | too_short] = -np.inf
-        j = int(np.argmax(gain))
-        if not np.isfinite(gain[j]) or gain[j] <= 0 or cues[j] in p.spec.cues:
+        best = max((veto for view in veto_views if (veto := _best_veto(ws, view, p, right, wrong))),
+                   key=lambda veto: veto[0], default=None)
+        if best is None:
             continue
-        fired = p.fired & ~ws.dev.fires("sentence", [cues[j]])
+        _, view, cue = best
+        fired = p.fired & ~ws.dev.fires(view, [cue])
         correct = int(np.count_nonzero(fired & ws.hit(p.label)))
         if fired.sum() == 0:
             continue
         precision = correct / int(fired.sum())
         prior = (precision - ws.class_prior[p.label]) * np.sqrt(correct)
-        spec = replace(p.spec, unless=(cues[j],))
-        out.append(Proposal(spec, p.label, fired, prior=float(prior), note=f"vetoed by '{cues[j]}'"))
+        spec = replace(p.spec, unless=(cue,), unless_view=view)
+        where = "" if view == "sentence" else f" {view}"
+        out.append(Proposal(spec, p.label, fired, prior=float(prior), note=f"vetoed by '{cue}'{where}"))
     return out
+
+
+def _best_veto(ws: OfflineWorkspace, view: str, p: Proposal, right: np.ndarray, wrong: np.ndarray
+               ) -> tuple[float, str, str] | None:
+    """(gain, view, word) of the word in `view` that vetoes the most of `p`'s wrong votes for few of its right ones
+    (at least two wrong, at most a third as many right), or None."""
+    matrix, cues = ws.dev.matrix[view], ws.dev.cues[view]
+    too_short = np.array([len(c.strip("*")) < 2 for c in cues], dtype=bool)  # one-letter vetoes are noise
+    vetoed_wrong = np.asarray(matrix[wrong].sum(axis=0)).ravel()
+    vetoed_right = np.asarray(matrix[right].sum(axis=0)).ravel()
+    gain = vetoed_wrong - 2.0 * vetoed_right
+    gain[(vetoed_wrong < 2) | (3 * vetoed_right > vetoed_wrong) | too_short] = -np.inf
+    j = int(np.argmax(gain))
+    if not np.isfinite(gain[j]) or gain[j] <= 0 or cues[j] in p.spec.cues:
+        return None
+    return float(gain[j]), view, cues[j]
 
 
 def surface_proposals(ws: OfflineWorkspace, min_precision: float = 0.3, min_fires: int = 5) -> list[Proposal]:

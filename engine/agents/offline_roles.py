@@ -134,13 +134,13 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
             out.append((replace(spec, threshold=step), "looser threshold"))
         return out
     if spec.also or spec.unless:
-        out.append((replace(spec, also=(), unless=()), "dropped the extra conditions"))
+        out.append((replace(spec, also=(), unless=(), unless_view="sentence"), "dropped the extra conditions"))
     if spec.view == "near" and "between" in ws.dev.views:  # the next step out: any distance between the two
         out.append((replace(spec, view="between"), "between the two entity mentions at any distance, not only "
                     "when close"))
     if spec.view not in ("sentence", "lead") and "sentence" in ws.dev.views:
-        out.append((replace(spec, view="sentence", also=(), unless=()), "anywhere in the text, not only "
-                    f"{spec.view}"))
+        out.append((replace(spec, view="sentence", also=(), unless=(), unless_view="sentence"),
+                    f"anywhere in the text, not only {spec.view}"))
     stemmed = tuple(sorted({s for cue in spec.cues if "*" not in cue and " " not in cue for s in stems(cue)}
                            | {c for c in spec.cues}, key=len))
     if stemmed != spec.cues and len(stemmed) <= 10:

@@ -101,8 +101,10 @@ def _pattern_line(name: str, constant: str) -> str:
 @dataclass(frozen=True)
 class AnnotatorSpec:
     """What one offline annotator checks. kind "cue": any of `cues` in `view` (and, when set, any of
-    `also` in the whole text, and none of `unless` in the whole text). kind "surface": a measured
-    property of the raw text (see offline_surface.py) compared with `threshold`."""
+    `also` in the whole text, and none of `unless` in `unless_view`: the whole text, or on a relation task the
+    words between the mentions, where a negation such as "did not inhibit" belongs to this pair and not to
+    another one in the sentence). kind "surface": a measured property of the raw text (see offline_surface.py)
+    compared with `threshold`."""
 
     kind: str
     label: str
@@ -111,6 +113,7 @@ class AnnotatorSpec:
     also: tuple[str, ...] = ()
     unless: tuple[str, ...] = ()
     feature: str = ""
+    unless_view: str = "sentence"
     op: str = ">="
     threshold: float = 0.0
 
@@ -124,6 +127,8 @@ class AnnotatorSpec:
             line += f" and the text mentions {', '.join(self.also[:3])}"
         if self.unless:
             line += f", unless it says {', '.join(self.unless[:3])}"
+            if self.unless_view != "sentence":
+                line += f" {VIEW_PHRASES.get(self.unless_view, self.unless_view)}"
         return line
 
 
@@ -151,11 +156,14 @@ def render(spec: AnnotatorSpec) -> str:
               f"CUES = {_tuple_literal(spec.cues)}"]
     if spec.also:
         consts.append(f"ALSO = {_tuple_literal(spec.also)}")
+    vetoed_elsewhere = bool(spec.unless) and spec.unless_view not in ("sentence", spec.view)
     if spec.unless:
         consts.append(f"UNLESS = {_tuple_literal(spec.unless)}")
+        if spec.unless_view != "sentence":
+            consts.append(f"UNLESS_VIEW = {quote(spec.unless_view)}")
     body = ["    if not CUE_PATTERN.search(view(example)):", "        return None"]
     patterns = [_pattern_line("CUE_PATTERN", "CUES")]
-    needs_sentence = bool(spec.also or spec.unless)
+    needs_sentence = bool(spec.also or (spec.unless and spec.unless_view == "sentence"))
     if needs_sentence:
         body.append('    text = normalise(example.get("text"))')
     if spec.also:
@@ -163,11 +171,15 @@ def render(spec: AnnotatorSpec) -> str:
         body += ["    if not ALSO_PATTERN.search(text):", "        return None"]
     if spec.unless:
         patterns.append(_pattern_line("UNLESS_PATTERN", "UNLESS"))
-        body += ["    if UNLESS_PATTERN.search(text):", "        return None"]
+        vetoed_in = {spec.view: "view(example)", "sentence": "text"}.get(spec.unless_view, "unless_view(example)")
+        body += [f"    if UNLESS_PATTERN.search({vetoed_in}):", "        return None"]
     body.append("    return LABEL")
+    helpers = [_VIEW_HELPERS[spec.view].strip("\n")]
+    if vetoed_elsewhere:  # the same helper under another name: where the veto words are looked for
+        helpers.append(_VIEW_HELPERS[spec.unless_view].strip("\n").replace("def view(", "def unless_view(", 1))
     return "\n".join([
         f'"""{doc}."""', "import re", "", *consts, *patterns, "", "", _NORMALISE.strip("\n"), "", "",
-        _VIEW_HELPERS[spec.view].strip("\n"), "", "",
+        *[line for helper in helpers for line in (helper, "", "")],
         "def annotate(example: dict) -> str | None:",
         f'    """Vote {doc_safe(spec.label)} when a cue appears {where}; else abstain."""',
         *body, "",
@@ -234,10 +246,11 @@ def parse_spec(source: str) -> AnnotatorSpec | None:
     if not isinstance(view, str) or view not in _VIEW_HELPERS or not _str_tuple(cues):
         return None
     also, unless = values.get("ALSO", ()), values.get("UNLESS", ())
-    if not _str_tuple(also) or not _str_tuple(unless):
+    unless_view = values.get("UNLESS_VIEW", "sentence")
+    if not _str_tuple(also) or not _str_tuple(unless) or unless_view not in _VIEW_HELPERS:
         return None
     return AnnotatorSpec("cue", label, view, tuple(cues),  # type: ignore[arg-type]
-                         tuple(also), tuple(unless))  # type: ignore[arg-type]
+                         tuple(also), tuple(unless), unless_view=unless_view)  # type: ignore[arg-type]
 
 
 def _str_tuple(value: object) -> bool:

@@ -304,6 +304,25 @@ def test_a_negation_between_the_mentions_vetoes_a_cue_there_and_not_elsewhere():
     assert "not between the two entity mentions" in vetoed.spec.describe()
 
 
+def test_a_veto_in_a_view_nobody_mines_is_indexed_when_asked_and_odd_veto_views_are_refused():
+    """An expert's or an LLM's annotator may veto in a view this workspace does not mine: its mined fired rows are
+    still the code's (the view is indexed on demand), not 'fires nowhere'. A veto view that is not a view name
+    makes `parse_spec` give up (the annotator then runs in the sandbox), never raise."""
+    task = Task(name="rel-tiny", labels=("Down", "Up"), fields=("entity1", "entity2", "span1", "span2"))
+    inputs = [ex.as_input() for ex in _relation_dev()]
+    ws = build_workspace(task, inputs, np.array([ex.label for ex in _relation_dev()]), inputs, ("between", "sentence"))
+    spec = AnnotatorSpec("cue", "Down", "between", ("inhibit*", "block*"), unless=("the",), unless_view="lead")
+    emitted = _votes(render(spec), inputs, task.labels) != ABSTAIN
+    assert emitted.any() and (emitted != (ws.fires(replace(spec, unless=(), unless_view="sentence")))).any()
+    assert np.array_equal(ws.fires(spec), emitted) and np.array_equal(ws.fires(spec, "pool"), emitted)
+    source = render(AnnotatorSpec("cue", "Down", "between", ("inhibit*",), unless=("not",), unless_view="between"))
+    for odd in ("[]", "{}", "('between',)", "None", "'nonsense'"):
+        assert parse_spec(source.replace('UNLESS_VIEW = "between"', f"UNLESS_VIEW = {odd}")) is None, odd
+    plain = AnnotatorSpec("cue", "Down", "between", ("inhibit*",))
+    no_veto = render(plain).replace("CUES =", 'UNLESS_VIEW = "near"\nCUES =')
+    assert parse_spec(no_veto) == plain  # no veto words: nowhere to look for them
+
+
 @pytest.mark.parametrize("spec", [
     AnnotatorSpec("cue", "Up", "between", ("activat*", "induces")),
     AnnotatorSpec("cue", "Down", "sentence", ("inhibit*",), also=("drug",), unless=("activates",)),

@@ -59,14 +59,23 @@ class ViewIndex:
 
     def __init__(self, examples: Sequence[dict[str, Any]], views: Sequence[str], with_prefixes: bool = True):
         self.n_rows = len(examples)
-        self.views = tuple(views)
-        self.texts: dict[str, list[str]] = {v: [view_text(ex, v) for ex in examples] for v in self.views}
+        self.views: tuple[str, ...] = ()
+        self.texts: dict[str, list[str]] = {}
         self.cues: dict[str, list[str]] = {}
         self.matrix: dict[str, sparse.csc_matrix] = {}
         self._vocab: dict[str, list[str]] = {}
         self._column: dict[str, dict[str, int]] = {}
-        for view in self.views:
-            self._build(view, with_prefixes)
+        self._examples, self._with_prefixes = examples, with_prefixes
+        for view in views:
+            self.add_view(view)
+
+    def add_view(self, view: str) -> None:
+        """Index one more view (a no-op when it is indexed): for annotators reading a view nobody mines here."""
+        if view in self.texts:
+            return
+        self.views += (view,)
+        self.texts[view] = [view_text(ex, view) for ex in self._examples]
+        self._build(view, self._with_prefixes)
 
     def _build(self, view: str, with_prefixes: bool) -> None:
         rows_words = [t.split() for t in self.texts[view]]

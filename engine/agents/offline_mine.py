@@ -60,14 +60,12 @@ class OfflineWorkspace:
                     self._pool_surface.update(surface.measure_all(self.pool_raw))
                 values = self._pool_surface[spec.feature]
             return surface.fires(values, spec.op, spec.threshold)
-        if spec.view not in index.views:
-            return np.zeros(index.n_rows, dtype=bool)
+        for view in (spec.view, "sentence", spec.unless_view):  # an LLM's or an expert's may read a view not mined
+            index.add_view(view)
         fired = index.fires(spec.view, spec.cues)
         if spec.also:
             fired &= index.fires("sentence", spec.also)
         if spec.unless:
-            if spec.unless_view not in index.views:
-                return np.zeros(index.n_rows, dtype=bool)
             fired &= ~index.fires(spec.unless_view, spec.unless)
         return fired
 
@@ -185,8 +183,11 @@ def bank_from(ws: OfflineWorkspace, label: int, view: str, ranked: list[Proposal
 def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int = 40) -> list[Proposal]:
     """Cue annotators plus an `unless` word (often a negation) that vetoes most of their wrong votes: looked for in
     the whole text and, on a relation task, between the mentions ("did not inhibit" names no relation for this pair,
-    while a "not" elsewhere in the sentence is about something else); the view whose word vetoes more wins."""
+    while a "not" elsewhere in the sentence is about something else). The view whose best word gains more (wrong
+    votes vetoed minus twice the right ones) wins; on a tie, the whole text."""
     veto_views = ["sentence"] + [v for v in ("between",) if v in ws.views]
+    too_short = {view: np.array([len(c.strip("*")) < 2 for c in ws.dev.cues[view]], dtype=bool)  # one-letter
+                 for view in veto_views}  # vetoes are noise
     out: list[Proposal] = []
     plain = [p for p in proposals if p.spec.kind == "cue" and not p.spec.unless]
     ranked = sorted(plain, key=lambda p: -p.prior)
@@ -195,7 +196,7 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
         wrong = p.fired & ~ws.hit(p.label)
         if wrong.sum() < 2:
             continue
-        best = max((veto for view in veto_views if (veto := _best_veto(ws, view, p, right, wrong))),
+        best = max((veto for view in veto_views if (veto := _best_veto(ws, view, p, right, wrong, too_short[view]))),
                    key=lambda veto: veto[0], default=None)
         if best is None:
             continue
@@ -212,12 +213,11 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
     return out
 
 
-def _best_veto(ws: OfflineWorkspace, view: str, p: Proposal, right: np.ndarray, wrong: np.ndarray
-               ) -> tuple[float, str, str] | None:
+def _best_veto(ws: OfflineWorkspace, view: str, p: Proposal, right: np.ndarray, wrong: np.ndarray,
+               too_short: np.ndarray) -> tuple[float, str, str] | None:
     """(gain, view, word) of the word in `view` that vetoes the most of `p`'s wrong votes for few of its right ones
-    (at least two wrong, at most a third as many right), or None."""
+    (at least two wrong, at most a third as many right; `too_short`: the view's cues never to take), or None."""
     matrix, cues = ws.dev.matrix[view], ws.dev.cues[view]
-    too_short = np.array([len(c.strip("*")) < 2 for c in cues], dtype=bool)  # one-letter vetoes are noise
     vetoed_wrong = np.asarray(matrix[wrong].sum(axis=0)).ravel()
     vetoed_right = np.asarray(matrix[right].sum(axis=0)).ravel()
     gain = vetoed_wrong - 2.0 * vetoed_right

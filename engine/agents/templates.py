@@ -246,8 +246,9 @@ def parse_spec(source: str) -> AnnotatorSpec | None:
     if not isinstance(view, str) or view not in _VIEW_HELPERS or not _str_tuple(cues):
         return None
     also, unless = values.get("ALSO", ()), values.get("UNLESS", ())
-    unless_view = values.get("UNLESS_VIEW", "sentence")
-    if not _str_tuple(also) or not _str_tuple(unless) or unless_view not in _VIEW_HELPERS:
+    unless_view = values.get("UNLESS_VIEW", "sentence") if unless else "sentence"  # no veto words: nowhere to look
+    if not _str_tuple(also) or not _str_tuple(unless) or not isinstance(unless_view, str) \
+            or unless_view not in _VIEW_HELPERS:
         return None
     return AnnotatorSpec("cue", label, view, tuple(cues),  # type: ignore[arg-type]
                          tuple(also), tuple(unless), unless_view=unless_view)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from engine.agents.offline_mine import OfflineWorkspace, build_workspace
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, vote_counts
 from engine.agents.templates import parse_spec, render
 from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
-from engine.text_views import mined_views, task_views
+from engine.text_views import mined_views
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}
 MIN_PRECISION = {"generator": 0.30, "improver": 0.25, "refiner": 0.25}  # the gate's floors per role
@@ -85,7 +85,7 @@ class OfflineProposer:
             views = mined_views(fields, dev_inputs)
             pool_inputs = [ex.as_input() for ex in context.pool_sample[: self.pool_rows]]
             workspace = build_workspace(context.task, dev_inputs, context.dev_labels, pool_inputs, views,
-                                        context.dev_label_sets, indexed=task_views(fields))
+                                        context.dev_label_sets)
             self._cache = {key: workspace}
         return self._cache[key]
 

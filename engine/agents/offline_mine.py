@@ -254,11 +254,10 @@ def surface_proposals(ws: OfflineWorkspace, min_precision: float = 0.3, min_fire
 
 
 def build_workspace(task: Task, dev_inputs: list[dict], y: np.ndarray, pool_inputs: list[dict],
-                    views: tuple[str, ...], label_sets: np.ndarray | None = None,
-                    indexed: tuple[str, ...] = ()) -> OfflineWorkspace:
-    """`views`: where cues are mined; `indexed`: further views to index, so that pool members (an LLM's or an
-    expert's) reading a view not mined here still fire where they fire. `label_sets` (n_dev, k) 0/1 on a
-    multi-label task: a cue's precision then counts every row whose set holds its class, as the gate does."""
+                    views: tuple[str, ...], label_sets: np.ndarray | None = None) -> OfflineWorkspace:
+    """`views`: where cues are mined (and indexed up front; a pool member, an LLM's or an expert's, reading another
+    view gets it indexed when its fired rows are asked for). `label_sets` (n_dev, k) 0/1 on a multi-label task: a
+    cue's precision then counts every row whose set holds its class, as the gate does."""
     k = len(task.labels)
     if label_sets is not None:
         onehot = np.asarray(label_sets, dtype=np.int32).reshape(len(y), k)
@@ -268,10 +267,9 @@ def build_workspace(task: Task, dev_inputs: list[dict], y: np.ndarray, pool_inpu
     text_task = "between" not in views
     dev_raw = [str(ex.get("text") or "") for ex in dev_inputs]
     dev_surface = surface.measure_all(dev_raw) if text_task else {}
-    every = tuple(dict.fromkeys(views + tuple(indexed)))
     return OfflineWorkspace(
-        task=task, views=views, y=y, onehot=onehot, dev=ViewIndex(dev_inputs, every),
-        pool=ViewIndex(pool_inputs, every, with_prefixes=False) if pool_inputs else None,
+        task=task, views=views, y=y, onehot=onehot, dev=ViewIndex(dev_inputs, views),
+        pool=ViewIndex(pool_inputs, views, with_prefixes=False) if pool_inputs else None,
         dev_surface=dev_surface,
         class_prior=onehot.mean(axis=0) if len(y) else np.full(k, 1.0 / k), dev_raw=dev_raw,
         pool_raw=[str(ex.get("text") or "") for ex in pool_inputs],

@@ -169,9 +169,9 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
 def cooccurring_words(ws: OfflineWorkspace, spec: AnnotatorSpec, limit: int = 3,
                       min_together: int = 3, min_share: float = 0.3) -> tuple[str, ...]:
     """Words of the same view that, in the unlabeled pool sample, mostly appear where the spec's cues do."""
-    if ws.pool is None or spec.view not in ws.pool.views:
+    if ws.pool is None:
         return ()
-    hits = ws.fires(spec, "pool")
+    hits = ws.fires(spec, "pool")  # indexes the spec's view on the pool sample if no one mines it
     if hits.sum() < min_together:
         return ()
     matrix = ws.pool.matrix[spec.view]

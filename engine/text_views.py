@@ -19,7 +19,8 @@ LEAD = 4  # words kept at the start of the text ("lead" view: question words and
 # The "near" view: the words between the mentions when there are at most NEAR of them. A trigger word close to
 # both arguments names their relation far more often than one anywhere between them: on the whole ChemProt
 # valid split, inhibit* between the mentions is Downregulator on 81 % of 298 rows, with at most 5 words between
-# on 95 % of 87; agonist* 60 % of 35 against 94 % of 18, antagon* 68 % of 66 against 93 % of 30.
+# on 95 % of 87; agonist* 60 % of 35 against 94 % of 18, antagon* 68 % of 66 against 93 % of 30
+# (bench/cue_precision.py).
 NEAR = 5
 # ...but where the mentions are rarely further apart (more than NEAR words between them on 10 % of SemEval's valid
 # rows that have words between them, against 65 % on ChemProt), "near" is a copy of "between", and the offline

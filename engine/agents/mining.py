@@ -59,8 +59,7 @@ class ViewIndex:
 
     def __init__(self, examples: Sequence[dict[str, Any]], views: Sequence[str], with_prefixes: bool = True):
         self.n_rows = len(examples)
-        self.views: tuple[str, ...] = ()
-        self.texts: dict[str, list[str]] = {}
+        self.texts: dict[str, list[str]] = {}  # per indexed view, in the order indexed
         self.cues: dict[str, list[str]] = {}
         self.matrix: dict[str, sparse.csc_matrix] = {}
         self._vocab: dict[str, list[str]] = {}
@@ -69,11 +68,16 @@ class ViewIndex:
         for view in views:
             self.add_view(view)
 
+    @property
+    def views(self) -> tuple[str, ...]:
+        """The views indexed so far."""
+        return tuple(self.texts)
+
     def add_view(self, view: str) -> None:
-        """Index one more view (a no-op when it is indexed): for annotators reading a view nobody mines here."""
+        """Index one more view (a no-op when it is indexed): `fires` calls it, so an annotator reading a view
+        nobody mines here (an LLM's, an expert's) fires where its code does."""
         if view in self.texts:
             return
-        self.views += (view,)
         self.texts[view] = [view_text(ex, view) for ex in self._examples]
         self._build(view, self._with_prefixes)
 
@@ -146,7 +150,8 @@ class ViewIndex:
         return out  # an unseen word or two-word phrase fires nowhere
 
     def fires(self, view: str, cues: Sequence[str]) -> np.ndarray:
-        """(n_rows,) bool: rows where any of `cues` matches the view."""
+        """(n_rows,) bool: rows where any of `cues` matches the view (indexed first if it is not yet)."""
+        self.add_view(view)
         out = np.zeros(self.n_rows, dtype=bool)
         for cue in cues:
             out |= self.column(view, cue)

@@ -60,8 +60,6 @@ class OfflineWorkspace:
                     self._pool_surface.update(surface.measure_all(self.pool_raw))
                 values = self._pool_surface[spec.feature]
             return surface.fires(values, spec.op, spec.threshold)
-        for view in (spec.view, "sentence", spec.unless_view):  # an LLM's or an expert's may read a view not mined
-            index.add_view(view)
         fired = index.fires(spec.view, spec.cues)
         if spec.also:
             fired &= index.fires("sentence", spec.also)
@@ -186,8 +184,8 @@ def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int
     while a "not" elsewhere in the sentence is about something else). The view whose best word gains more (wrong
     votes vetoed minus twice the right ones) wins; on a tie, the whole text."""
     veto_views = ["sentence"] + [v for v in ("between",) if v in ws.views]
-    too_short = {view: np.array([len(c.strip("*")) < 2 for c in ws.dev.cues[view]], dtype=bool)  # one-letter
-                 for view in veto_views}  # vetoes are noise
+    # one-letter vetoes are noise
+    too_short = {view: np.array([len(c.strip("*")) < 2 for c in ws.dev.cues[view]], dtype=bool) for view in veto_views}
     out: list[Proposal] = []
     plain = [p for p in proposals if p.spec.kind == "cue" and not p.spec.unless]
     ranked = sorted(plain, key=lambda p: -p.prior)

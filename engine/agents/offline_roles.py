@@ -171,7 +171,7 @@ def cooccurring_words(ws: OfflineWorkspace, spec: AnnotatorSpec, limit: int = 3,
     """Words of the same view that, in the unlabeled pool sample, mostly appear where the spec's cues do."""
     if ws.pool is None:
         return ()
-    hits = ws.fires(spec, "pool")  # indexes the spec's view on the pool sample if no one mines it
+    hits = ws.fires(spec, "pool")  # indexes the spec's view on the pool sample if nobody mines it
     if hits.sum() < min_together:
         return ()
     matrix = ws.pool.matrix[spec.view]

@@ -156,7 +156,6 @@ def render(spec: AnnotatorSpec) -> str:
               f"CUES = {_tuple_literal(spec.cues)}"]
     if spec.also:
         consts.append(f"ALSO = {_tuple_literal(spec.also)}")
-    vetoed_elsewhere = bool(spec.unless) and spec.unless_view not in ("sentence", spec.view)
     if spec.unless:
         consts.append(f"UNLESS = {_tuple_literal(spec.unless)}")
         if spec.unless_view != "sentence":
@@ -169,14 +168,15 @@ def render(spec: AnnotatorSpec) -> str:
     if spec.also:
         patterns.append(_pattern_line("ALSO_PATTERN", "ALSO"))
         body += ["    if not ALSO_PATTERN.search(text):", "        return None"]
+    helpers = [_VIEW_HELPERS[spec.view].strip("\n")]
     if spec.unless:
         patterns.append(_pattern_line("UNLESS_PATTERN", "UNLESS"))
-        vetoed_in = {spec.view: "view(example)", "sentence": "text"}.get(spec.unless_view, "unless_view(example)")
+        vetoed_in = {spec.view: "view(example)", "sentence": "text"}.get(spec.unless_view)
+        if vetoed_in is None:  # another view: its helper again, under another name
+            vetoed_in = "unless_view(example)"
+            helpers.append(_VIEW_HELPERS[spec.unless_view].strip("\n").replace("def view(", "def unless_view(", 1))
         body += [f"    if UNLESS_PATTERN.search({vetoed_in}):", "        return None"]
     body.append("    return LABEL")
-    helpers = [_VIEW_HELPERS[spec.view].strip("\n")]
-    if vetoed_elsewhere:  # the same helper under another name: where the veto words are looked for
-        helpers.append(_VIEW_HELPERS[spec.unless_view].strip("\n").replace("def view(", "def unless_view(", 1))
     return "\n".join([
         f'"""{doc}."""', "import re", "", *consts, *patterns, "", "", _NORMALISE.strip("\n"), "", "",
         *[line for helper in helpers for line in (helper, "", "")],

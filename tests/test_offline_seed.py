@@ -5,7 +5,8 @@ import numpy as np
 
 from engine.agents.offline_mine import build_workspace
 from engine.agents.offline_seed import label_words, seeded_proposals, seeded_specs, word_cue
-from engine.agents.templates import parse_spec, render
+from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves
+from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import Task
 from engine.sandbox.checks import check_source
 
@@ -41,6 +42,12 @@ def test_label_words_split_names_and_drop_function_words():
     assert label_words("Cause-Effect(e1,e2)") == ["cause", "effect"]
     assert label_words("HumanBeing", "a person or group of people") == ["human", "being", "person", "group",
                                                                          "people"]
+
+
+def test_a_negation_is_content_in_a_label_name_only():
+    assert label_words("NOT") == ["not"]
+    assert label_words("card_not_working") == ["card", "not", "working"]
+    assert label_words("ham", "messages that are not spam") == ["ham", "messages", "spam"]
 
 
 def test_word_cue_takes_the_widest_stem_but_keeps_short_words_exact():
@@ -90,3 +97,29 @@ def test_relation_tasks_seed_the_label_words_between_the_mentions_near_and_at_an
     ws = build_workspace(task, inputs, np.array([0]), inputs, ("between", "near", "sentence", "before"))
     views = {spec.view for label, spec in seeded_specs(ws) if spec.cues == (word_cue("agonist"),) and label == 0}
     assert views == {"between", "near", "sentence"}  # not the three-word windows around the mentions
+
+
+def _picked(fired: np.ndarray, gold: np.ndarray, mined: bool, cross_fit: bool) -> bool:
+    spec = AnnotatorSpec("cue", "NOT", "between", ("not",))
+    config = SelectConfig(min_precision=0.25, cross_fit=cross_fit, pair_lookahead=False)
+    base = np.zeros((len(gold), 2), dtype=np.int64)
+    base[~fired, 0] = 1  # the pool votes the big class wherever the cue is silent
+    return bool(greedy_select([Proposal(spec, 1, fired, mined=mined)], gold, 2, base, [], config))
+
+
+def test_the_preview_reads_a_seeded_cue_without_the_margin_for_a_scan_of_dev():
+    gold = np.array([1] * 6 + [0] * 54)
+    fired = np.zeros(60, dtype=bool)
+    fired[[0, 1, 2, 10, 11, 12, 13, 14]] = True  # 3 of 8: a scan's luck at z 1.5, the gate's bound at z 0.5
+    assert not _picked(fired, gold, mined=True, cross_fit=False)
+    assert _picked(fired, gold, mined=False, cross_fit=False)
+
+
+def test_a_seeded_cue_is_credited_its_whole_dev_gain_not_the_worse_half():
+    gold = np.array([1] * 6 + [0] * 54)
+    first, _ = halves(gold)
+    right = [i for i in first if gold[i] == 1]  # every right vote in one half: the other half gains nothing
+    fired = np.zeros(60, dtype=bool)
+    fired[right + [20, 21]] = True
+    assert not _picked(fired, gold, mined=True, cross_fit=True)
+    assert _picked(fired, gold, mined=False, cross_fit=True)

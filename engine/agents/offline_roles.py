@@ -53,7 +53,8 @@ def _votes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
 
 def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.random.Generator,
                        min_precision: float) -> list[Proposal]:
-    """Cues mined on the rows the pool leaves uncovered, disputes or gets wrong, boosted for weak classes."""
+    """Cues mined on the rows the pool leaves uncovered, disputes or gets wrong, boosted for weak classes, and
+    the weak classes' cues seeded from their names (at the improver's lower floor)."""
     pred = predictions(vote_counts(_votes(ws, context), ws.n_classes, len(ws.y)))
     focus = np.zeros(len(ws.y), dtype=bool)
     focus[context.uncovered_dev()] = True
@@ -70,7 +71,8 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
         p.note = "mined on uncovered / disputed / misclassified dev rows"
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     conj = conjunctions(ws, singles, weak, min_precision)
-    return _jitter(singles + banks + conj, rng)
+    seeded = [p for p in seeded_proposals(ws, min_precision) if p.label in weak]
+    return _jitter(singles + banks + conj + seeded, rng)
 
 
 def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndarray,

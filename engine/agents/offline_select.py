@@ -28,6 +28,9 @@ class Proposal:
     parent_ids: tuple[str, ...] = ()
     note: str = ""
     stats: dict[str, float] = field(default_factory=dict)
+    # False for a cue taken from the task's own words, not found by scanning dev: its dev figures carry no luck of
+    # the scan, so the preview reads them at the gate's z and credits its whole-dev gain (no halves)
+    mined: bool = True
 
 
 def vote_counts(dev_votes: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray:
@@ -79,6 +82,7 @@ class SelectConfig:
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
     precision_z: float = 1.5
+    unmined_z: float = 0.5  # ... and for a proposal not found by scanning dev (Proposal.mined False): the gate's
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +174,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
             counts[p.fired, p.label] += 1
             full_gain, gain = scorer.gain(scorer.score(counts), current)
             counts[p.fired, p.label] -= 1
-            gain = min(gain, full_gain)
+            gain = min(gain, full_gain) if p.mined else full_gain
             reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
                 if p.pool_fired is None:
@@ -219,7 +223,7 @@ def _best_pair(viable: list[Proposal], scorer: _Scorer, counts: np.ndarray, curr
                 counts[pa.fired, pa.label] += 1
                 counts[pb.fired, pb.label] += 1
                 full_gain, gain = scorer.gain(scorer.score(counts), current)
-                gain = min(gain, full_gain)
+                gain = min(gain, full_gain) if pa.mined or pb.mined else full_gain
                 counts[pa.fired, pa.label] -= 1
                 counts[pb.fired, pb.label] -= 1
                 if gain > best_gain + 1e-12:
@@ -248,6 +252,7 @@ def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
         return False
     right = gold[p.fired] == p.label if gold.ndim == 1 else gold[p.fired, p.label] == 1
     precision = float(np.mean(right))
-    lower = wilson_lower(float(right.sum()), fires, config.precision_z)
+    z = config.precision_z if p.mined else config.unmined_z
+    lower = wilson_lower(float(right.sum()), fires, z)
     p.stats.update(fires=fires, precision=round(precision, 3), precision_lower=round(lower, 3))
     return lower >= config.min_precision

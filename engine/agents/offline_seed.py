@@ -82,5 +82,3 @@ def seeded_proposals(ws: OfflineWorkspace, min_precision: float) -> list[Proposa
         out.append(Proposal(spec, label_id, fired, prior=float(SEED_BOOST * lift * np.sqrt(correct)),
                             note="seeded from the label's name or description", mined=False))
     return out
-
-

@@ -82,7 +82,7 @@ class SelectConfig:
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
     precision_z: float = 1.5
-    unmined_z: float = 0.5  # ... and for a proposal not found by scanning dev (Proposal.mined False): the gate's
+    unmined_z: float = 0.5  # ... for a proposal not found by scanning dev (Proposal.mined False): the gate's own z
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -239,7 +239,7 @@ def _holds_on_pool(p: Proposal, evidence: tuple[float, float], config: SelectCon
     fires, precision = p.stats["fires"], p.stats["precision"]
     n = fires + weight
     pooled = (precision * fires + estimate * weight) / n
-    lower = wilson_lower(pooled * n, n, config.precision_z)
+    lower = wilson_lower(pooled * n, n, _z(p, config))
     p.stats.update(dev_precision=precision, pool_precision=round(estimate, 3), pool_weight=round(weight, 1),
                    precision=round(pooled, 3),
                    precision_lower=round(lower, 3))
@@ -252,7 +252,11 @@ def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
         return False
     right = gold[p.fired] == p.label if gold.ndim == 1 else gold[p.fired, p.label] == 1
     precision = float(np.mean(right))
-    z = config.precision_z if p.mined else config.unmined_z
-    lower = wilson_lower(float(right.sum()), fires, z)
+    lower = wilson_lower(float(right.sum()), fires, _z(p, config))
     p.stats.update(fires=fires, precision=round(precision, 3), precision_lower=round(lower, 3))
     return lower >= config.min_precision
+
+
+def _z(p: Proposal, config: SelectConfig) -> float:
+    """The viability bound's z: a scan's margin for a mined proposal, the gate's own for one that was not."""
+    return config.precision_z if p.mined else config.unmined_z

@@ -158,7 +158,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
     started = time.monotonic()
     with CompiledExecutor(compiled=compiled) as executor:
         if raw_estimates:  # the ablation: raw precision, no cross-fitted gain (the selection before issue 12)
-            proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0))
+            proposer = OfflineProposer(select=SelectConfig(cross_fit=False, precision_z=0.0, unmined_z=0.0))
             config = EvolveConfig(gate=GateConfig(precision_z=0.0), seed=seed)
         else:
             chosen = replace(SelectConfig(), **(select or {}))  # the proposer passes min_fires on itself

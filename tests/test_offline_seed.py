@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.agents.base import ProposalContext
 from engine.agents.offline_mine import build_workspace
+from engine.agents.offline_roles import improver_proposals
 from engine.agents.offline_seed import label_words, seeded_proposals, seeded_specs, word_cue
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
-from engine.domain import Task
+from engine.domain import ABSTAIN, Example, Task
+from engine.gate import GateConfig
 from engine.sandbox.checks import check_source
 
 ROWS = [
@@ -123,3 +126,36 @@ def test_a_seeded_cue_is_credited_its_whole_dev_gain_not_the_worse_half():
     fired[right + [20, 21]] = True
     assert not _picked(fired, gold, mined=True, cross_fit=True)
     assert _picked(fired, gold, mined=False, cross_fit=True)
+
+
+def test_every_seeded_proposal_is_unmined_and_the_preview_reads_it_at_the_gates_default_z():
+    assert SelectConfig().unmined_z == GateConfig().precision_z
+    proposals = seeded_proposals(_workspace(), 0.0)
+    assert proposals and not any(p.mined for p in proposals)
+
+
+def test_a_seeds_bound_pooled_with_pool_evidence_reads_the_gates_z_too():
+    gold = np.array([1] * 8 + [0] * 52)
+    fired = np.zeros(60, dtype=bool)
+    fired[:8] = True  # 8 of 8 on dev, but the pool sample's evidence says 0.2 over 40 rows: pooled 16 of 48
+    spec = AnnotatorSpec("cue", "NOT", "between", ("not",))
+    config = SelectConfig(min_precision=0.25, cross_fit=False, pair_lookahead=False)
+    base = np.zeros((60, 2), dtype=np.int64)
+    base[~fired, 0] = 1
+
+    def picked(mined: bool) -> bool:
+        return bool(greedy_select([Proposal(spec, 1, fired, mined=mined)], gold, 2, base, [], config,
+                                  pool_evidence=lambda p: (0.2, 40.0)))
+
+    assert not picked(mined=True)  # bound at z 1.5 ~0.23 < 0.25
+    assert picked(mined=False)  # at z 0.5 ~0.30
+
+
+def test_the_improver_offers_the_seeds_of_its_weak_classes_only():
+    ws = _workspace()
+    dev = tuple(Example(f"d{i}", text, "dev", int(y)) for i, ((text, _), y) in enumerate(zip(ROWS, ws.y, strict=True)))
+    votes = np.where(ws.y == 0, 0, ABSTAIN)[:, None]  # the pool gets every card_arrival row right, nothing else
+    context = ProposalContext(task=ws.task, dev=dev, pool_sample=(), annotators=(), scores={}, dev_votes=votes,
+                              generation=1, seed=0)
+    seeded = [p for p in improver_proposals(ws, context, np.random.default_rng(0), 0.25) if not p.mined]
+    assert {p.label for p in seeded} == {1, 2}  # lost_or_stolen_card and refund, not card_arrival

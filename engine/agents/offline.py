@@ -126,7 +126,7 @@ def _candidate(p: Proposal, role: str) -> Candidate:
     rationale = (
         f"{role}: {p.spec.describe()}. On dev it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "
-        f"{stats.get('gain', 0):+.3f}."
+        f"{stats.get('gain', 0):+.3f}" + (" (on all of dev: a seeded cue needs no cross-fit)." if not p.mined else ".")
     )
     if "pool_precision" in stats:
         rationale += (f" On the unlabeled sample, a text classifier fitted on dev puts its precision near "

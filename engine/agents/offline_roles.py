@@ -71,7 +71,7 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
         p.note = "mined on uncovered / disputed / misclassified dev rows"
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     conj = conjunctions(ws, singles, weak, min_precision)
-    seeded = [p for p in seeded_proposals(ws, min_precision) if p.label in weak]
+    seeded = seeded_proposals(ws, min_precision, classes=set(weak.tolist()))
     return _jitter(singles + banks + conj + seeded, rng)
 
 

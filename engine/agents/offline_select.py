@@ -28,8 +28,9 @@ class Proposal:
     parent_ids: tuple[str, ...] = ()
     note: str = ""
     stats: dict[str, float] = field(default_factory=dict)
-    # False for a cue taken from the task's own words, not found by scanning dev: its dev figures carry no luck of
-    # the scan, so the preview reads them at the gate's z and credits its whole-dev gain (no halves)
+    # False for a cue taken from the task's own words (a few fixed specs per class), not chosen among thousands by
+    # reading dev: the preview reads it at the gate's z and credits its whole-dev gain (no halves; a pair with a
+    # mined partner keeps them)
     mined: bool = True
 
 
@@ -77,12 +78,12 @@ class SelectConfig:
     coverage_weight: float = 0.3  # value of newly covering the whole pool sample at precision 1.0
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
-    cross_fit: bool = True  # a pick's dev gain must show on each of two halves of dev, not just overall
+    cross_fit: bool = True  # a mined pick's dev gain must show on each of two halves of dev, not just overall
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
     precision_z: float = 1.5
-    unmined_z: float = 0.5  # ... for a proposal not found by scanning dev (Proposal.mined False): the gate's own z
+    unmined_z: float = 0.5  # ... for an unmined proposal (Proposal.mined False): the gate's default z (GateConfig)
 
 
 def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +99,7 @@ def halves(gold: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 class _Scorer:
     """Simulated pool macro-F1 on dev and, when cross-fitting, on each half: a pick that helps only on
-    the rows it was mined from is chance, and the gain it is credited is the smaller of the halves'."""
+    the rows it was mined from is chance, and the gain a mined pick is credited is the smaller of the halves'."""
 
     def __init__(self, gold: np.ndarray, n_classes: int, cross_fit: bool):
         self.gold, self.n_classes = gold, n_classes
@@ -174,7 +175,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
             counts[p.fired, p.label] += 1
             full_gain, gain = scorer.gain(scorer.score(counts), current)
             counts[p.fired, p.label] -= 1
-            gain = min(gain, full_gain) if p.mined else full_gain
+            gain = min(gain, full_gain) if p.mined else full_gain  # a seed's whole-dev gain: it wins near-ties
             reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
                 if p.pool_fired is None:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engine.aggregators.base import make_folds, oof_proba, take_rows
-from engine.aggregators.features import join_unit_rows, tfidf_rows
+from engine.aggregators.features import RELATION_NGRAMS, join_unit_rows, tfidf_rows
 from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
     AGGREGATORS,
@@ -32,7 +32,7 @@ from engine.evolve import ensure_votes
 from engine.sandbox.executor import Executor
 from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.store.workspace import Store
-from engine.text_views import masked_views, task_views, view_text
+from engine.text_views import masked_views, relation_context, task_views
 
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 # rows predicted at once: every aggregator reads each row alone, so chunks give the same numbers, and at 100K rows
@@ -57,24 +57,25 @@ def aggregators_for(task: Task) -> tuple[str, ...]:
 
 def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
-    on relation tasks (two entity spans), TF-IDF of the words between the mentions, the classic relation
-    cue that a whole-sentence embedding dilutes, and embeddings of the sentence with the mentions masked."""
+    on relation tasks (two entity spans), TF-IDF of the words between and around the mentions marked by place, the
+    classic relation cue that a whole-sentence embedding dilutes, and embeddings of the sentence with the mentions
+    masked."""
     if aggregator_entry(aggregator).chooses:
         relation = "between" in task_views(task.fields)
         return ("embedding", "tfidf") + (("relation", "masked") if relation else ())
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
-def between_texts(frame: pd.DataFrame) -> list[str]:
-    """Each row's words between its two entity mentions (the relation view; "" where it has none)."""
-    return [view_text({**fields, "text": text}, "between") for fields, text in zip(frame["fields"], frame["text"],
-                                                                                    strict=True)]
+def relation_texts(frame: pd.DataFrame) -> list[str]:
+    """Each row's `relation_context`: the words between and around its two entity mentions, marked by place."""
+    return [relation_context({**fields, "text": text}) for fields, text in zip(frame["fields"], frame["text"],
+                                                                               strict=True)]
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
                   on_event: EventSink = quiet, fit_frame: pd.DataFrame | None = None) -> dict[str, object]:
     """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
-    of the text and, for "relation", TF-IDF of the words between the two entity mentions. The TF-IDF
+    of the text and, for "relation", TF-IDF of the words between and around the two entity mentions. The TF-IDF
     vocabularies are fitted on `fit_frame`'s texts (default: `frame`'s): pass every row of the workspace so a
     row gets the same features whichever splits are being labeled (no label is read there)."""
     texts = list(frame["text"])
@@ -93,9 +94,10 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     if "masked" in kinds:
         out["masked"] = masked_embeddings(store, frame, on_event)
     if "relation" in kinds:
-        between = between_texts(frame)
-        if any(between):  # entities side by side everywhere: no such view to learn from
-            out["relation"] = tfidf_rows(between, fit_texts=None if fit_frame is None else between_texts(fit_frame))
+        context = relation_texts(frame)
+        if any(context):  # no well-formed entity pair anywhere: no such view to learn from
+            out["relation"] = tfidf_rows(context, fit_texts=None if fit_frame is None else relation_texts(fit_frame),
+                                         word_ngrams=RELATION_NGRAMS)
     return out
 
 

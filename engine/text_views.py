@@ -65,6 +65,39 @@ def span_pieces(example: dict[str, Any]) -> tuple[str, str, str]:
     return between, before, after
 
 
+# The relation feature's text (`relation_context`): each word marked by where it stands, so "inhibits" between the
+# mentions is another column than "inhibits" just before them, and a near trigger also by which argument comes first.
+CONTEXT_PARTS = (("between", "b"), ("before", "l"), ("after", "r"), ("near", "n"))
+
+
+def mention_order(example: dict[str, Any]) -> str | None:
+    """"xy" when the first argument (span1) is mentioned first, "yx" when the second is; None for malformed spans."""
+    try:
+        return "xy" if int(tuple(example["span1"])[0]) <= int(tuple(example["span2"])[0]) else "yx"
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def relation_context(example: dict[str, Any]) -> str:
+    """The text the relation TF-IDF reads: the mention order, then the words between the mentions, the WINDOW words
+    before and after them and the near words, each prefixed by its place (b_, l_, r_, n_), the near words once more
+    under the order. On ChemProt's pool rows (their withheld train labels, three seeds, `auto`'s student with the
+    shift) this scored 0.548 / 0.544 / 0.569 against 0.532 / 0.537 / 0.561 for the bare words between the mentions
+    (word bigrams of this text: 0.542 on seed 0). '' where the spans are malformed."""
+    order = mention_order(example)
+    if order is None:
+        return ""
+    between, before, after = span_pieces(example)
+    words = {"between": normalise(between), "before": window("before", normalise(before)),
+             "after": window("after", normalise(after))}
+    words["near"] = window("near", words["between"])
+    tokens = [f"order_{order}"]
+    for view, mark in CONTEXT_PARTS:
+        tokens += [f"{mark}_{w}" for w in words[view].split()]
+    tokens += [f"{order}_n_{w}" for w in words["near"].split()]
+    return " ".join(tokens)
+
+
 MASKS = ("X", "Y")  # what the first and second argument (span1, span2) become in the masked views
 
 

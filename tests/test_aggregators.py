@@ -29,7 +29,7 @@ from engine.aggregators.registry import (
 from engine.domain import ABSTAIN, Task
 from engine.labeling import feature_kinds, text_features
 from engine.score import accuracy, macro_f1
-from engine.text_views import view_text
+from engine.text_views import relation_context, view_text
 
 K = 3
 
@@ -399,14 +399,34 @@ def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     spans = [(span(t, a), span(t, b)) for t, (a, b) in zip(texts, mentions, strict=True)]
     frame = pd.DataFrame({"text": texts, "fields": [{"span1": a, "span2": b} for a, b in spans]})
     features = text_features(None, frame, ("relation",))  # TF-IDF only: no store needed
-    vocabulary = features["relation"].shape[1]
-    assert features["relation"].shape[0] == 3 and vocabulary > 0
-    # the words between the mentions, not the whole sentence: "cells" and "aspirin" never enter
+    assert features["relation"].shape[0] == 3
+    # the words between and around the mentions, by place: the mentions themselves never enter
     between = [view_text({**f, "text": t}, "between") for f, t in zip(frame["fields"], texts, strict=True)]
     assert between == ["strongly inhibits", "binds to the", "inhibits"]
-    # rows 0 and 2 share "inhibits" (min_df 2 keeps only it), row 1 shares nothing
+    # min_df 2 keeps what two rows share: the order token (all three), "inhibits" between the mentions (rows 0 and 2)
+    # and, for those two near ones, "inhibits" under the order; "cells" after the pair in row 0 alone goes
+    context = [relation_context({**f, "text": t}) for f, t in zip(frame["fields"], texts, strict=True)]
+    assert "r_in" in context[0] and "aspirin" not in " ".join(context) and "cox" not in " ".join(context)
+    assert features["relation"].shape[1] == 4  # order_xy, b_inhibits, n_inhibits, xy_n_inhibits
     dense = features["relation"].toarray()
-    assert dense[0] @ dense[2] > 0 and not dense[1].any()
+    assert dense[0] @ dense[2] > dense[0] @ dense[1] > 0
+
+
+def test_relation_context_marks_each_word_by_its_place_and_the_mention_order():
+    text = "we found that aspirin strongly inhibits COX in these cells today"
+    first, second = [text.index("aspirin"), text.index("aspirin") + 7], [text.index("COX"), text.index("COX") + 3]
+    forward = relation_context({"text": text, "span1": first, "span2": second})
+    assert forward.split() == ["order_xy", "b_strongly", "b_inhibits", "l_we", "l_found", "l_that", "r_in", "r_these",
+                               "r_cells", "n_strongly", "n_inhibits", "xy_n_strongly", "xy_n_inhibits"]
+    # the same sentence with the arguments the other way round: the same places, another order
+    backward = relation_context({"text": text, "span1": second, "span2": first}).split()
+    assert backward[0] == "order_yx" and backward[-2:] == ["yx_n_strongly", "yx_n_inhibits"]
+    assert backward[1:-2] == forward.split()[1:-2]
+    # past NEAR words between the mentions nothing is near
+    far = "aspirin " + "a b c d e f " + "inhibits COX"
+    spans = {"span1": [0, 7], "span2": [far.index("COX"), len(far)]}
+    assert not [w for w in relation_context({"text": far, **spans}).split() if "n_" in w]
+    assert relation_context({"text": text, "span1": None, "span2": second}) == ""
 
 
 def test_masked_views_replace_the_mentions_by_their_argument_roles():

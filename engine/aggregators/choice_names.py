@@ -31,7 +31,7 @@ INGREDIENT_WORDS = {
     "mv": "majority vote of the pool", "wmv": "the pool's vote weighted by each annotator's dev accuracy",
     "ds": "Dawid-Skene over the pool's votes",
     "embedding": "MiniLM sentence embeddings", "tfidf": "TF-IDF of the text's words and word pairs",
-    "relation": "TF-IDF of the words between the two entities",
+    "relation": "TF-IDF of the words between and around the two entities",
     "masked": "MiniLM embeddings of the sentence with the two entities replaced by X and Y",
 }
 

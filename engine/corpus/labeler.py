@@ -14,17 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.aggregators.features import TfidfFeatures, fitted_tfidf, join_unit_rows
+from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures, fitted_tfidf, join_unit_rows
 from engine.aggregators.registry import MultiLabelEvoAgg, aggregator_entry, make_aggregator, predict_labels
 from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
 from engine.export import add_label_columns, label_separator
-from engine.labeling import THRESHOLD, between_texts, feature_kinds, fit_on_dev, hard_labels, masked_embeddings
+from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels, masked_embeddings, relation_texts
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
-from engine.text_views import masked_views, view_text
+from engine.text_views import masked_views, relation_context
 
 _EMBEDDERS: dict[str, Any] = {}  # one loaded embedder per worker process
 
@@ -80,7 +80,7 @@ class Labeler:
         if "tfidf" in self.vocabularies:
             out["tfidf"] = self.vocabularies["tfidf"].transform(texts)
         if "relation" in self.vocabularies:
-            out["relation"] = self.vocabularies["relation"].transform([view_text(x, "between") for x in inputs])
+            out["relation"] = self.vocabularies["relation"].transform([relation_context(x) for x in inputs])
         if self.masked and self.embedder:
             pairs = [masked_views(x) for x in inputs]
             encode = _embedder(self.embedder).encode
@@ -165,10 +165,10 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         vocabularies["tfidf"] = fitted_tfidf(list(everything["text"]))  # as export fits it
         features["tfidf"] = vocabularies["tfidf"].transform(list(frame["text"]))
     if "relation" in kinds:
-        between_all = between_texts(everything)
-        if any(between_all):
-            vocabularies["relation"] = fitted_tfidf(between_all)
-            features["relation"] = vocabularies["relation"].transform(between_texts(frame))
+        context_all = relation_texts(everything)
+        if any(context_all):
+            vocabularies["relation"] = fitted_tfidf(context_all, word_ngrams=RELATION_NGRAMS)
+            features["relation"] = vocabularies["relation"].transform(relation_texts(frame))
     if "masked" in kinds and embedder:
         features["masked"] = masked_embeddings(store, frame)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())

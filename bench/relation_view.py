@@ -1,0 +1,120 @@
+"""Which text the relation TF-IDF reads, judged on rows that are neither dev nor test: the withheld gold labels
+of pool rows.
+
+The "relation" feature of relation tasks (`auto`'s `relation-only` and `evoagg[relation]` candidates, and the
+student's third view) was TF-IDF of the words between the two mentions (word uni- and bigrams). Since 5eb77d6 it
+reads `text_views.relation_context`: those words marked by place, with the WINDOW words before and after the pair,
+the near words and the mention order (single words). Both are fitted here on the same evolved workspace:
+
+  between   the words between the mentions, word 1-2 grams (the feature before)
+  context   `relation_context`, single words (the feature now)
+
+For each: `auto` as it ships, fitted on dev (audit rows as in the product, the student on the unlabeled rows),
+scored by macro-F1 on pool rows the student did not learn from, against their WRENCH train labels (read here only).
+ChemProt's pool (12,861 rows) leaves ~9,000 rows outside the student's 4,000-row sample; SemEval's (1,749) fits in
+one sample, so there the student learns from a seeded half of the pool rows and the other half is scored.
+Workspaces are bench/student_validation.py's (imported and evolved as bench/quality.py does).
+
+    python bench/relation_view.py [--datasets chemprot semeval] [--seeds 0 1 2] [--out bench/results/relation_view]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
+from bench.throughput import run_meta, save_result  # noqa: E402
+from engine.aggregators.auto import AutoAggregator  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures  # noqa: E402
+from engine.aggregators.student import MAX_UNLABELED, unlabeled_sample  # noqa: E402
+from engine.score import macro_f1  # noqa: E402
+from engine.text_views import relation_context, view_text  # noqa: E402
+
+TEXTS = {"between": (lambda example: view_text(example, "between"), (1, 2)),
+         "context": (relation_context, RELATION_NGRAMS)}
+
+
+def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pool rows the student may learn from, and the rest (scored): its seeded sample when that leaves rows
+    out, else a seeded half."""
+    if len(pool) > MAX_UNLABELED:
+        sample = pool[unlabeled_sample(len(pool), seed)]
+    else:
+        sample = np.sort(np.random.default_rng(seed).permutation(pool)[: len(pool) // 2])
+    return sample, np.setdiff1d(pool, sample)
+
+
+def run(name: str, seed: int, generations: int) -> dict:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+    k = len(labels)
+    split = frame["split"].to_numpy()
+    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
+    sample, held = student_and_held(pool, seed)
+    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
+    y = frame["label"].to_numpy()[dev].astype(int)
+    examples = [{**fields, "text": text} for fields, text in zip(frame["fields"], frame["text"], strict=True)]
+    row = {"dataset": name, "seed": seed, "held_rows": int(len(held)), "student_rows": int(len(sample))}
+    for text_name, (text_of, ngrams) in TEXTS.items():
+        started = time.monotonic()
+        relation = TfidfFeatures(word_ngrams=ngrams).fit_transform([text_of(e) for e in examples])
+        features = {**feats, "relation": relation}
+        auto = AutoAggregator(k, seed=seed).fit(
+            votes[dev], y, take_rows(features, dev), audit=frame["audit"].to_numpy(dtype=bool)[dev],
+            votes_selected=True, unlabeled_votes=votes[sample], unlabeled_X=take_rows(features, sample))
+        predicted = auto.predict_proba(votes[held], take_rows(features, held)).argmax(axis=1)
+        row[text_name] = round(macro_f1(gold, predicted, k), 4)
+        row[f"{text_name}_chose"] = auto.chosen_
+        row[f"{text_name}_dev"] = round(float(auto.oof_scores_[auto.chosen_]), 4)
+        row[f"{text_name}_s"] = round(time.monotonic() - started, 1)
+    return row
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# The relation feature's text on held-out pool rows: `bench/relation_view.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. `auto`'s macro-F1 on pool rows outside the student's "
+             "rows, against their withheld WRENCH train labels (never dev, never test); its dev out-of-fold score of "
+             "what it chose in brackets.\n",
+             "| dataset | seed | held rows | between (before) | auto chose | context (now) | auto chose |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['held_rows']} | {r['between']:.3f} ({r['between_dev']:.3f}) "
+                     f"| {r['between_chose']} | {r['context']:.3f} ({r['context_dev']:.3f}) | {r['context_chose']} |")
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == name]
+        lines.append(f"\n{name}: mean {np.mean([r['between'] for r in mine]):.3f} -> "
+                     f"{np.mean([r['context'] for r in mine]):.3f}; context at least as high in "
+                     f"{sum(r['context'] >= r['between'] for r in mine)} of {len(mine)} seeds.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["chemprot", "semeval"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--generations", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "relation_view")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
+    meta = run_meta("relation_view.py")
+    rows = []
+    for name in args.datasets:
+        for seed in args.seeds:
+            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
+            rows.append(run(name, seed, args.generations))
+            print(json.dumps(rows[-1]), flush=True)
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,7 @@ bench/results/audit_ablation_32eb1af.md.)
 
 Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
 one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF, + the words
-between the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
+between and around the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
 students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
 only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
 when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
@@ -71,12 +71,13 @@ from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import macro_f1
 
-# the student's text views, the first set present: on relation tasks the masked sentence embeddings, the words
-# between the entities (SemEval, three seeds: `auto` 0.638 -> 0.652 over whole-sentence embeddings) and the whole
+# the student's text views, the first set present: on relation tasks the masked sentence embeddings, the relation
+# TF-IDF (the words between the entities then, SemEval, three seeds: `auto` 0.638 -> 0.652 over whole-sentence
+# embeddings; since 5eb77d6 those words and the ones around the pair marked by place, `relation_context`) and the whole
 # text's TF-IDF (ChemProt's relations are also worded outside the span between the mentions; `auto` on the pool
 # rows' gold, bench/prior_match.py, three seeds, with the shift: ChemProt 0.530 -> 0.539, SemEval 0.680 -> 0.687; on
 # test 0.528 -> 0.531 and 0.711 -> 0.700), else the sentence embeddings and TF-IDF. Its columns share the student's
-# MAX_COLUMNS with the between-words TF-IDF, the most frequent kept
+# MAX_COLUMNS with the relation TF-IDF, the most frequent kept
 STUDENT_VIEWS = (("masked", "relation", "tfidf"), ("embedding", "relation", "tfidf"), ("embedding", "tfidf"))
 # the student's C: dev out-of-fold macro-F1 (all dev rows, teacher = auto's choice, offline pools, seed 0) at C=10
 # against C=1: banking77 0.788 / 0.776, sms 0.978 / 0.962, chemprot 0.569 / 0.537, semeval and youtube level. It

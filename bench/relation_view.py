@@ -6,8 +6,9 @@ student's third view) was TF-IDF of the words between the two mentions (word uni
 reads `text_views.relation_context`: those words marked by place, with the WINDOW words before and after the pair,
 the near words and the mention order (single words). Both are fitted here on the same evolved workspace:
 
-  between   the words between the mentions, word 1-2 grams (the feature before)
-  context   `relation_context`, single words (the feature now)
+  between           the words between the mentions, word 1-2 grams (the feature before)
+  context           `relation_context`, single words (the feature now)
+  context_bigrams   `relation_context`, word 1-2 grams
 
 For each: `auto` as it ships, fitted on dev (audit rows as in the product, the student on the unlabeled rows),
 scored by macro-F1 on pool rows the student did not learn from, against their WRENCH train labels (read here only).
@@ -40,7 +41,8 @@ from engine.score import macro_f1  # noqa: E402
 from engine.text_views import relation_context, view_text  # noqa: E402
 
 TEXTS = {"between": (lambda example: view_text(example, "between"), (1, 2)),
-         "context": (relation_context, RELATION_NGRAMS)}
+         "context": (relation_context, RELATION_NGRAMS),
+         "context_bigrams": (relation_context, (1, 2))}
 
 
 def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,15 +86,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"at the start. Command: `{meta['command']}`. `auto`'s macro-F1 on pool rows outside the student's "
              "rows, against their withheld WRENCH train labels (never dev, never test); its dev out-of-fold score of "
              "what it chose in brackets.\n",
-             "| dataset | seed | held rows | between (before) | auto chose | context (now) | auto chose |",
-             "|---|---|---|---|---|---|---|"]
+             "| dataset | seed | held rows | " + " | ".join(f"{name} | auto chose" for name in TEXTS) + " |",
+             "|---|---|---|" + "---|---|" * len(TEXTS)]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['seed']} | {r['held_rows']} | {r['between']:.3f} ({r['between_dev']:.3f}) "
-                     f"| {r['between_chose']} | {r['context']:.3f} ({r['context_dev']:.3f}) | {r['context_chose']} |")
+        cells = [f"{r[name]:.3f} ({r[f'{name}_dev']:.3f}) | {r[f'{name}_chose']}" for name in TEXTS]
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['held_rows']} | " + " | ".join(cells) + " |")
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
-        lines.append(f"\n{name}: mean {np.mean([r['between'] for r in mine]):.3f} -> "
-                     f"{np.mean([r['context'] for r in mine]):.3f}; context at least as high in "
+        means = ", ".join(f"{text} {np.mean([r[text] for r in mine]):.3f}" for text in TEXTS)
+        lines.append(f"\n{name}: mean {means}; context at least as high as between in "
                      f"{sum(r['context'] >= r['between'] for r in mine)} of {len(mine)} seeds.")
     return "\n".join(lines) + "\n"
 

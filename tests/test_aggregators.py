@@ -384,7 +384,7 @@ def test_predicting_in_chunks_gives_every_row_the_same_probabilities(monkeypatch
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-12)
 
 
-def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
+def test_relation_tasks_add_a_view_of_the_words_around_the_mentions_for_auto():
     relation = Task(name="r", labels=("a", "b"), fields=("entity1", "entity2", "span1", "span2"))
     plain = Task(name="p", labels=("a", "b"))
     assert feature_kinds(relation, "auto") == ("embedding", "tfidf", "relation", "masked")
@@ -406,7 +406,7 @@ def test_relation_tasks_add_a_between_the_mentions_view_for_auto():
     # min_df 2 keeps what two rows share: the order token (all three), "inhibits" between the mentions (rows 0 and 2)
     # and, for those two near ones, "inhibits" under the order; "cells" after the pair in row 0 alone goes
     context = [relation_context({**f, "text": t}) for f, t in zip(frame["fields"], texts, strict=True)]
-    assert "r_in" in context[0] and "aspirin" not in " ".join(context) and "cox" not in " ".join(context)
+    assert "r_in" in context[0].split() and "aspirin" not in " ".join(context) and "cox" not in " ".join(context)
     assert features["relation"].shape[1] == 4  # order_xy, b_inhibits, n_inhibits, xy_n_inhibits
     dense = features["relation"].toarray()
     assert dense[0] @ dense[2] > dense[0] @ dense[1] > 0
@@ -426,7 +426,13 @@ def test_relation_context_marks_each_word_by_its_place_and_the_mention_order():
     far = "aspirin " + "a b c d e f " + "inhibits COX"
     spans = {"span1": [0, 7], "span2": [far.index("COX"), len(far)]}
     assert not [w for w in relation_context({"text": far, **spans}).split() if "n_" in w]
-    assert relation_context({"text": text, "span1": None, "span2": second}) == ""
+    # spans a view could not cut the text by give nothing at all, not a lone order token
+    for broken in ({"span1": None}, {"span1": [str(first[0]), str(first[1])]}, {"span1": [float(first[0]), first[1]]},
+                   {"span1": first[:1]}, {"span1": [None, first[1]]}, {"text": None}, {"text": ""}):
+        assert relation_context({"text": text, "span1": first, "span2": second, **broken}) == "", broken
+    # spans that start together are ordered by where they end, as the masked views order them
+    together = {"text": text, "span1": [first[0], first[1] + 9], "span2": first}
+    assert relation_context(together).split()[0] == "order_yx"
 
 
 def test_masked_views_replace_the_mentions_by_their_argument_roles():

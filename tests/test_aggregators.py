@@ -27,7 +27,7 @@ from engine.aggregators.registry import (
     reliability,
 )
 from engine.domain import ABSTAIN, Task
-from engine.labeling import feature_kinds, text_features
+from engine.labeling import feature_kinds, relation_texts, text_features
 from engine.score import accuracy, macro_f1
 from engine.text_views import relation_context, view_text
 
@@ -410,6 +410,12 @@ def test_relation_tasks_add_a_view_of_the_words_around_the_mentions_for_auto():
     assert features["relation"].shape[1] == 4  # order_xy, b_inhibits, n_inhibits, xy_n_inhibits
     dense = features["relation"].toarray()
     assert dense[0] @ dense[2] > dense[0] @ dense[1] > 0
+    # worked out once per distinct (text, spans): a repeated row gets its own spans' text, not its twin's
+    twins = pd.DataFrame({"text": [texts[0]] * 3, "fields": [frame["fields"][0], {"span1": spans[0][1],
+                                                                                  "span2": spans[0][0]},
+                                                             frame["fields"][0]]})
+    assert relation_texts(twins) == [context[0], context[0].replace("order_xy", "order_yx").replace("xy_n_", "yx_n_"),
+                                     context[0]]
 
 
 def test_relation_context_marks_each_word_by_its_place_and_the_mention_order():

@@ -195,3 +195,39 @@ def test_confidence_and_probabilities_are_consistent(wmv_labeler, tmp_path):
     voted = labeled["label"] != ""
     assert np.allclose(labeled["confidence"][voted], probs[voted.to_numpy()].max(axis=1))
     assert (labeled.loc[~voted, "n_votes"] == 0).all()
+
+
+INHIBITS = '''
+def annotate(example: dict) -> str | None:
+    return "inhibits" if "inhibit" in example["text"] else None
+'''
+
+
+def test_the_corpus_labeler_reads_the_relation_feature_as_the_workspace_does(tmp_path):
+    """On a relation task `auto` reads TF-IDF of the words around the two mentions by place: the corpus labeler
+    builds it from each input's own spans exactly as labeling a workspace row does (same text, same vocabulary)."""
+    from engine import review
+    from engine.ingest.importer import IngestOptions, import_frame
+    from engine.labeling import text_features
+
+    verbs = ("inhibits", "activates", "binds")
+    rows = []
+    for i in range(60):
+        chem, gene, verb = f"chem{i}", f"gene{i}", verbs[i % 3]
+        text = f"in cells {chem} strongly {verb} {gene} today" if i % 2 else f"{gene} is {verb} by {chem} here"
+        rows.append({"id": f"r{i}", "text": text, "label": verb, "split": "dev" if i < 45 else "pool",
+                     "entity1": chem, "entity2": gene, "span1": [text.index(chem), text.index(chem) + len(chem)],
+                     "span2": [text.index(gene), text.index(gene) + len(gene)]})
+    store = Store.open(tmp_path / "ws")
+    import_frame(store, pd.DataFrame(rows), IngestOptions(labels=verbs, audit_fraction=0.0, seed=0),
+                 dataset="relations", source="test")
+    with SandboxExecutor(workers=1) as executor:
+        assert review.submit(store, executor, INHIBITS, name="inhibits", approve_anyway=True)["added"]
+        labeler = fit_labeler(store, executor, "auto")
+    frame = store.examples_frame()
+    expected = text_features(store, frame, ("relation",))["relation"]
+    inputs = [{**fields, "text": text} for fields, text in zip(frame["fields"], frame["text"], strict=True)]
+    got = labeler.features(list(frame["text"]), inputs)["relation"]
+    Store.close_all()
+    assert expected.nnz > 0 and got.shape == expected.shape
+    assert abs(got - expected).max() < 1e-12

@@ -5,6 +5,7 @@ from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
 from engine.llm.costs import Budget
 from studio import figures, progress, queries, review_ui, widgets
+from studio.refresh import AppRefresh
 
 widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
 store = widgets.require_data()
@@ -59,15 +60,19 @@ with st.container(border=True):
 st.subheader("Live")
 
 
+refresh_app = AppRefresh()
+
+
 @st.fragment(run_every=1.0 if job is not None else None)
 def live() -> None:
     current = REGISTRY.running(workdir, "evolve")
     if job is not None and current is None:
-        st.rerun(scope="app")  # the run just ended: refresh the timeline and the verdicts
+        refresh_app()  # the run just ended: refresh the timeline and the verdicts
     progress.live_panel(store, current or REGISTRY.latest(workdir, "evolve"), progress.latest_evolve_job_id(store))
 
 
 live()
+refresh_app.drawn()
 
 # ---- timeline --------------------------------------------------------------------------------------
 generations = store.generations()

@@ -7,6 +7,7 @@ from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import pool_key
 from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
+from studio.refresh import AppRefresh
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
 store = widgets.require_data()
@@ -34,11 +35,14 @@ with st.container(border=True):
             st.error(f"Could not start: {err}")
 
 
+refresh_app = AppRefresh()
+
+
 @st.fragment(run_every=1.0 if job is not None else None)
 def labels_progress() -> None:
     current = REGISTRY.running(workdir, "labels")
     if job is not None and current is None:
-        st.rerun(scope="app")
+        refresh_app()
     latest = current or REGISTRY.latest(workdir, "labels")
     if latest is not None and latest.running:
         st.progress(min(1.0, latest.progress), text=f"{latest.message or 'working'}…")
@@ -47,6 +51,7 @@ def labels_progress() -> None:
 
 
 labels_progress()
+refresh_app.drawn()
 corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
     st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "

@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.jobs import REGISTRY, cluster_command, start_corpus_label
+from studio.refresh import AppRefresh
 
 
 def corpus_panel(workdir: Path, aggregator: str) -> None:
@@ -38,6 +39,8 @@ def corpus_panel(workdir: Path, aggregator: str) -> None:
 
 
 def _progress(workdir: Path, was_running: bool) -> None:
+    refresh_app = AppRefresh()
+
     @st.fragment(run_every=1.0 if was_running else None)
     def live() -> None:
         job = REGISTRY.running(workdir, "corpus") or REGISTRY.latest(workdir, "corpus")
@@ -45,8 +48,8 @@ def _progress(workdir: Path, was_running: bool) -> None:
             return
         if job.running:
             st.progress(min(1.0, job.progress), text=f"{job.message or 'working'}…")
-        elif was_running:
-            st.rerun(scope="app")
+        elif was_running and refresh_app.armed:
+            refresh_app()
         elif job.status == "failed":
             st.error(f"Labeling the corpus failed: {job.error}")
         elif job.result:
@@ -55,3 +58,4 @@ def _progress(workdir: Path, was_running: bool) -> None:
                        f"({result['rows_per_s'] or 0:,.0f} rows/s): `{result['manifest']}`")
 
     live()
+    refresh_app.drawn()

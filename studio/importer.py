@@ -14,6 +14,7 @@ from engine.ingest.readers import read_rows, read_wrench
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, workspace
+from studio.refresh import AppRefresh
 
 NONE = "(none)"
 
@@ -216,14 +217,18 @@ def progress(store: Store) -> None:
     if REGISTRY.running(workdir, "import") is None:
         return
 
+    refresh_app = AppRefresh()
+
     @st.fragment(run_every=0.5)
     def poll() -> None:
         job = REGISTRY.latest(workdir, "import")
         if job is None or not job.running:
-            st.rerun(scope="app")
+            refresh_app()
+            return
         st.progress(0.3, text=f"Importing: {job.message}…")
 
     poll()
+    refresh_app.drawn()
 
 
 def unseen_report(store: Store) -> ImportReport | None:

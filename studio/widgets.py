@@ -12,6 +12,7 @@ import streamlit as st
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store, WorkspaceLocked
 from studio import queries, state, workspace
+from studio.refresh import AppRefresh
 
 APP_NAME = "EvoPool Studio"
 PROJECT_PAGE = "pages/project.py"
@@ -140,14 +141,19 @@ def _job_status(name: str) -> None:
         _job_lines(name)
         return
 
+    refresh_app = AppRefresh()
+
     @st.fragment(run_every=1.5)
     def live() -> None:
         job = REGISTRY.get(running.id)
         if job is None or not job.running:
-            st.rerun(scope="app")
+            refresh_app()
+            if job is None:
+                return
         _job_line(job)
 
     live()
+    refresh_app.drawn()
 
 
 def _job_lines(name: str) -> None:

@@ -113,6 +113,16 @@ def _pick(page, label: str, option_text: str) -> None:
     raise AssertionError(f"could not pick {option_text!r} in {label!r}")
 
 
+def _wait_until_the_run_is_over(page, next_run: str) -> None:
+    """Wait until the Evolve screen offers the next run, enabled. The generation's rows land before its job is marked
+    done, so the button can already read "(to N+1)" while disabled; the live panel then reruns the whole app when it
+    sees the job end, and a click in between can be lost with that rerun."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_role("button", name=next_run)).to_be_enabled(timeout=120_000)
+    _idle(page)
+
+
 def _submit_once_seen(page, button, confirmation, still_filled, attempts: int = 3) -> None:
     """Click a form's submit button until its confirmation shows. On a loaded machine (a full test run beside a
     benchmark) a click was once lost: the form still filled in, no rerun. The button is clicked again only while
@@ -164,7 +174,7 @@ def test_expert_journey(studio_url, tmp_path):
             _goto(page, "Evolve")
             page.get_by_role("button", name="Run 1 generation (to 1)").click()
             expect(page.get_by_text("Last run finished")).to_be_visible(timeout=120_000)
-            _idle(page)
+            _wait_until_the_run_is_over(page, "Run 1 generation (to 2)")
             expect(page.get_by_text("Gate reasons").first).to_be_attached()
             _shot(page, "3-evolve")
 
@@ -310,8 +320,7 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
                 _idle(page)
                 _goto(page, "Evolve")
                 page.get_by_role("button", name="Run 1 generation (to 1)").click()
-                expect(page.get_by_role("button", name="Run 1 generation (to 2)")).to_be_visible(timeout=120_000)
-                _idle(page)
+                _wait_until_the_run_is_over(page, "Run 1 generation (to 2)")
                 shown = re.escape(target).replace("<=", "(?:<=|≤)").replace(">=", "(?:>=|≥)")  # markdown's ≤
                 card = page.get_by_test_id("stExpander").filter(has_text=re.compile(shown)).filter(
                     has_text="accept").first
@@ -325,8 +334,7 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
                                   lambda: reason_box.count() == 1 and reason_box.input_value() == reason)
                 _idle(page)
                 page.get_by_role("button", name="Run 1 generation (to 2)").click()
-                expect(page.get_by_role("button", name="Run 1 generation (to 3)")).to_be_visible(timeout=120_000)
-                _idle(page)
+                _wait_until_the_run_is_over(page, "Run 1 generation (to 3)")
                 _shot(page, "feedback-generation-2")
             except Exception:
                 _shot(page, "feedback-failure")

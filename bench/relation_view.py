@@ -20,8 +20,6 @@ Workspaces are bench/student_validation.py's (imported and evolved as bench/qual
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
+from bench.throughput import save_result  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures  # noqa: E402
@@ -100,21 +98,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["chemprot", "semeval"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--generations", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "relation_view")
-    args = parser.parse_args()
-    if not SHARED.is_dir():
-        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-    meta = run_meta("relation_view.py")
-    rows = []
-    for name in args.datasets:
-        for seed in args.seeds:
-            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
-            rows.append(run(name, seed, args.generations))
-            print(json.dumps(rows[-1]), flush=True)
+    args = grid_parser(__doc__, ["chemprot", "semeval"], "relation_view").parse_args()
+    meta, rows = run_grid(args, "relation_view.py", lambda name, seed: run(name, seed, args.generations))
     save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
 
 

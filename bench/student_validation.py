@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -136,24 +137,37 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["chemprot", "trec", "sms"])
+def grid_parser(doc: str, datasets: list[str], out: str) -> argparse.ArgumentParser:
+    """The options of a bench over datasets x seeds on this bench's evolved workspaces (add your own to it)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=datasets)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--generations", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "student_validation")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / out)
+    return parser
+
+
+def run_grid(args: argparse.Namespace, script: str, run: Callable[[str, int], dict | list[dict] | None]
+             ) -> tuple[dict, list[dict]]:
+    """`run(dataset, seed)` for every dataset and seed asked for (a row, several, or None: skipped), each row
+    printed as it comes; returns the run's header (`run_meta`) and the rows."""
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-    meta = run_meta("student_validation.py")
-    rows = []
+    meta = run_meta(script)
+    rows: list[dict] = []
     for name in args.datasets:
         for seed in args.seeds:
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
-            row = run(name, seed, args.generations)
-            if row is not None:
+            got = run(name, seed)
+            for row in [] if got is None else [got] if isinstance(got, dict) else got:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    return meta, rows
+
+
+def main() -> None:
+    args = grid_parser(__doc__, ["chemprot", "trec", "sms"], "student_validation").parse_args()
+    meta, rows = run_grid(args, "student_validation.py", lambda name, seed: run(name, seed, args.generations))
     save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
 
 

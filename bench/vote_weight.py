@@ -16,7 +16,6 @@ EvoAgg at each weight on dev, and report macro-F1 on all pool rows.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
+from bench.throughput import save_result  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
@@ -81,22 +80,10 @@ def markdown(rows: list[dict], weights: list[float], meta: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["chemprot", "trec", "sms", "semeval", "youtube",
-                                                          "banking77"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser = grid_parser(__doc__, ["chemprot", "trec", "sms", "semeval", "youtube", "banking77"], "vote_weight")
     parser.add_argument("--weights", nargs="+", type=float, default=[1.0, 0.5, 0.25, 0.1])
-    parser.add_argument("--generations", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vote_weight")
     args = parser.parse_args()
-    if not SHARED.is_dir():
-        sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
-    meta = run_meta("vote_weight.py")
-    rows = []
-    for name in args.datasets:
-        for seed in args.seeds:
-            print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
-            rows += run(name, seed, args.generations, args.weights)
+    meta, rows = run_grid(args, "vote_weight.py", lambda name, seed: run(name, seed, args.generations, args.weights))
     save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, args.weights, meta))
 
 

@@ -68,8 +68,8 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
 
 def relation_texts(frame: pd.DataFrame) -> list[str]:
     """Each row's `relation_context`: the words between and around its two entity mentions, marked by place. Worked
-    out once per distinct (text, spans): a corpus repeats them (100K resampled ChemProt rows hold 12.8K), and it reads
-    nothing else of a row."""
+    out once per distinct (text, spans): a corpus repeats them (100K rows resampled from ChemProt's train split hold
+    at most its 12,861), and it reads nothing else of a row."""
     memo: dict[tuple[str, str, str], str] = {}
     out = []
     for fields, text in zip(frame["fields"], frame["text"], strict=True):

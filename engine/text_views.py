@@ -90,7 +90,8 @@ def relation_context(example: dict[str, Any]) -> str:
     """The text the relation TF-IDF reads: the mention order, then the words between the mentions, the WINDOW words
     before and after them and the near words, each prefixed by its place (b_, l_, r_, n_), the near words once more
     under the order. `auto` on pool rows' withheld gold labels, read with this text against the bare words between
-    the mentions: ChemProt 0.538 -> 0.546, SemEval 0.619 -> 0.634 over three seeds (bench/relation_view.py).
+    the mentions: ChemProt 0.541 -> 0.553, SemEval 0.619 -> 0.634, means over three seeds
+    (bench/results/relation_view.md).
     '' where the spans are malformed (`mention_order`)."""
     order = mention_order(example)
     if order is None:

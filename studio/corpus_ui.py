@@ -48,9 +48,10 @@ def _progress(workdir: Path, was_running: bool) -> None:
             return
         if job.running:
             st.progress(min(1.0, job.progress), text=f"{job.message or 'working'}…")
-        elif was_running and refresh_app.armed:
-            refresh_app()
-        elif job.status == "failed":
+            return
+        if was_running:
+            refresh_app()  # from a timed run; the first draw goes on to show how the job ended
+        if job.status == "failed":
             st.error(f"Labeling the corpus failed: {job.error}")
         elif job.result:
             result = job.result

@@ -16,11 +16,11 @@ class AppRefresh:
     the full run. Before that it does nothing (the caller then draws on or returns)."""
 
     def __init__(self) -> None:
-        self.armed = False
+        self._armed = False
 
     def __call__(self) -> None:
-        if self.armed:
+        if self._armed:
             st.rerun(scope="app")
 
     def drawn(self) -> None:
-        self.armed = True
+        self._armed = True

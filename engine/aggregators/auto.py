@@ -20,7 +20,8 @@ on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
 Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
-one that reads the pool's votes each teach a text student (an LR over embeddings + TF-IDF, + the words
+one that reads the pool's votes (and, without audit rows under a pool chosen on dev, where those two were ranked on
+inflated figures, the best text-only candidate or average of them) each teach a text student (an LR over embeddings + TF-IDF, + the words
 between and around the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
 students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
 only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
@@ -270,8 +271,13 @@ class AutoAggregator(BaseAggregator):
             rows, shift = student_rows(len(unlabeled_votes), self.seed)  # and the offsets' rows, if any
             unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
                          take_rows(unlabeled_X, shift) if len(shift) else None)
+            # with no audit rows, the vote readers were ranked on the dev rows their pool was chosen on: the best the
+            # text alone does (an average if that scores higher) also teaches, ranked on honest figures
+            text_teacher = (self._best_or_average(board, [n for n in ranked if not reads_votes(n)], judge)
+                            if votes_selected and judge.audit is None and not self.text_only
+                            and any(not reads_votes(n) for n in ranked) else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
-                                                   unlabeled)
+                                                   unlabeled, text_teacher)
         self.oof_scores_ = board.scores
         self.oof_proba_ = board.oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
@@ -331,15 +337,17 @@ class AutoAggregator(BaseAggregator):
 
     def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], judge: _Judge, votes_selected: bool,
                         v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
-                        unlabeled: tuple[np.ndarray, Features, Features]) -> tuple[str, tuple | None]:
-        """The students of the chosen candidate and of the best vote reader, each as trained and shifted, scored out
-        of fold; returns what is chosen now and, if it is a student, (teacher, views, the fitted student or None,
-        whether it predicts shifted)."""
+                        unlabeled: tuple[np.ndarray, Features, Features], text_teacher: str | None = None
+                        ) -> tuple[str, tuple | None]:
+        """The students of the chosen candidate, of the best vote reader and of `text_teacher` (if any), each as
+        trained and shifted, scored out of fold; returns what is chosen now and, if it is a student, (teacher, views,
+        the fitted student or None, whether it predicts shifted)."""
         view_sets = [student_views(feats)]
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
         single = set(ranked)
         weighed = ranked + [n for n in board.groups if n not in single]
         teachers = [chosen] + [n for n in sorted(weighed, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
+        teachers += [text_teacher] if text_teacher is not None else []
         if votes_selected and judge.audit is None:
             # no honest rows for what reads the selected votes: only the students (which read text at
             # prediction) and the text-only candidates may be chosen; vote readers may still teach

@@ -21,8 +21,9 @@ bench/results/audit_ablation_32eb1af.md.)
 
 Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
 one that reads the pool's votes (and, without audit rows under a pool chosen on dev, where those two were ranked on
-inflated figures, the best text-only candidate or average of them) each teach a text student (an LR over embeddings + TF-IDF, + the words
-between and around the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev); the
+inflated figures, the best text-only candidate or average of them: bench/text_teacher.py) each teach a text student
+(an LR over embeddings + TF-IDF, + the words between and around the entities on relation tasks, trained on the
+teacher's labels of the unlabeled rows plus dev); the
 students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
 only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
 when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
@@ -206,7 +207,8 @@ class AutoAggregator(BaseAggregator):
                  top_k: int = 3, min_audit: int = AUDIT_MIN_ROWS_TO_JUDGE, text_only: bool = False,
                  students: bool = True, confidence: float = 0.9, student_confidence: float = STUDENT_CONFIDENCE,
                  bootstrap: int = 200,
-                 n_jobs: int | None = None, prior_matching: bool = True, prior_min_gain: float = PRIOR_MIN_GAIN):
+                 n_jobs: int | None = None, prior_matching: bool = True, prior_min_gain: float = PRIOR_MIN_GAIN,
+                 text_teacher: bool = True):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -223,6 +225,8 @@ class AutoAggregator(BaseAggregator):
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
         self.prior_matching = prior_matching  # also weigh each student with its class shares pulled toward dev's
         self.prior_min_gain = prior_min_gain  # what the shifted student must gain over the plain one to be chosen
+        # without audit rows under a pool chosen on dev, the best text-only model also teaches (bench/text_teacher.py)
+        self.text_teacher = text_teacher
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
@@ -274,7 +278,7 @@ class AutoAggregator(BaseAggregator):
             # with no audit rows, the vote readers were ranked on the dev rows their pool was chosen on: the best the
             # text alone does (an average if that scores higher) also teaches, ranked on honest figures
             text_teacher = (self._best_or_average(board, [n for n in ranked if not reads_votes(n)], judge)
-                            if votes_selected and judge.audit is None and not self.text_only
+                            if self.text_teacher and votes_selected and judge.audit is None and not self.text_only
                             and any(not reads_votes(n) for n in ranked) else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
                                                    unlabeled, text_teacher)

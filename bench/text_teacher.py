@@ -1,0 +1,89 @@
+"""Does the best text-only model earn a place among the student's teachers? Judged on rows that are neither dev
+nor test: the withheld gold labels of pool rows.
+
+Without audit rows (youtube, semeval and banking77, whose dev is too small to spare a fifth) and with the pool chosen
+on dev, `auto` leaves out at prediction whatever reads the votes, but vote readers still teach its students: the
+best candidate and the best vote reader, both ranked on dev figures the selection inflated. Since 9f9d016 the best
+text-only candidate (or an average of the top ones, if that scores higher) teaches too (`text_teacher=True`). With
+audit rows nothing changes, so the datasets that have them are left out by default.
+
+For each dataset and seed: `auto` both ways, fitted on dev as in the product, scored by macro-F1 on the pool rows the
+student did not learn from (a seeded half of the pool when it fits one student sample; bench/relation_view.py's
+split). Workspaces are bench/student_validation.py's (imported and evolved as bench/quality.py does).
+
+    python bench/text_teacher.py [--datasets semeval youtube banking77] [--seeds 0 1 2]
+                                 [--out bench/results/text_teacher]
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.relation_view import student_and_held  # noqa: E402
+from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
+from bench.throughput import save_result  # noqa: E402
+from engine.aggregators.auto import AutoAggregator  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.score import macro_f1  # noqa: E402
+
+WAYS = {"before": False, "text_teacher": True}
+
+
+def run(name: str, seed: int, generations: int) -> dict:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+    k = len(labels)
+    split = frame["split"].to_numpy()
+    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
+    sample, held = student_and_held(pool, seed)
+    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
+    y = frame["label"].to_numpy()[dev].astype(int)
+    row = {"dataset": name, "seed": seed, "held_rows": int(len(held)), "student_rows": int(len(sample))}
+    for way, text_teacher in WAYS.items():
+        started = time.monotonic()
+        auto = AutoAggregator(k, seed=seed, text_teacher=text_teacher).fit(
+            votes[dev], y, take_rows(feats, dev), audit=frame["audit"].to_numpy(dtype=bool)[dev],
+            votes_selected=True, unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
+        predicted = auto.predict_proba(votes[held], take_rows(feats, held)).argmax(axis=1)
+        row[way] = round(macro_f1(gold, predicted, k), 4)
+        row[f"{way}_chose"] = auto.chosen_
+        row[f"{way}_dev"] = round(float(auto.oof_scores_[auto.chosen_]), 4)
+        row[f"{way}_uses_pool"] = bool(auto.uses_votes_)
+        row[f"{way}_s"] = round(time.monotonic() - started, 1)
+    return row
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# The best text-only model as a teacher too: `bench/text_teacher.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. `auto` macro-F1 on the pool rows outside the student's "
+             "rows, against their withheld WRENCH train labels (never dev, never test); its choice and the choice's "
+             "out-of-fold dev score.\n",
+             "| dataset | seed | held rows | before | chose (dev) | text teacher | chose (dev) | change |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['held_rows']} | {r['before']:.3f} | {r['before_chose']} "
+                     f"({r['before_dev']:.3f}) | {r['text_teacher']:.3f} | {r['text_teacher_chose']} "
+                     f"({r['text_teacher_dev']:.3f}) | {r['text_teacher'] - r['before']:+.3f} |")
+    changed = [r for r in rows if r["before_chose"] != r["text_teacher_chose"]]
+    if rows:
+        lines.append(f"\nThe choice changed in {len(changed)} of {len(rows)} runs; mean change over all runs "
+                     f"{np.mean([r['text_teacher'] - r['before'] for r in rows]):+.4f}"
+                     + (f", over the changed ones {np.mean([r['text_teacher'] - r['before'] for r in changed]):+.4f}"
+                        if changed else "") + ".")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    args = grid_parser(__doc__, ["semeval", "youtube", "banking77"], "text_teacher").parse_args()
+    meta, rows = run_grid(args, "text_teacher.py", lambda name, seed: run(name, seed, args.generations))
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

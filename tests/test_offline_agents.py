@@ -18,7 +18,7 @@ from engine.agents.mining import ViewIndex
 from engine.agents.offline import OfflineProposer
 from engine.agents.offline_mine import build_workspace, exception_variants
 from engine.agents.offline_roles import broaden
-from engine.agents.offline_select import Proposal
+from engine.agents.offline_select import Proposal, SelectConfig, _viable, halves
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
@@ -419,3 +419,38 @@ def test_awkward_label_names_survive_rendering():
             check_source(source)
             assert _annotate_fn(source)({"text": "hello there"}) == label
             assert parse_spec(source) == spec
+
+
+def test_a_mined_proposal_is_judged_on_the_half_it_was_not_mined_on():
+    """Right on every row of the half a cue was mined on, wrong on every row of the other: chance, not a cue."""
+    gold = np.array([1] * 12 + [0] * 48)
+    first, second = halves(gold)
+    fired = np.zeros(60, dtype=bool)
+    fired[[i for i in first if gold[i] == 1][:5] + [i for i in second if gold[i] == 0][:5]] = True
+    spec = AnnotatorSpec("cue", "spam", "sentence", ("free",))
+    config = SelectConfig(min_precision=0.3)
+    on_second = Proposal(spec, 1, fired, held=np.isin(np.arange(60), second))
+    assert not _viable(on_second, gold, config) and on_second.stats["precision"] == 0.0
+    on_first = Proposal(spec, 1, fired, held=np.isin(np.arange(60), first))
+    assert _viable(on_first, gold, config) and on_first.stats["fires"] == 5  # half the fires asked, rounded up
+    assert Proposal(spec, 1, fired).held is None  # judged on all of dev: 5 of 10
+
+
+def test_the_generator_mines_each_half_of_dev_and_judges_each_cue_on_the_other():
+    task, dev = _spam_task(), _spam_dev()
+    context = _context(task, dev)
+    proposer = OfflineProposer()
+    ws = proposer._workspace(context)
+    parts = [np.isin(np.arange(len(dev)), half) for half in halves(ws.y)]
+    proposals = proposer._cross_fitted(ws, context, np.random.default_rng(0), 0.3)
+    mined = [p for p in proposals if p.mined]
+    assert mined and all(any(np.array_equal(p.held, part) for part in parts) for p in mined)
+    assert {tuple(p.held) for p in mined} == {tuple(part) for part in parts}  # both halves mined
+    assert all(np.array_equal(p.fired, ws.fires(p.spec, "dev")) for p in proposals)  # fired on all of dev
+    assert all(p.held is None for p in proposals if not p.mined)  # seeded from the label names: all of dev
+    assert len({render(p.spec) for p in proposals}) == len(proposals)
+    # what reaches the gate says where its precision was read
+    cands = proposer.propose("generator", context)
+    assert cands and all("not mined on" in c.rationale for c in cands if "seeded" not in c.rationale)
+    plain = OfflineProposer(select=SelectConfig(cross_fit=False)).propose("generator", context)
+    assert plain and not any("not mined on" in c.rationale for c in plain)

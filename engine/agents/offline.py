@@ -16,13 +16,17 @@ from engine.agents import offline_roles as roles
 from engine.agents.base import ProposalContext
 from engine.agents.feedback import rejected_specs, repeats_rejected
 from engine.agents.offline_mine import OfflineWorkspace, build_workspace
-from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, vote_counts
+from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves, vote_counts
 from engine.agents.templates import parse_spec, render
 from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
 from engine.text_views import mined_views
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}
 MIN_PRECISION = {"generator": 0.30, "improver": 0.25, "refiner": 0.25}  # the gate's floors per role
+
+
+# dev rows below which the generator mines all of dev (the preview's halves need 20; a half of 20 rows mines little)
+CROSS_FIT_ROWS = 40
 
 
 class OfflineProposer:
@@ -37,6 +41,8 @@ class OfflineProposer:
         self.select = select or SelectConfig()
         self.min_fires = min_fires
         self._cache: dict[tuple, OfflineWorkspace] = {}
+        self._halves: dict[tuple, OfflineWorkspace] = {}  # dev rows -> a workspace over them, built from...
+        self._halves_of: OfflineWorkspace | None = None  # ... this workspace of the whole dev
 
     def propose(self, role: str, context: ProposalContext) -> list[Candidate]:
         if role not in AGENT_ROLES:
@@ -49,7 +55,9 @@ class OfflineProposer:
                          max_picks=self.max_candidates_per_role)
         if role == "refiner":  # a widened member earns its place by reach more than by dev gain
             config = replace(config, min_gain=config.min_gain / 3, min_reach=config.min_reach / 2)
-        if role == "generator":
+        if role == "generator" and config.cross_fit and context.dev_label_sets is None and len(ws.y) >= CROSS_FIT_ROWS:
+            proposals = self._cross_fitted(ws, context, rng, config.min_precision)
+        elif role == "generator":
             proposals = roles.generator_proposals(ws, rng, config.min_precision)
         elif role == "improver":
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision)
@@ -74,6 +82,37 @@ class OfflineProposer:
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"), pool_evidence=evidence)
         return [_candidate(p, role) for p in picks]
+
+    def _cross_fitted(self, ws: OfflineWorkspace, context: ProposalContext, rng: np.random.Generator,
+                      min_precision: float) -> list[Proposal]:
+        """The generator's proposals mined on each half of dev (the halves the preview's gain is checked on), each
+        then fired on all of dev and judged on the other half (`Proposal.held`). Seeded cues (not mined) are judged
+        on all of dev. A spec found in both halves is kept once, as the first half found it."""
+        first, second = halves(ws.y)
+        out, seen = [], set()
+        for mined_on, judged_on in ((first, second), (second, first)):
+            for p in roles.generator_proposals(self._half(ws, context, mined_on), rng, min_precision):
+                source = render(p.spec)
+                if source in seen:
+                    continue
+                seen.add(source)
+                p.fired = ws.fires(p.spec, "dev")
+                if p.mined:
+                    p.held = np.isin(np.arange(len(ws.y)), judged_on)
+                out.append(p)
+        return out
+
+    def _half(self, ws: OfflineWorkspace, context: ProposalContext, rows: np.ndarray) -> OfflineWorkspace:
+        """A workspace over some dev rows only, sharing `ws`'s pool sample (cached like `_workspace`)."""
+        if self._halves_of is not ws:  # a new dev or pool sample: the old halves go
+            self._halves_of, self._halves = ws, {}
+        key = tuple(rows.tolist())
+        if key not in self._halves:
+            sub = build_workspace(context.task, [context.dev[i].as_input() for i in rows], ws.y[rows], [],
+                                  ws.views)
+            sub.pool, sub.pool_raw = ws.pool, ws.pool_raw
+            self._halves[key] = sub
+        return self._halves[key]
 
     def _workspace(self, context: ProposalContext) -> OfflineWorkspace:
         """Index dev and the pool sample once per distinct context data (roles share it)."""
@@ -123,8 +162,9 @@ def _hash(source: str) -> str:
 def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     dev_precision = stats.get("dev_precision", stats.get("precision", 0))
+    where = "the half of dev it was not mined on" if p.held is not None else "dev"
     rationale = (
-        f"{role}: {p.spec.describe()}. On dev it fires on {int(stats.get('fires', 0))} rows with precision "
+        f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "
         f"{stats.get('gain', 0):+.3f}" + (" (on all of dev: a seeded cue needs no cross-fit)." if not p.mined else ".")
     )

@@ -32,6 +32,9 @@ class Proposal:
     # reading dev: the preview reads it at the gate's z and credits its whole-dev gain (no halves; a pair with a
     # mined partner keeps them)
     mined: bool = True
+    # (n_dev,) bool: the half of dev the proposal was not mined on, where its precision is judged (the miner ranked
+    # thousands of cues on the other half, so there 5 of 5 is partly luck); None: judged on all of dev
+    held: np.ndarray | None = None
 
 
 def vote_counts(dev_votes: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray:
@@ -78,7 +81,9 @@ class SelectConfig:
     coverage_weight: float = 0.3  # value of newly covering the whole pool sample at precision 1.0
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
-    cross_fit: bool = True  # a mined pick's dev gain must show on each of two halves of dev, not just overall
+    # the generator mines on each half of dev and a pick's precision is judged on the other (`Proposal.held`), and a
+    # mined pick's dev gain must show on each of two halves, not just overall
+    cross_fit: bool = True
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)
@@ -248,10 +253,13 @@ def _holds_on_pool(p: Proposal, evidence: tuple[float, float], config: SelectCon
 
 
 def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
-    fires = int(p.fired.sum())
-    if fires < config.min_fires:
+    """Enough fires and a precision bound above the floor, on the rows the proposal is judged on (its held half:
+    half the fires asked, rounded up)."""
+    fired = p.fired if p.held is None else p.fired & p.held
+    fires = int(fired.sum())
+    if fires < (config.min_fires if p.held is None else -(-config.min_fires // 2)):
         return False
-    right = gold[p.fired] == p.label if gold.ndim == 1 else gold[p.fired, p.label] == 1
+    right = gold[fired] == p.label if gold.ndim == 1 else gold[fired, p.label] == 1
     precision = float(np.mean(right))
     lower = wilson_lower(float(right.sum()), fires, _z(p, config))
     p.stats.update(fires=fires, precision=round(precision, 3), precision_lower=round(lower, 3))

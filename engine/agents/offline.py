@@ -55,7 +55,8 @@ class OfflineProposer:
                          max_picks=self.max_candidates_per_role)
         if role == "refiner":  # a widened member earns its place by reach more than by dev gain
             config = replace(config, min_gain=config.min_gain / 3, min_reach=config.min_reach / 2)
-        if role == "generator" and config.cross_fit and context.dev_label_sets is None and len(ws.y) >= CROSS_FIT_ROWS:
+        if (role == "generator" and config.cross_fit and config.mine_halves and context.dev_label_sets is None
+                and len(ws.y) >= CROSS_FIT_ROWS):
             proposals = self._cross_fitted(ws, context, rng, config.min_precision)
         elif role == "generator":
             proposals = roles.generator_proposals(ws, rng, config.min_precision)

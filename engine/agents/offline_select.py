@@ -81,9 +81,10 @@ class SelectConfig:
     coverage_weight: float = 0.3  # value of newly covering the whole pool sample at precision 1.0
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
-    # the generator mines on each half of dev and a pick's precision is judged on the other (`Proposal.held`), and a
-    # mined pick's dev gain must show on each of two halves, not just overall
-    cross_fit: bool = True
+    cross_fit: bool = True  # a mined pick's dev gain must show on each of two halves of dev, not just overall
+    # with cross_fit: the generator mines on each half and a pick's precision is judged on the other (`Proposal.held`;
+    # bench/cross_fit.py)
+    mine_halves: bool = True
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md)

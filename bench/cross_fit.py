@@ -1,0 +1,138 @@
+"""Cross-fitted mining, judged on rows that are neither dev nor test: the withheld gold labels of pool rows.
+
+The offline generator ranks thousands of cues on dev, so a cue's dev precision is partly luck and the pool it builds
+looks better on the rows it was chosen on (fitness) than anywhere else. Since f3a4567 it mines on each half of dev and
+reads each cue's precision bound on the other half (`SelectConfig.mine_halves`; the preview's gain was already checked
+on both halves). This bench evolves the same pool both ways (5 generations of the offline agents, dev 500 rows, audit
+share 0.2, as bench/quality.py) and reports the pool's majority-vote macro-F1 on the fitness rows, on the audit rows
+and on every pool row against its WRENCH train label (read here only, to score), and the gap between the first and
+the last. With `--auto`, also `auto` (as it ships) on the pool rows the student did not learn from
+(bench/relation_view.py's split).
+
+    python bench/cross_fit.py [--datasets chemprot trec semeval sms youtube banking77] [--seeds 0 1 2] [--auto]
+                              [--out bench/results/cross_fit]
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.quality import import_dataset, load_embedding_cache  # noqa: E402
+from bench.relation_view import student_and_held  # noqa: E402
+from bench.student_validation import TMP, grid_parser, pool_gold, run_grid  # noqa: E402
+from bench.throughput import save_result  # noqa: E402
+from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
+from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.aggregators.auto import AutoAggregator  # noqa: E402
+from engine.aggregators.base import take_rows  # noqa: E402
+from engine.domain import AUDIT  # noqa: E402
+from engine.evolve import EvolveConfig, current_dev_macro_f1, ensure_votes, evolve  # noqa: E402
+from engine.labeling import labeling_inputs  # noqa: E402
+from engine.score import macro_f1, pool_macro_f1  # noqa: E402
+from engine.store.workspace import Store  # noqa: E402
+
+WAYS = {"all_dev": False, "halves": True}  # way -> SelectConfig.mine_halves
+
+
+def run_way(name: str, seed: int, generations: int, mine_halves: bool, with_auto: bool) -> dict:
+    workdir = TMP / f"cross_fit-{name}-s{seed}-{'halves' if mine_halves else 'all_dev'}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    store = Store.open(workdir)
+    import_dataset(store, name, seed)
+    load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    labels = store.load_task().labels
+    select = SelectConfig(mine_halves=mine_halves)
+    out: dict = {}
+    with CompiledExecutor() as executor:
+        started = time.monotonic()
+        evolve(store, OfflineProposer(select=select, min_fires=select.min_fires), executor, generations,
+               EvolveConfig(seed=seed))
+        out["evolve_s"] = round(time.monotonic() - started, 1)
+        ids = store.pool_ids()
+        out["pool"] = len(ids)
+        out["mv_fitness"] = round(current_dev_macro_f1(store), 4)
+        if store.count_examples(AUDIT):
+            out["mv_audit"] = round(pool_macro_f1(store.vote_matrix(ids, AUDIT).votes, store.gold(AUDIT),
+                                                  len(labels)), 4)
+        ensure_votes(store, executor, ids, "pool")
+        pool = store.vote_matrix(ids, "pool")
+        gold = pool_gold(name, np.array(pool.example_ids), labels)
+        out["mv_pool_gold"] = round(pool_macro_f1(pool.votes, gold, len(labels)), 4)
+        out["gap"] = round(out["mv_fitness"] - out["mv_pool_gold"], 4)
+        if with_auto:
+            out["auto_held"] = _auto_on_held(store, executor, name, seed, labels)
+    Store.close_all()
+    return out
+
+
+def _auto_on_held(store: Store, executor: CompiledExecutor, name: str, seed: int, labels: tuple[str, ...]) -> float:
+    frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
+    split = frame["split"].to_numpy()
+    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
+    sample, held = student_and_held(pool, seed)
+    auto = AutoAggregator(len(labels), seed=seed).fit(
+        votes[dev], frame["label"].to_numpy()[dev].astype(int), take_rows(feats, dev),
+        audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True, unlabeled_votes=votes[sample],
+        unlabeled_X=take_rows(feats, sample))
+    predicted = auto.predict_proba(votes[held], take_rows(feats, held)).argmax(axis=1)
+    return round(macro_f1(pool_gold(name, frame["id"].to_numpy()[held], labels), predicted, len(labels)), 4)
+
+
+def run(name: str, seed: int, generations: int, with_auto: bool) -> dict:
+    row: dict = {"dataset": name, "seed": seed}
+    for way, mine_halves in WAYS.items():
+        for key, value in run_way(name, seed, generations, mine_halves, with_auto).items():
+            row[f"{way}_{key}"] = value
+    return row
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    cols = ["mv_fitness", "mv_audit", "mv_pool_gold", "gap"] + (["auto_held"] if rows and "halves_auto_held" in rows[0]
+                                                               else [])
+    lines = ["# Cross-fitted mining: `bench/cross_fit.py`\n",
+             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+             f"at the start. Command: `{meta['command']}`. Pool majority vote macro-F1 on fitness rows, audit rows "
+             "and every pool row's withheld WRENCH train label (never test); gap = fitness - pool gold. Each cell: "
+             "mined on all of dev -> on halves.\n",
+             "| dataset | seed | pool size | " + " | ".join(cols) + " | evolve s |",
+             "|---|---|---|" + "---|" * len(cols) + "---|"]
+
+    def cell(r: dict, col: str) -> str:
+        a, b = r.get(f"all_dev_{col}"), r.get(f"halves_{col}")
+        return "–" if a is None else f"{a:.3f} -> {b:.3f}"
+
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['all_dev_pool']} -> {r['halves_pool']} | "
+                     + " | ".join(cell(r, c) for c in cols)
+                     + f" | {r['all_dev_evolve_s']} -> {r['halves_evolve_s']} |")
+    lines.append("\n| dataset | " + " | ".join(f"mean {c}" for c in cols) + " |")
+    lines.append("|---|" + "---|" * len(cols))
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == name]
+        means = []
+        for c in cols:
+            pairs = [(r[f"all_dev_{c}"], r[f"halves_{c}"]) for r in mine if r.get(f"all_dev_{c}") is not None]
+            means.append("–" if not pairs else
+                         f"{np.mean([a for a, _ in pairs]):.3f} -> {np.mean([b for _, b in pairs]):.3f}")
+        lines.append(f"| {name} | " + " | ".join(means) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = grid_parser(__doc__, ["chemprot", "trec", "semeval", "sms", "youtube", "banking77"], "cross_fit")
+    parser.add_argument("--auto", action="store_true", help="also score auto on the held pool rows (slower)")
+    args = parser.parse_args()
+    meta, rows = run_grid(args, "cross_fit.py", lambda name, seed: run(name, seed, args.generations, args.auto))
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

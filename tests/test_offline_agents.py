@@ -17,7 +17,7 @@ from engine.agents.base import ProposalContext
 from engine.agents.mining import ViewIndex
 from engine.agents.offline import OfflineProposer
 from engine.agents.offline_mine import build_workspace, exception_variants
-from engine.agents.offline_roles import broaden
+from engine.agents.offline_roles import broaden, generator_proposals
 from engine.agents.offline_select import Proposal, SelectConfig, _viable, halves
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
@@ -442,7 +442,8 @@ def test_the_generator_mines_each_half_of_dev_and_judges_each_cue_on_the_other()
     proposer = OfflineProposer()
     ws = proposer._workspace(context)
     parts = [np.isin(np.arange(len(dev)), half) for half in halves(ws.y)]
-    proposals = proposer._cross_fitted(ws, context, np.random.default_rng(0), 0.3)
+    rng = np.random.default_rng(0)
+    proposals = proposer._cross_fitted(ws, context, lambda sub, rows: generator_proposals(sub, rng, 0.3))
     mined = [p for p in proposals if p.mined]
     assert mined and all(any(np.array_equal(p.held, part) for part in parts) for p in mined)
     assert {tuple(p.held) for p in mined} == {tuple(part) for part in parts}  # both halves mined

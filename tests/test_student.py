@@ -144,6 +144,9 @@ def test_without_audit_rows_the_best_text_model_also_teaches(data):
     scores = selected.oof_scores_
     assert scores["evoagg[tfidf]"] > scores["tfidf-only"]  # the best candidate and vote reader: not the text alone
     assert "student<tfidf-only>" in scores
+    off = AutoAggregator(2, seed=0, text_teacher=False).fit(votes[dev], y[dev], rows(X, dev), votes_selected=True,
+                                                            **fit)
+    assert "student<tfidf-only>" not in off.oof_scores_  # the switch bench/text_teacher.py compares
     # with audit rows to judge on, the two teachers of before (the best candidate and the best vote reader)
     audit = np.arange(40) % 2 == 0
     judged = AutoAggregator(2, seed=0, min_audit=10).fit(votes[dev], y[dev], rows(X, dev), audit=audit,

@@ -4,8 +4,9 @@ nor test: the withheld gold labels of pool rows.
 Without audit rows (youtube, semeval and banking77, whose dev is too small to spare a fifth) and with the pool chosen
 on dev, `auto` leaves out at prediction whatever reads the votes, but vote readers still teach its students: the
 best candidate and the best vote reader, both ranked on dev figures the selection inflated. Since 9f9d016 the best
-text-only candidate (or an average of the top ones, if that scores higher) teaches too (`text_teacher=True`). With
-audit rows nothing changes, so the datasets that have them are left out by default.
+text-only candidate (or an average of the top ones, if that scores higher) teaches too (`text_teacher=True`); such an
+average also joins what auto may choose, so the switch measures both. With audit rows nothing changes, so the
+datasets that have them are left out by default.
 
 For each dataset and seed: `auto` both ways, fitted on dev as in the product, scored by macro-F1 on the pool rows the
 student did not learn from (a seeded half of the pool when it fits one student sample; bench/relation_view.py's

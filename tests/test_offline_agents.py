@@ -433,7 +433,21 @@ def test_a_mined_proposal_is_judged_on_the_half_it_was_not_mined_on():
     assert not _viable(on_second, gold, config) and on_second.stats["precision"] == 0.0
     on_first = Proposal(spec, 1, fired, held=np.isin(np.arange(60), first))
     assert _viable(on_first, gold, config) and on_first.stats["fires"] == 5  # half the fires asked, rounded up
-    assert Proposal(spec, 1, fired).held is None  # judged on all of dev: 5 of 10
+    on_all = Proposal(spec, 1, fired)  # no held half: judged on all of dev, 5 of 10 (bound 0.29 at z 1.5)
+    assert not _viable(on_all, gold, config) and on_all.stats["fires"] == 10 and on_all.stats["precision"] == 0.5
+
+
+def test_a_cue_judged_on_its_held_half_needs_half_the_fires_rounded_up():
+    gold = np.array([1] * 12 + [0] * 48)
+    first, second = halves(gold)
+    held = np.isin(np.arange(60), second)
+    right = [i for i in second if gold[i] == 1]
+    spec = AnnotatorSpec("cue", "spam", "sentence", ("free",))
+    config = SelectConfig(min_precision=0.3, min_fires=5)
+    for fires, viable in ((3, True), (2, False)):
+        fired = np.zeros(60, dtype=bool)
+        fired[right[:fires] + [i for i in first if gold[i] == 1]] = True  # the mined half's fires do not count
+        assert _viable(Proposal(spec, 1, fired, held=held), gold, config) is viable
 
 
 def test_the_generator_mines_each_half_of_dev_and_judges_each_cue_on_the_other():
@@ -447,11 +461,29 @@ def test_the_generator_mines_each_half_of_dev_and_judges_each_cue_on_the_other()
     mined = [p for p in proposals if p.mined]
     assert mined and all(any(np.array_equal(p.held, part) for part in parts) for p in mined)
     assert {tuple(p.held) for p in mined} == {tuple(part) for part in parts}  # both halves mined
-    assert all(np.array_equal(p.fired, ws.fires(p.spec, "dev")) for p in proposals)  # fired on all of dev
+    inputs = [ex.as_input() for ex in dev]
+    for p in proposals:  # fired on all of dev, as the emitted code fires
+        assert np.array_equal(p.fired, _votes(render(p.spec), inputs, task.labels) != ABSTAIN)
     assert all(p.held is None for p in proposals if not p.mined)  # seeded from the label names: all of dev
     assert len({render(p.spec) for p in proposals}) == len(proposals)
     # what reaches the gate says where its precision was read
     cands = proposer.propose("generator", context)
     assert cands and all("not mined on" in c.rationale for c in cands if "seeded" not in c.rationale)
-    plain = OfflineProposer(select=SelectConfig(cross_fit=False)).propose("generator", context)
-    assert plain and not any("not mined on" in c.rationale for c in plain)
+    for select in (SelectConfig(cross_fit=False), SelectConfig(mine_halves=False)):
+        plain = OfflineProposer(select=select).propose("generator", context)
+        assert plain and not any("not mined on" in c.rationale for c in plain)
+
+
+def test_a_spec_both_mined_and_seeded_is_kept_once_as_seeded():
+    task, dev = _spam_task(), _spam_dev()
+    context = _context(task, dev)
+    proposer = OfflineProposer()
+    ws = proposer._workspace(context)
+    spec = AnnotatorSpec("cue", "spam", "sentence", ("free",))
+
+    def mine(sub, rows):  # the first half mines the cue, the second seeds the same spec from a label's words
+        first = bool(rows[0] == halves(ws.y)[0][0])
+        return [Proposal(spec, 1, sub.fires(spec, "dev"), mined=first)]
+
+    kept = proposer._cross_fitted(ws, context, mine)
+    assert len(kept) == 1 and kept[0].mined is False and kept[0].held is None

@@ -259,6 +259,7 @@ def test_auto_chooses_the_shifted_student_only_when_it_scores_clearly_higher_out
     gain = scores[auto.chosen_] - scores["student<evoagg[embedding]>"]
     strict = AutoAggregator(k, seed=0, prior_min_gain=gain + 1e-3).fit(votes[dev], y[dev], rows(X, dev), **fit)
     unshifted = max((name for name in choosable if not name.endswith(PRIOR_SUFFIX)), key=scores.get)
+    assert unshifted == "student<embedding-only>"
     assert strict.chosen_ == unshifted and strict.members_[0].match_prior is False
     just = AutoAggregator(k, seed=0, prior_min_gain=gain - 1e-3).fit(votes[dev], y[dev], rows(X, dev), **fit)
     assert just.chosen_ == auto.chosen_  # a gain that clears the threshold still takes the shift

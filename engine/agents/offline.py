@@ -93,21 +93,21 @@ class OfflineProposer:
                       mine: Callable[[OfflineWorkspace, np.ndarray], list[Proposal]]) -> list[Proposal]:
         """A role's proposals mined on each half of dev (the halves the preview's gain is checked on; `mine(sub,
         rows)` mines a workspace over those dev rows), each then fired on all of dev and judged on the other half
-        (`Proposal.held`). Seeded cues (not mined) are judged on all of dev. A spec found in both halves is kept
-        once, as the first half found it."""
+        (`Proposal.held`); a mined cue fired at least `min_fires` times on its half and must fire half as often on
+        the other. Seeded cues (not mined) are judged on all of dev. A spec found twice is kept once: seeded if it was
+        ever seeded (a label's word the miner also found is no scan's luck), else as the first half found it."""
         first, second = halves(ws.y)
-        out, seen = [], set()
+        kept: dict[str, Proposal] = {}
         for mined_on, judged_on in ((first, second), (second, first)):
             for p in mine(self._half(ws, context, mined_on), mined_on):
                 source = render(p.spec)
-                if source in seen:
+                if source in kept and (not kept[source].mined or p.mined):
                     continue
-                seen.add(source)
                 p.fired = ws.fires(p.spec, "dev")
                 if p.mined:
                     p.held = np.isin(np.arange(len(ws.y)), judged_on)
-                out.append(p)
-        return out
+                kept[source] = p
+        return list(kept.values())
 
     def _half(self, ws: OfflineWorkspace, context: ProposalContext, rows: np.ndarray) -> OfflineWorkspace:
         """A workspace over some dev rows only, sharing `ws`'s pool sample (cached like `_workspace`)."""
@@ -178,7 +178,7 @@ def _candidate(p: Proposal, role: str) -> Candidate:
     if "pool_precision" in stats:
         rationale += (f" On the unlabeled sample, a text classifier fitted on dev puts its precision near "
                       f"{stats['pool_precision']:.2f} (worth {stats['pool_weight']:.0f} dev rows), "
-                      f"{stats['precision']:.2f} with dev's rows pooled in.")
+                      f"{stats['precision']:.2f} with the rows of {where} pooled in.")
     if p.note:
         rationale += f" ({p.note})"
     return Candidate(source=render(p.spec), agent=role, name=_name(p), parent_ids=p.parent_ids,

@@ -35,8 +35,8 @@ def _jitter(proposals: list[Proposal], rng: np.random.Generator, scale: float = 
 
 def generator_proposals(ws: OfflineWorkspace, rng: np.random.Generator,
                         min_precision: float) -> list[Proposal]:
-    """Single cues, keyword banks, vetoed variants and surface thresholds mined from all of dev, and cues
-    seeded from the labels' names and descriptions."""
+    """Single cues, keyword banks, vetoed variants and surface thresholds mined from `ws`'s dev rows (all of dev, or
+    one half when the proposer cross-fits), and cues seeded from the labels' names and descriptions."""
     singles = cue_proposals(ws, min_precision=min_precision)
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     vetoed = exception_variants(ws, singles + banks)

@@ -276,7 +276,8 @@ class AutoAggregator(BaseAggregator):
             unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
                          take_rows(unlabeled_X, shift) if len(shift) else None)
             # with no audit rows, the vote readers were ranked on the dev rows their pool was chosen on: the best the
-            # text alone does (an average if that scores higher) also teaches, ranked on honest figures
+            # text alone does (an average if that scores higher) also teaches, ranked on honest figures. Such an
+            # average joins the board, so it may also be chosen itself (it reads no votes; scored out of fold)
             text_teacher = (self._best_or_average(board, [n for n in ranked if not reads_votes(n)], judge)
                             if self.text_teacher and votes_selected and judge.audit is None and not self.text_only
                             and any(not reads_votes(n) for n in ranked) else None)

@@ -7,7 +7,7 @@ on both halves). This bench evolves the same pool both ways (5 generations of th
 share 0.2, as bench/quality.py) and reports the pool's majority-vote macro-F1 on the fitness rows, on the audit rows
 and on every pool row against its WRENCH train label (read here only, to score), and the gap between the first and
 the last. With `--auto`, also `auto` (as it ships) on the pool rows the student did not learn from
-(bench/relation_view.py's split).
+(`student_validation.student_and_held`).
 
     python bench/cross_fit.py [--datasets chemprot trec semeval sms youtube banking77] [--seeds 0 1 2] [--auto]
                               [--out bench/results/cross_fit]
@@ -25,18 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import import_dataset, load_embedding_cache  # noqa: E402
-from bench.relation_view import student_and_held  # noqa: E402
-from bench.student_validation import TMP, grid_parser, pool_gold, run_grid  # noqa: E402
-from bench.throughput import save_result  # noqa: E402
+from bench.student_validation import TMP, HeldOut, auto_on_held, grid_parser, pool_gold, run_and_save  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
-from engine.aggregators.base import take_rows  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.evolve import EvolveConfig, current_dev_macro_f1, ensure_votes, evolve  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
-from engine.score import macro_f1, pool_macro_f1  # noqa: E402
+from engine.score import pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 WAYS = {"all_dev": False, "halves": True}  # way -> SelectConfig.mine_halves
@@ -68,22 +65,11 @@ def run_way(name: str, seed: int, generations: int, mine_halves: bool, with_auto
         out["mv_pool_gold"] = round(pool_macro_f1(pool.votes, gold, len(labels)), 4)
         out["gap"] = round(out["mv_fitness"] - out["mv_pool_gold"], 4)
         if with_auto:
-            out["auto_held"] = _auto_on_held(store, executor, name, seed, labels)
+            frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
+            rows = HeldOut.of(frame, name, labels, seed)
+            out["auto_held"] = auto_on_held(AutoAggregator(len(labels), seed=seed), votes, feats, rows)["f1"]
     Store.close_all()
     return out
-
-
-def _auto_on_held(store: Store, executor: CompiledExecutor, name: str, seed: int, labels: tuple[str, ...]) -> float:
-    frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")
-    split = frame["split"].to_numpy()
-    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
-    sample, held = student_and_held(pool, seed)
-    auto = AutoAggregator(len(labels), seed=seed).fit(
-        votes[dev], frame["label"].to_numpy()[dev].astype(int), take_rows(feats, dev),
-        audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True, unlabeled_votes=votes[sample],
-        unlabeled_X=take_rows(feats, sample))
-    predicted = auto.predict_proba(votes[held], take_rows(feats, held)).argmax(axis=1)
-    return round(macro_f1(pool_gold(name, frame["id"].to_numpy()[held], labels), predicted, len(labels)), 4)
 
 
 def run(name: str, seed: int, generations: int, with_auto: bool) -> dict:
@@ -130,8 +116,7 @@ def main() -> None:
     parser = grid_parser(__doc__, ["chemprot", "trec", "semeval", "sms", "youtube", "banking77"], "cross_fit")
     parser.add_argument("--auto", action="store_true", help="also score auto on the held pool rows (slower)")
     args = parser.parse_args()
-    meta, rows = run_grid(args, "cross_fit.py", lambda name, seed: run(name, seed, args.generations, args.auto))
-    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+    run_and_save(args, "cross_fit.py", lambda name, seed: run(name, seed, args.generations, args.auto), markdown)
 
 
 if __name__ == "__main__":

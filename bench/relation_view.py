@@ -29,13 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
-from bench.throughput import save_result  # noqa: E402
+from bench.student_validation import HeldOut, auto_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
-from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures  # noqa: E402
-from engine.aggregators.student import MAX_UNLABELED, unlabeled_sample  # noqa: E402
-from engine.score import macro_f1  # noqa: E402
 from engine.text_views import relation_context, view_text  # noqa: E402
 
 TEXTS = {"between": (lambda example: view_text(example, "between"), (1, 2)),
@@ -43,38 +39,17 @@ TEXTS = {"between": (lambda example: view_text(example, "between"), (1, 2)),
          "context_bigrams": (relation_context, (1, 2))}
 
 
-def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pool rows the student may learn from, and the rest (scored): its seeded sample when that leaves rows
-    out, else a seeded half."""
-    if len(pool) > MAX_UNLABELED:
-        sample = pool[unlabeled_sample(len(pool), seed)]
-    else:
-        sample = np.sort(np.random.default_rng(seed).permutation(pool)[: len(pool) // 2])
-    return sample, np.setdiff1d(pool, sample)
-
-
 def run(name: str, seed: int, generations: int) -> dict:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations)
-    k = len(labels)
-    split = frame["split"].to_numpy()
-    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
-    sample, held = student_and_held(pool, seed)
-    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
-    y = frame["label"].to_numpy()[dev].astype(int)
+    rows = HeldOut.of(frame, name, labels, seed)
     examples = [{**fields, "text": text} for fields, text in zip(frame["fields"], frame["text"], strict=True)]
-    row = {"dataset": name, "seed": seed, "held_rows": int(len(held)), "student_rows": int(len(sample))}
+    row = {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "student_rows": int(len(rows.sample))}
     for text_name, (text_of, ngrams) in TEXTS.items():
         started = time.monotonic()
         relation = TfidfFeatures(word_ngrams=ngrams).fit_transform([text_of(e) for e in examples])
-        features = {**feats, "relation": relation}
-        auto = AutoAggregator(k, seed=seed).fit(
-            votes[dev], y, take_rows(features, dev), audit=frame["audit"].to_numpy(dtype=bool)[dev],
-            votes_selected=True, unlabeled_votes=votes[sample], unlabeled_X=take_rows(features, sample))
-        predicted = auto.predict_proba(votes[held], take_rows(features, held)).argmax(axis=1)
-        row[text_name] = round(macro_f1(gold, predicted, k), 4)
-        row[f"{text_name}_chose"] = auto.chosen_
-        row[f"{text_name}_dev"] = round(float(auto.oof_scores_[auto.chosen_]), 4)
-        row[f"{text_name}_s"] = round(time.monotonic() - started, 1)
+        got = auto_on_held(AutoAggregator(len(labels), seed=seed), votes, {**feats, "relation": relation}, rows)
+        row[text_name], row[f"{text_name}_chose"], row[f"{text_name}_dev"] = got["f1"], got["chose"], got["dev"]
+        row[f"{text_name}_s"] = round(time.monotonic() - started, 1)  # the relation TF-IDF's fit included
     return row
 
 
@@ -99,8 +74,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     args = grid_parser(__doc__, ["chemprot", "semeval"], "relation_view").parse_args()
-    meta, rows = run_grid(args, "relation_view.py", lambda name, seed: run(name, seed, args.generations))
-    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+    run_and_save(args, "relation_view.py", lambda name, seed: run(name, seed, args.generations), markdown)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
-from engine.aggregators.student import StudentAggregator, unlabeled_sample  # noqa: E402
+from engine.aggregators.student import MAX_UNLABELED, StudentAggregator, unlabeled_sample  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
@@ -81,6 +82,50 @@ def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     Store.close_all()
     return frame, votes, feats, labels
+
+
+def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pool rows the student may learn from, and the rest (scored): its seeded sample when that leaves rows
+    out, else a seeded half."""
+    if len(pool) > MAX_UNLABELED:
+        sample = pool[unlabeled_sample(len(pool), seed)]
+    else:
+        sample = np.sort(np.random.default_rng(seed).permutation(pool)[: len(pool) // 2])
+    return sample, np.setdiff1d(pool, sample)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Rows of an evolved workspace's frame: dev (with its labels and audit marks), the pool rows the student learns
+    from, and the pool rows scored against their withheld gold labels (`student_and_held`)."""
+
+    dev: np.ndarray
+    y: np.ndarray
+    audit: np.ndarray
+    sample: np.ndarray
+    held: np.ndarray
+    gold: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, name: str, labels: tuple[str, ...], seed: int) -> HeldOut:
+        split = frame["split"].to_numpy()
+        pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
+        sample, held = student_and_held(pool, seed)
+        return cls(dev, frame["label"].to_numpy()[dev].astype(int), frame["audit"].to_numpy(dtype=bool)[dev],
+                   sample, held, pool_gold(name, frame["id"].to_numpy()[held], labels))
+
+
+def auto_on_held(auto: AutoAggregator, votes: np.ndarray, feats: dict, rows: HeldOut) -> dict:
+    """`auto` fitted on dev as the product fits it (audit rows, the pool chosen on dev, its student on
+    `rows.sample`), scored on the held rows: macro-F1, what it chose, that choice's dev out-of-fold score, whether it
+    reads the pool's votes, seconds."""
+    started = time.monotonic()
+    auto.fit(votes[rows.dev], rows.y, take_rows(feats, rows.dev), audit=rows.audit, votes_selected=True,
+             unlabeled_votes=votes[rows.sample], unlabeled_X=take_rows(feats, rows.sample))
+    predicted = auto.predict_proba(votes[rows.held], take_rows(feats, rows.held)).argmax(axis=1)
+    return {"f1": round(macro_f1(rows.gold, predicted, auto.n_classes), 4), "chose": auto.chosen_,
+            "dev": round(float(auto.oof_scores_[auto.chosen_]), 4), "uses_pool": bool(auto.uses_votes_),
+            "s": round(time.monotonic() - started, 1)}
 
 
 def run(name: str, seed: int, generations: int) -> dict | None:
@@ -165,10 +210,16 @@ def run_grid(args: argparse.Namespace, script: str, run: Callable[[str, int], di
     return meta, rows
 
 
+def run_and_save(args: argparse.Namespace, script: str, run: Callable[[str, int], dict | list[dict] | None],
+                 markdown: Callable[[list[dict], dict], str]) -> None:
+    """`run_grid`, then the rows and their table written to `args.out` (.json and .md)."""
+    meta, rows = run_grid(args, script, run)
+    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+
+
 def main() -> None:
     args = grid_parser(__doc__, ["chemprot", "trec", "sms"], "student_validation").parse_args()
-    meta, rows = run_grid(args, "student_validation.py", lambda name, seed: run(name, seed, args.generations))
-    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+    run_and_save(args, "student_validation.py", lambda name, seed: run(name, seed, args.generations), markdown)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ average also joins what auto may choose, so the switch measures both. With audit
 datasets that have them are left out by default.
 
 For each dataset and seed: `auto` both ways, fitted on dev as in the product, scored by macro-F1 on the pool rows the
-student did not learn from (a seeded half of the pool when it fits one student sample; bench/relation_view.py's
+student did not learn from (a seeded half of the pool when it fits one student sample; student_validation.py's
 split). Workspaces are bench/student_validation.py's (imported and evolved as bench/quality.py does).
 
     python bench/text_teacher.py [--datasets semeval youtube banking77] [--seeds 0 1 2]
@@ -18,7 +18,6 @@ split). Workspaces are bench/student_validation.py's (imported and evolved as be
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,36 +25,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.relation_view import student_and_held  # noqa: E402
-from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
-from bench.throughput import save_result  # noqa: E402
+from bench.student_validation import HeldOut, auto_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
-from engine.aggregators.base import take_rows  # noqa: E402
-from engine.score import macro_f1  # noqa: E402
 
 WAYS = {"before": False, "text_teacher": True}
 
 
 def run(name: str, seed: int, generations: int) -> dict:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations)
-    k = len(labels)
-    split = frame["split"].to_numpy()
-    pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
-    sample, held = student_and_held(pool, seed)
-    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
-    y = frame["label"].to_numpy()[dev].astype(int)
-    row = {"dataset": name, "seed": seed, "held_rows": int(len(held)), "student_rows": int(len(sample))}
+    rows = HeldOut.of(frame, name, labels, seed)
+    row = {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "student_rows": int(len(rows.sample))}
     for way, text_teacher in WAYS.items():
-        started = time.monotonic()
-        auto = AutoAggregator(k, seed=seed, text_teacher=text_teacher).fit(
-            votes[dev], y, take_rows(feats, dev), audit=frame["audit"].to_numpy(dtype=bool)[dev],
-            votes_selected=True, unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
-        predicted = auto.predict_proba(votes[held], take_rows(feats, held)).argmax(axis=1)
-        row[way] = round(macro_f1(gold, predicted, k), 4)
-        row[f"{way}_chose"] = auto.chosen_
-        row[f"{way}_dev"] = round(float(auto.oof_scores_[auto.chosen_]), 4)
-        row[f"{way}_uses_pool"] = bool(auto.uses_votes_)
-        row[f"{way}_s"] = round(time.monotonic() - started, 1)
+        got = auto_on_held(AutoAggregator(len(labels), seed=seed, text_teacher=text_teacher), votes, feats, rows)
+        row[way] = got.pop("f1")
+        row.update({f"{way}_{key}": value for key, value in got.items()})
     return row
 
 
@@ -82,8 +65,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     args = grid_parser(__doc__, ["semeval", "youtube", "banking77"], "text_teacher").parse_args()
-    meta, rows = run_grid(args, "text_teacher.py", lambda name, seed: run(name, seed, args.generations))
-    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
+    run_and_save(args, "text_teacher.py", lambda name, seed: run(name, seed, args.generations), markdown)
 
 
 if __name__ == "__main__":

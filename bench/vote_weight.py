@@ -26,8 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_grid  # noqa: E402
-from bench.throughput import save_result  # noqa: E402
+from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_and_save  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
@@ -83,8 +82,8 @@ def main() -> None:
     parser = grid_parser(__doc__, ["chemprot", "trec", "sms", "semeval", "youtube", "banking77"], "vote_weight")
     parser.add_argument("--weights", nargs="+", type=float, default=[1.0, 0.5, 0.25, 0.1])
     args = parser.parse_args()
-    meta, rows = run_grid(args, "vote_weight.py", lambda name, seed: run(name, seed, args.generations, args.weights))
-    save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, args.weights, meta))
+    run_and_save(args, "vote_weight.py", lambda name, seed: run(name, seed, args.generations, args.weights),
+                 lambda rows, meta: markdown(rows, args.weights, meta))
 
 
 if __name__ == "__main__":

@@ -88,8 +88,8 @@ class SelectConfig:
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md). Kept on the held half
-    # of a cue mined on halves, which no scan read: the viability filter itself still picks among hundreds there, and
-    # an ad hoc run at 0.5 on the held half put `auto` on ChemProt's held pool rows down 0.557 -> 0.544 (3 seeds)
+    # of a cue mined on halves, which no scan read: the viability filter itself still picks among hundreds there (0.5
+    # on the held half was tried, not benchmarked, and looked worse on ChemProt's held pool rows)
     precision_z: float = 1.5
     unmined_z: float = 0.5  # ... for an unmined proposal (Proposal.mined False): the gate's default z (GateConfig)
 

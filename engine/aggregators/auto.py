@@ -278,9 +278,9 @@ class AutoAggregator(BaseAggregator):
             # with no audit rows, the vote readers were ranked on the dev rows their pool was chosen on: the best the
             # text alone does (an average if that scores higher) also teaches, ranked on honest figures. Such an
             # average joins the board, so it may also be chosen itself (it reads no votes; scored out of fold)
-            text_teacher = (self._best_or_average(board, [n for n in ranked if not reads_votes(n)], judge)
-                            if self.text_teacher and votes_selected and judge.audit is None and not self.text_only
-                            and any(not reads_votes(n) for n in ranked) else None)
+            text_ranked = [n for n in ranked if not reads_votes(n)]
+            text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
+                            and votes_selected and judge.audit is None and not self.text_only else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
                                                    unlabeled, text_teacher)
         self.oof_scores_ = board.scores

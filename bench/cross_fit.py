@@ -1,16 +1,20 @@
-"""Cross-fitted mining, judged on rows that are neither dev nor test: the withheld gold labels of pool rows.
+"""Where the offline agents mine, judged on rows that are neither dev nor test: the withheld gold labels of pool rows.
 
-The offline generator ranks thousands of cues on dev, so a cue's dev precision is partly luck and the pool it builds
-looks better on the rows it was chosen on (fitness) than anywhere else. Since f3a4567 it mines on each half of dev and
-reads each cue's precision bound on the other half (`SelectConfig.mine_halves`; the preview's gain was already checked
-on both halves). This bench evolves the same pool both ways (5 generations of the offline agents, dev 500 rows, audit
-share 0.2, as bench/quality.py) and reports the pool's majority-vote macro-F1 on the fitness rows, on the audit rows
-and on every pool row against its WRENCH train label (read here only, to score), and the gap between the first and
-the last. With `--auto`, also `auto` (as it ships) on the pool rows the student did not learn from
+The offline agents rank thousands of cues on dev, so a cue's dev precision is partly luck and the pool they build
+looks better on the rows it was chosen on (fitness) than anywhere else. Two changes mine elsewhere:
+  all_dev   before f3a4567: the generator mines all of dev, the improver dev's failing rows
+  halves    since f3a4567: the generator mines each half of dev and reads each cue's precision bound on the other half
+            (`SelectConfig.mine_halves`; the preview's gain was already checked on both halves)
+  guessed   on top of halves, the improver mines the unlabeled pool sample against a dev-fitted classifier's guesses
+            and dev judges each cue on rows none of which chose it (`SelectConfig.improve_on_pool`)
+This bench evolves the same pool two ways (`--ways`, first -> second; 5 generations of the offline agents, dev 500
+rows, audit share 0.2, as bench/quality.py) and reports the pool's majority-vote macro-F1 on the fitness rows, on the
+audit rows and on every pool row against its WRENCH train label (read here only, to score), and the gap between the
+first and the last. With `--auto`, also `auto` (as it ships) on the pool rows the student did not learn from
 (`student_validation.student_and_held`).
 
     python bench/cross_fit.py [--datasets chemprot trec semeval sms youtube banking77] [--seeds 0 1 2] [--auto]
-                              [--out bench/results/cross_fit]
+                              [--ways halves guessed] [--out bench/results/cross_fit]
 """
 from __future__ import annotations
 
@@ -36,17 +40,18 @@ from engine.labeling import labeling_inputs  # noqa: E402
 from engine.score import pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
-WAYS = {"all_dev": False, "halves": True}  # way -> SelectConfig.mine_halves
+WAYS = {"all_dev": SelectConfig(mine_halves=False, improve_on_pool=False),
+        "halves": SelectConfig(improve_on_pool=False), "guessed": SelectConfig()}
 
 
-def run_way(name: str, seed: int, generations: int, mine_halves: bool, with_auto: bool) -> dict:
-    workdir = TMP / f"cross_fit-{name}-s{seed}-{'halves' if mine_halves else 'all_dev'}"
+def run_way(name: str, seed: int, generations: int, way: str, with_auto: bool) -> dict:
+    workdir = TMP / f"cross_fit-{name}-s{seed}-{way}"
     shutil.rmtree(workdir, ignore_errors=True)
     store = Store.open(workdir)
     import_dataset(store, name, seed)
     load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     labels = store.load_task().labels
-    select = SelectConfig(mine_halves=mine_halves)
+    select = WAYS[way]
     out: dict = {}
     with CompiledExecutor() as executor:
         started = time.monotonic()
@@ -72,40 +77,41 @@ def run_way(name: str, seed: int, generations: int, mine_halves: bool, with_auto
     return out
 
 
-def run(name: str, seed: int, generations: int, with_auto: bool) -> dict:
-    row: dict = {"dataset": name, "seed": seed}
-    for way, mine_halves in WAYS.items():
-        for key, value in run_way(name, seed, generations, mine_halves, with_auto).items():
+def run(name: str, seed: int, generations: int, with_auto: bool, ways: tuple[str, str]) -> dict:
+    row: dict = {"dataset": name, "seed": seed, "ways": list(ways)}
+    for way in ways:
+        for key, value in run_way(name, seed, generations, way, with_auto).items():
             row[f"{way}_{key}"] = value
     return row
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    cols = ["mv_fitness", "mv_audit", "mv_pool_gold", "gap"] + (["auto_held"] if rows and "halves_auto_held" in rows[0]
-                                                               else [])
-    lines = ["# Cross-fitted mining: `bench/cross_fit.py`\n",
+    first, second = rows[0].get("ways", ("all_dev", "halves")) if rows else ("all_dev", "halves")
+    with_auto = bool(rows) and f"{second}_auto_held" in rows[0]
+    cols = ["mv_fitness", "mv_audit", "mv_pool_gold", "gap"] + (["auto_held"] if with_auto else [])
+    lines = ["# Where the offline agents mine: `bench/cross_fit.py`\n",
              f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
              f"at the start. Command: `{meta['command']}`. Pool majority vote macro-F1 on fitness rows, audit rows "
              "and every pool row's withheld WRENCH train label (never test); gap = fitness - pool gold. Each cell: "
-             "mined on all of dev -> on halves.\n",
+             f"{first} -> {second} (see the bench's docstring).\n",
              "| dataset | seed | pool size | " + " | ".join(cols) + " | evolve s |",
              "|---|---|---|" + "---|" * len(cols) + "---|"]
 
     def cell(r: dict, col: str) -> str:
-        a, b = r.get(f"all_dev_{col}"), r.get(f"halves_{col}")
+        a, b = r.get(f"{first}_{col}"), r.get(f"{second}_{col}")
         return "–" if a is None else f"{a:.3f} -> {b:.3f}"
 
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['seed']} | {r['all_dev_pool']} -> {r['halves_pool']} | "
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r[first + '_pool']} -> {r[second + '_pool']} | "
                      + " | ".join(cell(r, c) for c in cols)
-                     + f" | {r['all_dev_evolve_s']} -> {r['halves_evolve_s']} |")
+                     + f" | {r[first + '_evolve_s']} -> {r[second + '_evolve_s']} |")
     lines.append("\n| dataset | " + " | ".join(f"mean {c}" for c in cols) + " |")
     lines.append("|---|" + "---|" * len(cols))
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
         means = []
         for c in cols:
-            pairs = [(r[f"all_dev_{c}"], r[f"halves_{c}"]) for r in mine if r.get(f"all_dev_{c}") is not None]
+            pairs = [(r[f"{first}_{c}"], r[f"{second}_{c}"]) for r in mine if r.get(f"{first}_{c}") is not None]
             means.append("–" if not pairs else
                          f"{np.mean([a for a, _ in pairs]):.3f} -> {np.mean([b for _, b in pairs]):.3f}")
         lines.append(f"| {name} | " + " | ".join(means) + " |")
@@ -115,8 +121,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
 def main() -> None:
     parser = grid_parser(__doc__, ["chemprot", "trec", "semeval", "sms", "youtube", "banking77"], "cross_fit")
     parser.add_argument("--auto", action="store_true", help="also score auto on the held pool rows (slower)")
+    parser.add_argument("--ways", nargs=2, choices=list(WAYS), default=["halves", "guessed"],
+                        help="the two ways compared, first -> second")
     args = parser.parse_args()
-    run_and_save(args, "cross_fit.py", lambda name, seed: run(name, seed, args.generations, args.auto), markdown)
+    run_and_save(args, "cross_fit.py", lambda name, seed: run(name, seed, args.generations, args.auto,
+                                                              tuple(args.ways)), markdown)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ labels) that agreement tracked true precision with correlation 0.97 against 0.73
 (mean error 0.05 against 0.20); on ChemProt, where the text model is weak, 0.36 against 0.38. So the
 estimate is weighed by how well the classifier itself does out of fold on dev (`PseudoLabels.evidence`).
 
+The guesses are also rows to mine: the offline improver looks for cues on the thousands of guessed pool rows and
+lets dev judge them (`offline_roles.guessed_label_proposals`), even when the classifier is too weak to be evidence.
+
 Only the fitness rows' labels are read (never audit or test rows).
 """
 from __future__ import annotations
@@ -47,6 +50,9 @@ class PseudoLabels:
     accuracy: float  # its out-of-fold accuracy on the fitness rows
     recall: np.ndarray | None = None  # (k,) out of fold: share of class c's rows it guesses c (None: accuracy)
     false_rate: np.ndarray | None = None  # (k,) share of the other classes' rows it guesses c (None: even spread)
+    # False when the classifier is too weak out of fold (`MIN_OVERALL_SKILL`) for its agreement to be evidence
+    # about an annotator's precision; its guesses may still point the miners at rows (checked on dev after)
+    trusted: bool = True
 
     @property
     def guess(self) -> np.ndarray:
@@ -66,6 +72,8 @@ class PseudoLabels:
     def evidence_of_votes(self, votes: np.ndarray) -> tuple[float, float]:
         """The same for any annotator's (n,) votes on the first n rows of the sample (ABSTAIN = -1), per class
         it votes, weighted together."""
+        if not self.trusted:
+            return 0.0, 0.0
         votes = np.asarray(votes)
         guess = self.guess[: len(votes)]
         k = self.proba.shape[1]
@@ -89,8 +97,9 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
                  seed: int = 0) -> PseudoLabels | None:
     """Fit a text classifier on the labeled dev rows (sentence embeddings) and guess the pool sample.
 
-    None when there is nothing to guess, too little to fit (fewer than two classes, no pool rows), or the
-    classifier is too weak out of fold to say anything (`MIN_OVERALL_SKILL`)."""
+    None when there is nothing to guess or too little to fit (fewer than two classes, no pool rows). A classifier
+    too weak out of fold for its agreement to say anything (`MIN_OVERALL_SKILL`) gives untrusted guesses: no
+    evidence, but still rows for the improver to mine (dev judges what it finds there)."""
     labeled = [ex for ex in dev if ex.label is not None]
     task = store.load_task()
     if not pool_sample or len(labeled) < 10 or task is None or task.multi_label:
@@ -109,11 +118,10 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
         _fitted[key] = _fit(X_dev, y, len(task.labels), seed)
     model, accuracy, recall, false_rate = _fitted[key]
     k = len(task.labels)
-    if (accuracy - 1.0 / k) / (1.0 - 1.0 / k) < MIN_OVERALL_SKILL:
-        return None
+    trusted = (accuracy - 1.0 / k) / (1.0 - 1.0 / k) >= MIN_OVERALL_SKILL
     X_pool = _features(embedder, pool_sample, relation)
     return PseudoLabels(model.predict_proba(np.zeros((len(pool_sample), 0), dtype=np.int64), X_pool), accuracy,
-                        recall, false_rate)
+                        recall, false_rate, trusted)
 
 
 def _features(embedder, examples: Sequence[Example], relation: bool) -> np.ndarray:

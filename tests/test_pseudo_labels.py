@@ -1,13 +1,15 @@
 """Pseudo-labels for the pool sample (engine/pseudo_labels.py) and how the offline selection weighs them."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select
 from engine.agents.templates import AnnotatorSpec
-from engine.domain import FITNESS, Candidate
+from engine.domain import ABSTAIN, FITNESS, Candidate
 from engine.evolve import EvolveConfig, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
 from engine.pseudo_labels import PseudoLabels, pseudo_label
@@ -140,8 +142,9 @@ def test_the_gate_runs_candidates_on_the_pool_sample_and_weighs_the_pseudo_label
     Store.close_all()
 
 
-def test_a_classifier_near_chance_gives_no_pseudo_labels(tmp_path):
-    """Words that say nothing about the class: out of fold the classifier is near chance, so no evidence."""
+def test_a_classifier_near_chance_gives_guesses_but_no_evidence(tmp_path):
+    """Words that say nothing about the class: out of fold the classifier is near chance, so its agreement with an
+    annotator is no evidence (the improver may still mine its guesses; dev judges what it finds)."""
     rng = np.random.default_rng(1)
     vocabulary = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
     rows = [{"id": f"r{i}", "text": " ".join(rng.choice(vocabulary, size=4)), "split": "dev" if i < 120 else "pool",
@@ -149,5 +152,16 @@ def test_a_classifier_near_chance_gives_no_pseudo_labels(tmp_path):
     store = Store.open(tmp_path / "noise")
     import_frame(store, pd.DataFrame(rows), IngestOptions(labels=("a", "b"), audit_fraction=0.0), dataset="noise",
                  source="test")
-    assert pseudo_label(store, store.examples(FITNESS), store.examples("pool")) is None
+    pseudo = pseudo_label(store, store.examples(FITNESS), store.examples("pool"))
+    assert pseudo is not None and not pseudo.trusted and pseudo.guess.shape == (80,)
+    votes = np.where(pseudo.guess == 1, 1, ABSTAIN)  # agrees with every guess it makes
+    assert pseudo.evidence_of_votes(votes) == (0.0, 0.0)
     Store.close_all()
+
+
+def test_untrusted_guesses_are_no_evidence():
+    guesses = [0, 1, 1, 0, 1, 1, 0, 1]
+    trusted = _pseudo(guesses, 2, accuracy=0.9)
+    fired = np.array(guesses) == 1
+    assert trusted.evidence(fired, 1)[1] > 0
+    assert replace(trusted, trusted=False).evidence(fired, 1) == (0.0, 0.0)

@@ -1,7 +1,9 @@
 """The offline proposer: generator, improver and refiner as program synthesis from data, no LLM needed.
 
 generator: mines cue words / phrases / keyword banks / surface thresholds per class from dev.
-improver:  mines from the dev rows the pool gets wrong, leaves uncovered or disputes, favouring weak classes.
+improver:  mines the unlabeled pool sample against a dev-fitted classifier's guesses (dev then judges each cue on rows
+           that did not choose it) and seeds its weak classes' names; without guesses, mines the dev rows the pool
+           gets wrong, leaves uncovered or disputes, favouring weak classes.
 refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions).
 Every role previews the gate in-process (offline_select) and sends only candidates likely to pass.
 """
@@ -63,10 +65,14 @@ class OfflineProposer:
             proposals = self._cross_fitted(ws, context, lambda sub, rows: roles.generator_proposals(sub, rng, floor))
         elif role == "generator":
             proposals = roles.generator_proposals(ws, rng, floor)
-        # the improver mines all of dev: on halves it has half its few failing rows (tried, not benchmarked: the
-        # pool's MV on pool rows' gold looked worse)
         elif role == "improver":
-            proposals = roles.improver_proposals(ws, context, rng, config.min_precision)
+            # on the pool sample's guessed labels where there are some (dev's failing rows are few and the cues fitted
+            # to them look best on them; on halves of dev it had half of those: tried, not benchmarked, worse)
+            on_pool = (config.improve_on_pool and context.pseudo is not None and ws.pool is not None
+                       and ws.pool.n_rows > 0 and context.dev_label_sets is None)
+            proposals = roles.improver_proposals(ws, context, rng, config.min_precision, mine_dev=not on_pool)
+            if on_pool:
+                proposals += roles.guessed_label_proposals(ws, context.pseudo.guess, config.min_precision)
         else:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
@@ -171,7 +177,8 @@ def _hash(source: str) -> str:
 def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     dev_precision = stats.get("dev_precision", stats.get("precision", 0))
-    where = "the half of dev it was not mined on" if p.held is not None else "dev"
+    where = ("dev" if p.held is None else "dev, none of whose rows it was mined on," if p.held.all()
+             else "the half of dev it was not mined on")
     rationale = (
         f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "

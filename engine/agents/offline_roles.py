@@ -22,6 +22,9 @@ from engine.agents.templates import AnnotatorSpec, parse_spec
 from engine.score import per_class_f1
 
 WEAK_F1 = 0.40
+# a cue mined on the pool sample's guessed labels fires this often there (twice dev's min_fires on eight times the
+# rows: bench/cross_fit.py tried 20, which left TREC's small ABBR class without cues, and 10)
+POOL_MIN_FIRES = 10
 NARROW_COVERAGE = 0.08
 PRECISE = 0.55
 
@@ -52,9 +55,10 @@ def _votes(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray:
 
 
 def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.random.Generator,
-                       min_precision: float) -> list[Proposal]:
+                       min_precision: float, mine_dev: bool = True) -> list[Proposal]:
     """Cues mined on the rows the pool leaves uncovered, disputes or gets wrong, boosted for weak classes, and
-    the weak classes' cues seeded from their names (at the improver's lower floor)."""
+    the weak classes' cues seeded from their names (at the improver's lower floor). `mine_dev=False`: the seeds
+    only (the proposer mines the pool sample's guessed labels instead: `guessed_label_proposals`)."""
     pred = predictions(vote_counts(_votes(ws, context), ws.n_classes, len(ws.y)))
     focus = np.zeros(len(ws.y), dtype=bool)
     focus[context.uncovered_dev()] = True
@@ -64,6 +68,9 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
     focus |= np.isin(ws.y, weak) & (pred != ws.y)
     if not focus.any():
         return []
+    seeded = seeded_proposals(ws, min_precision, classes=set(weak.tolist()))
+    if not mine_dev:
+        return _jitter(seeded, rng)
     weight = np.ones(ws.n_classes)
     weight[weak] = 2.0
     singles = cue_proposals(ws, rows=focus, min_precision=min_precision, weight=weight)
@@ -71,8 +78,31 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
         p.note = "mined on uncovered / disputed / misclassified dev rows"
     banks = keyword_banks(ws, singles, min_precision=min_precision)
     conj = conjunctions(ws, singles, weak, min_precision)
-    seeded = seeded_proposals(ws, min_precision, classes=set(weak.tolist()))
     return _jitter(singles + banks + conj + seeded, rng)
+
+
+def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precision: float,
+                            min_fires: int = POOL_MIN_FIRES) -> list[Proposal]:
+    """Single cues and keyword banks mined on the pool sample against a dev-fitted text classifier's guesses
+    (`guess`: (n_pool_sample,) class ids, engine/pseudo_labels.py), each fired on dev and judged there on every row
+    (`Proposal.held`): no dev row chose it. Thousands of guessed rows give a cue wider support than a few hundred
+    dev rows, and the dev rows that judge it were not the ones it was fitted to (bench/cross_fit.py)."""
+    n = ws.pool.n_rows
+    guess = np.asarray(guess[:n], dtype=np.int64)
+    onehot = np.zeros((n, ws.n_classes), dtype=np.int32)
+    onehot[np.arange(n), guess] = 1
+    # the pool sample as the rows mined; its own index (words, no prefixes) and no second sample to check against
+    guessed = OfflineWorkspace(task=ws.task, views=ws.views, y=guess, onehot=onehot, dev=ws.pool, pool=None,
+                               dev_surface={}, class_prior=onehot.mean(axis=0))
+    singles = cue_proposals(guessed, min_precision=min_precision, min_fires=min_fires)
+    banks = keyword_banks(guessed, singles, min_precision=min_precision)
+    scale = np.sqrt(len(ws.y) / n)  # priors grow with the square root of support: on dev's footing beside dev's cues
+    judged = np.ones(len(ws.y), dtype=bool)  # one mask, shared (read only)
+    for p in singles + banks:
+        p.fired, p.held = ws.fires(p.spec, "dev"), judged
+        p.prior *= scale
+        p.note = "mined on the unlabeled sample's guessed labels"
+    return singles + banks
 
 
 def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndarray,

@@ -85,6 +85,9 @@ class SelectConfig:
     # with cross_fit: the generator mines on each half and a pick's precision is judged on the other (`Proposal.held`;
     # bench/cross_fit.py)
     mine_halves: bool = True
+    # the improver mines the pool sample's guessed labels (`offline_roles.guessed_label_proposals`) when it has them;
+    # False: dev's failing rows, as before (bench/cross_fit.py compares the two)
+    improve_on_pool: bool = True
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the
     # miners scan thousands of cues, so some hit 2 of 5 dev rows by luck; at 1.5 those drop while 5 of 5 stays
     # (ChemProt seed 0: pool MV fitness -> test gap 0.28 -> 0.14; bench/results/quality.md). Kept on the held half

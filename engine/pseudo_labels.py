@@ -15,7 +15,7 @@ Only the fitness rows' labels are read (never audit or test rows).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -39,7 +39,8 @@ MAX_WEIGHT_ROWS = 200  # pool rows beyond this add no weight: the classifier's o
 MIN_OVERALL_SKILL = 0.45
 MIN_SKILL = 0.05  # recall minus false rate below this: its agreement on a class says nothing
 SHRINK_ROWS = 10  # per-class rates lean on the overall ones as if from this many rows (6 dev rows a class is few)
-_fitted: dict[tuple, tuple] = {}  # (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate)
+# (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate, dev features)
+_fitted: dict[tuple, tuple] = {}
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,30 @@ class PseudoLabels:
     # False when the classifier is too weak out of fold (`MIN_OVERALL_SKILL`) for its agreement to be evidence
     # about an annotator's precision; its guesses may still point the miners at rows (checked on dev after)
     trusted: bool = True
+    # what the classifier was fitted on and reads, so `guess_from` can refit it on some of the dev rows
+    dev_X: np.ndarray | None = None  # (n_dev, d) features of the labeled dev rows, in the order given
+    dev_y: np.ndarray | None = None  # (n_dev,) their labels
+    pool_X: np.ndarray | None = None  # (n_pool_sample, d)
+    seed: int = 0
+    _by_rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def guess(self) -> np.ndarray:
         return self.proba.argmax(axis=1)
+
+    def guess_from(self, rows: np.ndarray) -> np.ndarray:
+        """(n_pool_sample,) guesses of the same classifier fitted on these dev rows only (positions among the labeled
+        dev rows), so the other rows can judge what is mined from them; all of `guess` when it cannot be refitted."""
+        if self.dev_X is None or self.dev_y is None or self.pool_X is None:
+            return self.guess
+        key = tuple(np.asarray(rows).tolist())
+        if key not in self._by_rows:
+            rows = np.asarray(rows, dtype=np.int64)
+            model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(
+                np.zeros((len(rows), 0), dtype=np.int64), self.dev_y[rows], self.dev_X[rows])
+            self._by_rows[key] = model.predict_proba(np.zeros((len(self.pool_X), 0), dtype=np.int64),
+                                                     self.pool_X).argmax(axis=1)
+        return self._by_rows[key]
 
     def evidence(self, fired: np.ndarray, label: int) -> tuple[float, float]:
         """(precision estimate, weight in rows) for an annotator voting `label` on the `fired` pool rows
@@ -115,13 +136,13 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
     if key not in _fitted:  # dev rarely changes between generations: fit once, guess each new sample
         X_dev = _features(embedder, labeled, relation)
         _fitted.clear()
-        _fitted[key] = _fit(X_dev, y, len(task.labels), seed)
-    model, accuracy, recall, false_rate = _fitted[key]
+        _fitted[key] = (*_fit(X_dev, y, len(task.labels), seed), X_dev)
+    model, accuracy, recall, false_rate, X_dev = _fitted[key]
     k = len(task.labels)
     trusted = (accuracy - 1.0 / k) / (1.0 - 1.0 / k) >= MIN_OVERALL_SKILL
     X_pool = _features(embedder, pool_sample, relation)
     return PseudoLabels(model.predict_proba(np.zeros((len(pool_sample), 0), dtype=np.int64), X_pool), accuracy,
-                        recall, false_rate, trusted)
+                        recall, false_rate, trusted, X_dev, y, X_pool, seed)
 
 
 def _features(embedder, examples: Sequence[Example], relation: bool) -> np.ndarray:

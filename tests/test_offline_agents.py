@@ -22,6 +22,7 @@ from engine.agents.offline_select import Proposal, SelectConfig, _viable, halves
 from engine.agents.offline_surface import MEASURES
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
+from engine.pseudo_labels import PseudoLabels
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
 from engine.score import score_annotator
 from engine.text_views import NEAR, NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text
@@ -487,3 +488,45 @@ def test_a_spec_both_mined_and_seeded_is_kept_once_as_seeded():
 
     kept = proposer._cross_fitted(ws, context, mine)
     assert len(kept) == 1 and kept[0].mined is False and kept[0].held is None
+
+
+def _guessed_context(guess_of: dict[str, int], rows_per_word: int = 30) -> tuple[Task, ProposalContext]:
+    """The spam task with a spam rule in the pool (ham is the weak class) and an unlabeled sample whose rows each
+    carry one word of `guess_of`, guessed as that word's class by a (made-up) dev-fitted classifier."""
+    task, dev = _spam_task(), _spam_dev()
+    spam_rule = _member(AnnotatorSpec("cue", "spam", "sentence", ("free", "win*", "prize")))
+    context = _context(task, dev, [spam_rule])
+    texts, guesses = [], []
+    for word, label in guess_of.items():
+        for i in range(rows_per_word):
+            texts.append(f"{word} plan number {i}")
+            guesses.append(label)
+    sample = tuple(Example(f"u{i}", t, "pool", None) for i, t in enumerate(texts))
+    proba = np.full((len(texts), 2), 0.1)
+    proba[np.arange(len(texts)), guesses] = 0.9
+    return task, replace(context, pool_sample=sample, pseudo=PseudoLabels(proba, accuracy=0.9))
+
+
+def test_the_improver_mines_the_guessed_pool_rows_and_dev_judges_what_it_finds():
+    # "dinner" is ham on dev (3 rows) and guessed ham on the sample; "lunch" is ham on dev but guessed spam there
+    task, context = _guessed_context({"dinner": 0, "lunch": 1})
+    cands = OfflineProposer().propose("improver", context)
+    guessed = [c for c in cands if "guessed labels" in c.rationale]
+    assert guessed, [c.rationale for c in cands]
+    specs = [parse_spec(c.source) for c in guessed]
+    assert any(s.label == "ham" and "dinner" in s.cues for s in specs)
+    assert not any(s.label == "spam" and "lunch" in s.cues for s in specs)  # dev says lunch is ham: not viable
+    for c in guessed:
+        assert "none of whose rows it was mined on" in c.rationale
+    # on the pool's guesses the improver does not also mine dev's failing rows (its seeds are not mined)
+    assert all("guessed labels" in c.rationale or "seeded" in c.rationale for c in cands)
+    _check_candidates(cands, task, [ex.as_input() for ex in context.dev])
+
+
+def test_the_improver_mines_dev_without_guesses_or_with_the_switch_off():
+    task, context = _guessed_context({"dinner": 0})
+    for proposer, ctx in ((OfflineProposer(), replace(context, pseudo=None)),
+                          (OfflineProposer(select=SelectConfig(improve_on_pool=False)), context)):
+        cands = proposer.propose("improver", ctx)
+        assert cands and not any("guessed labels" in c.rationale for c in cands)
+        assert all(c.rationale.startswith("improver: ") and ". On dev it fires" in c.rationale for c in cands)

@@ -81,12 +81,12 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
     return _jitter(singles + banks + conj + seeded, rng)
 
 
-def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precision: float,
+def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precision: float, judged: np.ndarray,
                             min_fires: int = POOL_MIN_FIRES) -> list[Proposal]:
-    """Single cues and keyword banks mined on the pool sample against a dev-fitted text classifier's guesses
-    (`guess`: (n_pool_sample,) class ids, engine/pseudo_labels.py), each fired on dev and judged there on every row
-    (`Proposal.held`): no dev row chose it. Thousands of guessed rows give a cue wider support than a few hundred
-    dev rows, and the dev rows that judge it were not the ones it was fitted to (bench/cross_fit.py)."""
+    """Single cues and keyword banks mined on the pool sample against a text classifier's guesses (`guess`:
+    (n_pool_sample,) class ids, engine/pseudo_labels.py), each fired on dev and judged on the `judged` dev rows
+    (`Proposal.held`, a shared read-only mask): those the classifier was not fitted on, so no row that judges a cue
+    chose it. Thousands of guessed rows give a cue wider support than a few hundred dev rows (bench/cross_fit.py)."""
     n = ws.pool.n_rows
     guess = np.asarray(guess[:n], dtype=np.int64)
     onehot = np.zeros((n, ws.n_classes), dtype=np.int32)
@@ -97,7 +97,6 @@ def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precisi
     singles = cue_proposals(guessed, min_precision=min_precision, min_fires=min_fires)
     banks = keyword_banks(guessed, singles, min_precision=min_precision)
     scale = np.sqrt(len(ws.y) / n)  # priors grow with the square root of support: on dev's footing beside dev's cues
-    judged = np.ones(len(ws.y), dtype=bool)  # one mask, shared (read only)
     for p in singles + banks:
         p.fired, p.held = ws.fires(p.spec, "dev"), judged
         p.prior *= scale

@@ -189,6 +189,9 @@ def grid_parser(doc: str, datasets: list[str], out: str) -> argparse.ArgumentPar
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--generations", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / out)
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="write one table from the .json files of earlier runs (e.g. two side by side) "
+                             "instead of running")
     return parser
 
 
@@ -212,8 +215,14 @@ def run_grid(args: argparse.Namespace, script: str, run: Callable[[str, int], di
 
 def run_and_save(args: argparse.Namespace, script: str, run: Callable[[str, int], dict | list[dict] | None],
                  markdown: Callable[[list[dict], dict], str]) -> None:
-    """`run_grid`, then the rows and their table written to `args.out` (.json and .md)."""
-    meta, rows = run_grid(args, script, run)
+    """`run_grid`, then the rows and their table written to `args.out` (.json and .md); with `args.merge`, the rows
+    of those earlier results instead (the first one's header, its command naming every part)."""
+    if getattr(args, "merge", None):
+        parts = [json.loads(path.read_text()) for path in args.merge]
+        meta = dict(parts[0]["meta"], command=" beside ".join(f"`{p['meta']['command']}`" for p in parts).strip("`"))
+        rows = [row for part in parts for row in part["rows"]]
+    else:
+        meta, rows = run_grid(args, script, run)
     save_result(args.out, {"meta": meta, "rows": rows}, markdown(rows, meta))
 
 

@@ -59,7 +59,7 @@ class PseudoLabels:
     dev_y: np.ndarray | None = None  # (n_dev,) their labels
     pool_X: np.ndarray | None = None  # (n_pool_sample, d)
     seed: int = 0
-    _by_rows: dict = field(default_factory=dict, repr=False, compare=False)
+    _by_rows: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # rows -> guesses
 
     @property
     def guess(self) -> np.ndarray:

@@ -530,3 +530,20 @@ def test_the_improver_mines_dev_without_guesses_or_with_the_switch_off():
         cands = proposer.propose("improver", ctx)
         assert cands and not any("guessed labels" in c.rationale for c in cands)
         assert all(c.rationale.startswith("improver: ") and ". On dev it fires" in c.rationale for c in cands)
+
+
+def test_with_enough_dev_rows_the_guesses_are_refitted_per_half_and_judged_on_the_other(monkeypatch):
+    import engine.agents.offline as offline
+
+    task, context = _guessed_context({"dinner": 0, "lunch": 1})
+    y = context.dev_labels
+    dev_X = np.array([[1.0 if "dinner" in ex.text or "lunch" in ex.text else 0.0, float(ex.label)]
+                      for ex in context.dev])
+    pool_X = np.array([[1.0, 0.0 if "dinner" in ex.text else 1.0] for ex in context.pool_sample])
+    pseudo = replace(context.pseudo, dev_X=dev_X, dev_y=y, pool_X=pool_X)
+    monkeypatch.setattr(offline, "GUESS_HALVES_ROWS", len(y))  # the spam dev is small: halve it anyway
+    cands = OfflineProposer().propose("improver", replace(context, pseudo=pseudo))
+    guessed = [c for c in cands if "guessed labels" in c.rationale]
+    assert guessed and all("the half of dev it was not mined on" in c.rationale for c in guessed)
+    first, second = halves(y)  # one refit per half, none on all of dev
+    assert set(pseudo._by_rows) == {tuple(first.tolist()), tuple(second.tolist())}

@@ -165,3 +165,17 @@ def test_untrusted_guesses_are_no_evidence():
     fired = np.array(guesses) == 1
     assert trusted.evidence(fired, 1)[1] > 0
     assert replace(trusted, trusted=False).evidence(fired, 1) == (0.0, 0.0)
+
+
+def test_guesses_refitted_on_some_dev_rows_read_those_rows_only():
+    """The improver judges what it mines from a half's guesses on the other half: the refit must not see it."""
+    x = np.array([[-1.0], [1.0]] * 10)
+    first = np.arange(10)  # rows 0..9: left is class 0, right class 1
+    second = np.arange(10, 20)  # rows 10..19: the other way round
+    y = np.where((x[:, 0] < 0) == (np.arange(20) < 10), 0, 1)
+    pool_X = np.array([[-1.0], [1.0]])
+    pseudo = PseudoLabels(np.full((2, 2), 0.5), 0.9, dev_X=x, dev_y=y, pool_X=pool_X)
+    assert pseudo.guess_from(first).tolist() == [0, 1]
+    assert pseudo.guess_from(second).tolist() == [1, 0]
+    assert pseudo.guess_from(first) is pseudo.guess_from(first)  # fitted once per set of rows
+    assert PseudoLabels(np.array([[0.2, 0.8]]), 0.9).guess_from(first).tolist() == [1]  # no features: its guesses

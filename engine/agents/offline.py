@@ -31,8 +31,8 @@ MIN_PRECISION = {"generator": 0.30, "improver": 0.25, "refiner": 0.25}  # the ga
 # dev rows below which the generator mines all of dev (the preview's halves need 20; a half of 20 rows mines little)
 CROSS_FIT_ROWS = 40
 # fitness rows below which the improver's guesses come from a classifier fitted on all of them, not refitted per half:
-# SemEval's 178 rows in halves of 89 guessed so badly that its pool's MV on the pool rows' withheld gold fell 0.513 ->
-# 0.443 (ChemProt's 400 rose 0.438 -> 0.443; bench/cross_fit.py)
+# SemEval's 178 rows in halves of 89 guessed so badly that its pool's MV on the pool rows' withheld gold fell, where
+# ChemProt's 400 rose (scratch runs of bench/cross_fit.py's evolution, not a recorded bench)
 GUESS_HALVES_ROWS = 300
 
 

@@ -23,7 +23,7 @@ from engine.score import per_class_f1
 
 WEAK_F1 = 0.40
 # a cue mined on the pool sample's guessed labels fires this often there (twice dev's min_fires on eight times the
-# rows: bench/cross_fit.py tried 20, which left TREC's small ABBR class without cues, and 10)
+# rows; 20 was tried in scratch runs, not a recorded bench, and left TREC's small ABBR class worse on pool gold)
 POOL_MIN_FIRES = 10
 NARROW_COVERAGE = 0.08
 PRECISE = 0.55

@@ -87,6 +87,8 @@ def run(name: str, seed: int, generations: int, with_auto: bool, ways: tuple[str
 
 def markdown(rows: list[dict], meta: dict) -> str:
     first, second = rows[0].get("ways", ("all_dev", "halves")) if rows else ("all_dev", "halves")
+    if any(tuple(r.get("ways", ("all_dev", "halves"))) != (first, second) for r in rows):
+        raise ValueError("rows compare different ways: one table compares one pair")
     with_auto = bool(rows) and f"{second}_auto_held" in rows[0]
     cols = ["mv_fitness", "mv_audit", "mv_pool_gold", "gap"] + (["auto_held"] if with_auto else [])
     lines = ["# Where the offline agents mine: `bench/cross_fit.py`\n",

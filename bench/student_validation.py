@@ -219,6 +219,9 @@ def run_and_save(args: argparse.Namespace, script: str, run: Callable[[str, int]
     of those earlier results instead (the first one's header, its command naming every part)."""
     if getattr(args, "merge", None):
         parts = [json.loads(path.read_text()) for path in args.merge]
+        commits = {p["meta"].get("commit") for p in parts}
+        if len(commits) > 1:
+            sys.exit(f"--merge: the parts ran at different commits {sorted(map(str, commits))}: one table needs one")
         meta = dict(parts[0]["meta"], command=" beside ".join(f"`{p['meta']['command']}`" for p in parts).strip("`"))
         rows = [row for part in parts for row in part["rows"]]
     else:

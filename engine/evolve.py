@@ -20,7 +20,7 @@ from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
 from engine.gate import GateConfig, run_gate
-from engine.pseudo_labels import pseudo_label
+from engine.pseudo_labels import MINED_ON_GUESSES, pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
@@ -161,11 +161,14 @@ def pool_evidence(executor: Executor, context: ProposalContext,
     """Each candidate's precision evidence on the agents' pool sample, from its votes there and the sample's
     pseudo-labels; the gate pools it with dev's counts (LLM- and expert-written code gets the same check as the
     offline agents' own preview)."""
-    if context.pseudo is None or not fresh or not context.pool_sample:
+    if context.pseudo is None or not context.pseudo.trusted or not context.pool_sample:
+        return None  # untrusted guesses weigh nothing: no sandbox run over the sample for them
+    judged = [a for a in fresh if MINED_ON_GUESSES not in a.rationale]  # chosen to agree with the guesses
+    if not judged:
         return None
     inputs = [ex.as_input() for ex in context.pool_sample]
-    results = executor.run(fresh, inputs, list(context.task.labels))
-    return {a.id: context.pseudo.evidence_of_votes(np.asarray(r.votes)) for a, r in zip(fresh, results, strict=True)}
+    results = executor.run(judged, inputs, list(context.task.labels))
+    return {a.id: context.pseudo.evidence_of_votes(np.asarray(r.votes)) for a, r in zip(judged, results, strict=True)}
 
 
 def run_generation(store: Store, proposer: Proposer, executor: Executor, number: int,

@@ -38,9 +38,13 @@ MAX_WEIGHT_ROWS = 200  # pool rows beyond this add no weight: the classifier's o
 # auto over seeds 0-2: 0.470 with it, 0.476 without). SemEval 0.83, TREC 0.55, banking77 0.55, SMS 0.95
 MIN_OVERALL_SKILL = 0.45
 MIN_SKILL = 0.05  # recall minus false rate below this: its agreement on a class says nothing
+# what the offline improver writes in the rationale of a cue it mined against these guesses: their agreement with it
+# is no evidence (it was chosen to agree), so neither its preview nor the gate weighs any (engine/evolve.py)
+MINED_ON_GUESSES = "mined on the unlabeled sample's guessed labels"
 SHRINK_ROWS = 10  # per-class rates lean on the overall ones as if from this many rows (6 dev rows a class is few)
 # (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate, dev features)
 _fitted: dict[tuple, tuple] = {}
+_refits: dict[tuple, TextOnly] = {}  # (dev ids, rows refitted on, seed) -> the classifier refitted on those rows
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class PseudoLabels:
     dev_y: np.ndarray | None = None  # (n_dev,) their labels
     pool_X: np.ndarray | None = None  # (n_pool_sample, d)
     seed: int = 0
+    dev_ids: tuple[str, ...] = ()  # the ids of the labeled dev rows `dev_X` holds, in order
     _by_rows: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # rows -> guesses
 
     @property
@@ -73,8 +78,16 @@ class PseudoLabels:
         key = tuple(np.asarray(rows).tolist())
         if key not in self._by_rows:
             rows = np.asarray(rows, dtype=np.int64)
-            model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(
-                np.zeros((len(rows), 0), dtype=np.int64), self.dev_y[rows], self.dev_X[rows])
+            # dev rarely changes between generations: the refit on these rows is kept like the full fit (`_fitted`)
+            model_key = (self.dev_ids, key, self.seed) if self.dev_ids else None
+            model = _refits.get(model_key) if model_key else None
+            if model is None:
+                model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(
+                    np.zeros((len(rows), 0), dtype=np.int64), self.dev_y[rows], self.dev_X[rows])
+                if model_key:
+                    if len(_refits) >= 4:
+                        _refits.clear()
+                    _refits[model_key] = model
             self._by_rows[key] = model.predict_proba(np.zeros((len(self.pool_X), 0), dtype=np.int64),
                                                      self.pool_X).argmax(axis=1)
         return self._by_rows[key]
@@ -142,7 +155,7 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
     trusted = (accuracy - 1.0 / k) / (1.0 - 1.0 / k) >= MIN_OVERALL_SKILL
     X_pool = _features(embedder, pool_sample, relation)
     return PseudoLabels(model.predict_proba(np.zeros((len(pool_sample), 0), dtype=np.int64), X_pool), accuracy,
-                        recall, false_rate, trusted, X_dev, y, X_pool, seed)
+                        recall, false_rate, trusted, X_dev, y, X_pool, seed, tuple(ex.id for ex in labeled))
 
 
 def _features(embedder, examples: Sequence[Example], relation: bool) -> np.ndarray:

@@ -508,16 +508,16 @@ def _guessed_context(guess_of: dict[str, int], rows_per_word: int = 30) -> tuple
 
 
 def test_the_improver_mines_the_guessed_pool_rows_and_dev_judges_what_it_finds():
-    # "dinner" is ham on dev (3 rows) and guessed ham on the sample; "lunch" is ham on dev but guessed spam there
-    task, context = _guessed_context({"dinner": 0, "lunch": 1})
+    # "lunch" is ham on dev (9 rows) and guessed ham on the sample; "free" is guessed ham too, but dev says spam
+    task, context = _guessed_context({"lunch": 0, "free": 0})
     cands = OfflineProposer().propose("improver", context)
     guessed = [c for c in cands if "guessed labels" in c.rationale]
     assert guessed, [c.rationale for c in cands]
     specs = [parse_spec(c.source) for c in guessed]
-    assert any(s.label == "ham" and "dinner" in s.cues for s in specs)
-    assert not any(s.label == "spam" and "lunch" in s.cues for s in specs)  # dev says lunch is ham: not viable
-    for c in guessed:
-        assert "none of whose rows it was mined on" in c.rationale
+    assert any(s.label == "ham" and "lunch" in s.cues for s in specs)
+    assert not any("free" in s.cues for s in specs)  # 18 spam rows on dev: not viable for ham
+    for c in guessed:  # too few rows to refit per half: judged on all of dev, which fitted the classifier
+        assert ". On dev it fires" in c.rationale
     # on the pool's guesses the improver does not also mine dev's failing rows (its seeds are not mined)
     assert all("guessed labels" in c.rationale or "seeded" in c.rationale for c in cands)
     _check_candidates(cands, task, [ex.as_input() for ex in context.dev])
@@ -535,15 +535,25 @@ def test_the_improver_mines_dev_without_guesses_or_with_the_switch_off():
 def test_with_enough_dev_rows_the_guesses_are_refitted_per_half_and_judged_on_the_other(monkeypatch):
     import engine.agents.offline as offline
 
-    task, context = _guessed_context({"dinner": 0, "lunch": 1})
+    task, context = _guessed_context({"lunch": 0, "free": 1})
     y = context.dev_labels
-    dev_X = np.array([[1.0 if "dinner" in ex.text or "lunch" in ex.text else 0.0, float(ex.label)]
-                      for ex in context.dev])
-    pool_X = np.array([[1.0, 0.0 if "dinner" in ex.text else 1.0] for ex in context.pool_sample])
-    pseudo = replace(context.pseudo, dev_X=dev_X, dev_y=y, pool_X=pool_X)
+    dev_X = np.array([[float(ex.label)] for ex in context.dev])  # a feature that is the label: a perfect refit
+    pool_X = np.array([[0.0 if "lunch" in ex.text else 1.0] for ex in context.pool_sample])
+    pseudo = replace(context.pseudo, dev_X=dev_X, dev_y=y, pool_X=pool_X,
+                     dev_ids=tuple(ex.id for ex in context.dev))
     monkeypatch.setattr(offline, "GUESS_HALVES_ROWS", len(y))  # the spam dev is small: halve it anyway
-    cands = OfflineProposer().propose("improver", replace(context, pseudo=pseudo))
-    guessed = [c for c in cands if "guessed labels" in c.rationale]
-    assert guessed and all("the half of dev it was not mined on" in c.rationale for c in guessed)
+    fitted: list[np.ndarray] = []
+    refit = pseudo.guess_from
+    object.__setattr__(pseudo, "guess_from", lambda rows: fitted.append(np.asarray(rows)) or refit(rows))
+    ctx = replace(context, pseudo=pseudo)
+    proposer = OfflineProposer()
+    proposals = proposer._guessed(proposer._workspace(ctx), ctx, 0.25, halved=True)
     first, second = halves(y)  # one refit per half, none on all of dev
-    assert set(pseudo._by_rows) == {tuple(first.tolist()), tuple(second.tolist())}
+    assert sorted(r.tolist() for r in fitted) == sorted([first.tolist(), second.tolist()])
+    assert proposals
+    for p in proposals:  # judged on exactly the half its classifier did not see
+        assert any(np.array_equal(np.flatnonzero(p.held), np.setdiff1d(np.arange(len(y)), rows)) for rows in fitted)
+    # a dev that is not the one the classifier was fitted on: the guesses are read whole, judged on all of dev
+    other = replace(pseudo, dev_ids=("somewhere else",))
+    assert all(p.held is None for p in proposer._guessed(proposer._workspace(ctx), replace(ctx, pseudo=other),
+                                                          0.25, halved=True))

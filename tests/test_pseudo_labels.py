@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from engine.agents.base import ProposalContext
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select
 from engine.agents.templates import AnnotatorSpec
-from engine.domain import ABSTAIN, FITNESS, Candidate
-from engine.evolve import EvolveConfig, run_generation
+from engine.domain import ABSTAIN, FITNESS, Candidate, Example, Task
+from engine.evolve import EvolveConfig, pool_evidence, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
-from engine.pseudo_labels import PseudoLabels, pseudo_label
+from engine.pseudo_labels import MINED_ON_GUESSES, PseudoLabels, pseudo_label
+from engine.sandbox.checks import make_annotator
 from engine.store.workspace import Store
 
 
@@ -179,3 +182,30 @@ def test_guesses_refitted_on_some_dev_rows_read_those_rows_only():
     assert pseudo.guess_from(second).tolist() == [1, 0]
     assert pseudo.guess_from(first) is pseudo.guess_from(first)  # fitted once per set of rows
     assert PseudoLabels(np.array([[0.2, 0.8]]), 0.9).guess_from(first).tolist() == [1]  # no features: its guesses
+
+
+class _CountingExecutor:
+    """Runs nothing: records which annotators it was asked to run and votes class 1 on every row."""
+
+    def __init__(self):
+        self.ran: list[str] = []
+
+    def run(self, annotators, inputs, labels):
+        self.ran += [a.id for a in annotators]
+        return [SimpleNamespace(votes=[1] * len(inputs)) for _ in annotators]
+
+
+def test_the_gate_takes_no_evidence_from_untrusted_guesses_or_for_cues_mined_on_them():
+    source = 'def annotate(example):\n    """Spam."""\n    return "spam"\n'
+    plain = make_annotator(Candidate(source, "improver", rationale="improver: a cue"), 1)
+    mined = make_annotator(Candidate(source.replace("Spam.", "Spam!"), "improver",
+                                     rationale=f"improver: a cue ({MINED_ON_GUESSES})"), 1)
+    sample = tuple(Example(f"u{i}", "win now", "pool", None) for i in range(8))
+    context = ProposalContext(task=Task("t", ("ham", "spam")), dev=(), pool_sample=sample, annotators=(), scores={},
+                              dev_votes=np.zeros((0, 0), dtype=np.int64), generation=1, seed=0,
+                              pseudo=_pseudo([1] * 8, 2, accuracy=0.9))
+    executor = _CountingExecutor()
+    evidence = pool_evidence(executor, context, [plain, mined])
+    assert set(evidence) == {plain.id} and executor.ran == [plain.id] and evidence[plain.id][1] > 0
+    untrusted = replace(context, pseudo=replace(context.pseudo, trusted=False))
+    assert pool_evidence(executor, untrusted, [plain]) is None and executor.ran == [plain.id]  # no second run

@@ -22,6 +22,7 @@ from engine.agents.offline_mine import OfflineWorkspace, build_workspace
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves, vote_counts
 from engine.agents.templates import parse_spec, render
 from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
+from engine.pseudo_labels import MINED_ON_GUESSES
 from engine.text_views import mined_views
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}
@@ -75,8 +76,10 @@ class OfflineProposer:
             on_pool = (config.improve_on_pool and context.pseudo is not None and ws.pool is not None
                        and ws.pool.n_rows > 0 and context.dev_label_sets is None)
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision, mine_dev=not on_pool)
-            if on_pool:
-                proposals += self._guessed(ws, context, config.min_precision, halved)
+            if on_pool:  # a label's word the miner also found stays seeded (as in `_cross_fitted`)
+                seeded = {render(p.spec) for p in proposals}
+                proposals += [p for p in self._guessed(ws, context, config.min_precision, halved)
+                              if render(p.spec) not in seeded]
         else:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
@@ -89,8 +92,10 @@ class OfflineProposer:
         gold = ws.y if context.dev_label_sets is None else ws.onehot  # score picks as the gate will
         pseudo = context.pseudo if context.pseudo is not None and ws.pool is not None else None
         evidence = None
-        if pseudo is not None:
+        if pseudo is not None and pseudo.trusted:
             def evidence(p: Proposal) -> tuple[float, float]:
+                if p.note == MINED_ON_GUESSES:  # chosen to agree with the guesses: their agreement says nothing
+                    return 0.0, 0.0
                 if p.pool_fired is None:
                     p.pool_fired = ws.fires(p.spec, "pool")
                 return pseudo.evidence(p.pool_fired, p.label)
@@ -125,11 +130,12 @@ class OfflineProposer:
         """The improver's cues mined on the pool sample's guessed labels. Halved (with GUESS_HALVES_ROWS fitness rows):
         guessed by the classifier refitted on each half of dev and judged on the other half (a classifier fitted on
         dev rows has learned them, and a cue read off its guesses would look better on them than elsewhere); else
-        fitted on all of dev and judged there. A spec found twice is kept as the first half found it."""
+        fitted on all of dev and judged there like a cue mined on dev (5 fires, z 1.5). A spec found twice is kept as
+        the first half found it."""
         pseudo = context.pseudo
-        if (not halved or len(ws.y) < GUESS_HALVES_ROWS or pseudo.dev_y is None
-                or not np.array_equal(pseudo.dev_y, ws.y)):
-            return roles.guessed_label_proposals(ws, pseudo.guess, floor, np.ones(len(ws.y), dtype=bool))
+        same_rows = pseudo.dev_ids == tuple(ex.id for ex in context.dev)
+        if not halved or len(ws.y) < GUESS_HALVES_ROWS or pseudo.dev_y is None or not same_rows:
+            return roles.guessed_label_proposals(ws, pseudo.guess, floor, None)
         kept: dict[str, Proposal] = {}
         first, second = halves(ws.y)
         for mined_on, judged_on in ((first, second), (second, first)):
@@ -199,8 +205,7 @@ def _hash(source: str) -> str:
 def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     dev_precision = stats.get("dev_precision", stats.get("precision", 0))
-    where = ("dev" if p.held is None else "dev, none of whose rows it was mined on," if p.held.all()
-             else "the half of dev it was not mined on")
+    where = "dev" if p.held is None else "the half of dev it was not mined on"
     rationale = (
         f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "

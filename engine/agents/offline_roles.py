@@ -19,6 +19,7 @@ from engine.agents.offline_mine import (
 from engine.agents.offline_seed import seeded_proposals
 from engine.agents.offline_select import Proposal, predictions, vote_counts
 from engine.agents.templates import AnnotatorSpec, parse_spec
+from engine.pseudo_labels import MINED_ON_GUESSES
 from engine.score import per_class_f1
 
 WEAK_F1 = 0.40
@@ -81,12 +82,14 @@ def improver_proposals(ws: OfflineWorkspace, context: ProposalContext, rng: np.r
     return _jitter(singles + banks + conj + seeded, rng)
 
 
-def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precision: float, judged: np.ndarray,
-                            min_fires: int = POOL_MIN_FIRES) -> list[Proposal]:
+def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precision: float,
+                            judged: np.ndarray | None, min_fires: int = POOL_MIN_FIRES) -> list[Proposal]:
     """Single cues and keyword banks mined on the pool sample against a text classifier's guesses (`guess`:
     (n_pool_sample,) class ids, engine/pseudo_labels.py), each fired on dev and judged on the `judged` dev rows
-    (`Proposal.held`, a shared read-only mask): those the classifier was not fitted on, so no row that judges a cue
-    chose it. Thousands of guessed rows give a cue wider support than a few hundred dev rows (bench/cross_fit.py)."""
+    (`Proposal.held`, a shared read-only mask): those the classifier was not fitted on. `judged=None`: on all of dev,
+    which the classifier was fitted on, at the full fires and bound of a cue mined on dev. Thousands of guessed rows
+    give a cue wider support than a few hundred dev rows (bench/cross_fit.py). On relation tasks a sentence cue must
+    be a relation word in the sample, as a dev-mined one must (`OfflineWorkspace.relation_word`)."""
     n = ws.pool.n_rows
     guess = np.asarray(guess[:n], dtype=np.int64)
     onehot = np.zeros((n, ws.n_classes), dtype=np.int32)
@@ -94,13 +97,15 @@ def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precisi
     # the pool sample as the rows mined; its own index (words, no prefixes) and no second sample to check against
     guessed = OfflineWorkspace(task=ws.task, views=ws.views, y=guess, onehot=onehot, dev=ws.pool, pool=None,
                                dev_surface={}, class_prior=onehot.mean(axis=0))
-    singles = cue_proposals(guessed, min_precision=min_precision, min_fires=min_fires)
-    banks = keyword_banks(guessed, singles, min_precision=min_precision)
+    singles = [p for p in cue_proposals(guessed, min_precision=min_precision, min_fires=min_fires)
+               if ws.relation_word(p.spec.view, p.spec.cues)]
+    banks = [p for p in keyword_banks(guessed, singles, min_precision=min_precision)
+             if ws.relation_word(p.spec.view, p.spec.cues)]
     scale = np.sqrt(len(ws.y) / n)  # priors grow with the square root of support: on dev's footing beside dev's cues
     for p in singles + banks:
         p.fired, p.held = ws.fires(p.spec, "dev"), judged
         p.prior *= scale
-        p.note = "mined on the unlabeled sample's guessed labels"
+        p.note = MINED_ON_GUESSES
     return singles + banks
 
 

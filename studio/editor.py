@@ -53,7 +53,8 @@ def cue_words(source: str, exclude: set[str] = frozenset(), limit: int = MAX_HIG
     """The words the code looks for: its string constants that are plain words or phrases.
 
     Regex-like strings, docstrings, label and field names are left out; a trailing '*' (a stem) is kept
-    and matched as a word prefix.
+    and matched as a word prefix. One-letter words stay: a cue "a" (longer spam comments say it more) is what the
+    annotator looks for, and `highlighted` marks it only as a whole word.
     """
     try:
         tree = ast.parse(source)
@@ -64,7 +65,7 @@ def cue_words(source: str, exclude: set[str] = frozenset(), limit: int = MAX_HIG
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             word = node.value.strip()
-            if _WORDY.match(word) and len(word.rstrip("*")) >= 2 and word.lower() not in skip:
+            if _WORDY.match(word) and word.lower() not in skip:
                 found.add(word.lower())
     return sorted(found, key=lambda w: (-len(w), w))[:limit]
 

@@ -556,6 +556,8 @@ def test_the_words_that_made_it_fire_are_highlighted_and_escaped():
     assert highlighted("Check *my* channel!", words) == (
         ":orange-background[**Check**] \\*:orange-background[**my**]\\* :orange-background[**channel**]\\!")
     assert highlighted("mystery", ["my"]) == "mystery"  # whole words only (a '*' cue matches a prefix)
+    assert cue_words("CUES = ('a',)\n", {"SPAM"}) == ["a"]  # a one-letter cue is still a cue
+    assert highlighted("a cat", ["a"]) == ":orange-background[**a**] cat"
 
 
 def test_stop_now_asks_first_then_stops_the_run(home):

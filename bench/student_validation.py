@@ -131,17 +131,16 @@ def auto_on_held(auto: AutoAggregator, votes: np.ndarray, feats: dict, rows: Hel
 def run(name: str, seed: int, generations: int) -> dict | None:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations)
     k = len(labels)
-    pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
-    sample = pool[unlabeled_sample(len(pool), seed)]
-    held = np.setdiff1d(pool, sample)
-    if len(held) < MIN_ROWS:
-        print(f"  {name}: {len(held)} pool rows outside the student's sample, fewer than {MIN_ROWS}: skipped",
+    n_pool = int((frame["split"] == "pool").sum())
+    # the student's own sample only (no seeded half of a small pool, as `HeldOut` would take): what auto learns from
+    held_rows = max(n_pool - MAX_UNLABELED, 0)
+    if held_rows < MIN_ROWS:
+        print(f"  {name}: {held_rows} pool rows outside the student's sample, fewer than {MIN_ROWS}: skipped",
               file=sys.stderr)
         return None
-    gold = pool_gold(name, frame["id"].to_numpy()[held], labels)
-    dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
-    y = frame["label"].to_numpy()[dev].astype(int)
-    on_dev = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True)
+    rows = HeldOut.of(frame, name, labels, seed)
+    dev, y, sample, held, gold = rows.dev, rows.y, rows.sample, rows.held, rows.gold
+    on_dev = dict(audit=rows.audit, votes_selected=True)
     unlabeled = dict(unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
     X_dev, X_held = take_rows(feats, dev), take_rows(feats, held)
 

@@ -15,7 +15,7 @@ Only the fitness rows' labels are read (never audit or test rows).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -44,7 +44,8 @@ MINED_ON_GUESSES = "mined on the unlabeled sample's guessed labels"
 SHRINK_ROWS = 10  # per-class rates lean on the overall ones as if from this many rows (6 dev rows a class is few)
 # (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate, dev features)
 _fitted: dict[tuple, tuple] = {}
-_refits: dict[tuple, TextOnly] = {}  # (dev ids, rows refitted on, seed) -> the classifier refitted on those rows
+# (dev ids, dev labels, rows refitted on, seed) -> the classifier refitted on those rows
+_refits: dict[tuple, TextOnly] = {}
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,6 @@ class PseudoLabels:
     pool_X: np.ndarray | None = None  # (n_pool_sample, d)
     seed: int = 0
     dev_ids: tuple[str, ...] = ()  # the ids of the labeled dev rows `dev_X` holds, in order
-    _by_rows: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # rows -> guesses
 
     @property
     def guess(self) -> np.ndarray:
@@ -75,22 +75,18 @@ class PseudoLabels:
         dev rows), so the other rows can judge what is mined from them; all of `guess` when it cannot be refitted."""
         if self.dev_X is None or self.dev_y is None or self.pool_X is None:
             return self.guess
-        key = tuple(np.asarray(rows).tolist())
-        if key not in self._by_rows:
-            rows = np.asarray(rows, dtype=np.int64)
-            # dev rarely changes between generations: the refit on these rows is kept like the full fit (`_fitted`)
-            model_key = (self.dev_ids, key, self.seed) if self.dev_ids else None
-            model = _refits.get(model_key) if model_key else None
-            if model is None:
-                model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(
-                    np.zeros((len(rows), 0), dtype=np.int64), self.dev_y[rows], self.dev_X[rows])
-                if model_key:
-                    if len(_refits) >= 4:
-                        _refits.clear()
-                    _refits[model_key] = model
-            self._by_rows[key] = model.predict_proba(np.zeros((len(self.pool_X), 0), dtype=np.int64),
-                                                     self.pool_X).argmax(axis=1)
-        return self._by_rows[key]
+        rows = np.asarray(rows, dtype=np.int64)
+        # dev rarely changes between generations: the refit on these rows is kept like the full fit (`_fitted`)
+        key = (self.dev_ids, self.dev_y.tobytes(), tuple(rows.tolist()), self.seed) if self.dev_ids else None
+        model = _refits.get(key) if key else None
+        if model is None:
+            model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(
+                np.zeros((len(rows), 0), dtype=np.int64), self.dev_y[rows], self.dev_X[rows])
+            if key:
+                if len(_refits) >= 4:  # the two halves of the current dev, and room for a change of dev
+                    _refits.clear()
+                _refits[key] = model
+        return model.predict_proba(np.zeros((len(self.pool_X), 0), dtype=np.int64), self.pool_X).argmax(axis=1)
 
     def evidence(self, fired: np.ndarray, label: int) -> tuple[float, float]:
         """(precision estimate, weight in rows) for an annotator voting `label` on the `fired` pool rows

@@ -555,5 +555,5 @@ def test_with_enough_dev_rows_the_guesses_are_refitted_per_half_and_judged_on_th
         assert any(np.array_equal(np.flatnonzero(p.held), np.setdiff1d(np.arange(len(y)), rows)) for rows in fitted)
     # a dev that is not the one the classifier was fitted on: the guesses are read whole, judged on all of dev
     other = replace(pseudo, dev_ids=("somewhere else",))
-    assert all(p.held is None for p in proposer._guessed(proposer._workspace(ctx), replace(ctx, pseudo=other),
-                                                          0.25, halved=True))
+    whole = proposer._guessed(proposer._workspace(ctx), replace(ctx, pseudo=other), 0.25, halved=True)
+    assert whole and all(p.held is None for p in whole)

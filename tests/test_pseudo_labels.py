@@ -14,7 +14,7 @@ from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN, FITNESS, Candidate, Example, Task
 from engine.evolve import EvolveConfig, pool_evidence, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
-from engine.pseudo_labels import MINED_ON_GUESSES, PseudoLabels, pseudo_label
+from engine.pseudo_labels import MINED_ON_GUESSES, PseudoLabels, _refits, pseudo_label
 from engine.sandbox.checks import make_annotator
 from engine.store.workspace import Store
 
@@ -180,7 +180,12 @@ def test_guesses_refitted_on_some_dev_rows_read_those_rows_only():
     pseudo = PseudoLabels(np.full((2, 2), 0.5), 0.9, dev_X=x, dev_y=y, pool_X=pool_X)
     assert pseudo.guess_from(first).tolist() == [0, 1]
     assert pseudo.guess_from(second).tolist() == [1, 0]
-    assert pseudo.guess_from(first) is pseudo.guess_from(first)  # fitted once per set of rows
+    rows_of = replace(pseudo, dev_ids=tuple(f"d{i}" for i in range(20)))  # named rows: refits are kept
+    _refits.clear()
+    assert rows_of.guess_from(first).tolist() == rows_of.guess_from(first).tolist() == [0, 1]
+    assert len(_refits) == 1  # fitted once per set of rows
+    relabeled = replace(rows_of, dev_y=1 - y)  # the same rows, relabeled: a new fit, not the kept one
+    assert relabeled.guess_from(first).tolist() == [1, 0] and len(_refits) == 2
     assert PseudoLabels(np.array([[0.2, 0.8]]), 0.9).guess_from(first).tolist() == [1]  # no features: its guesses
 
 

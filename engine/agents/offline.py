@@ -76,10 +76,8 @@ class OfflineProposer:
             on_pool = (config.improve_on_pool and context.pseudo is not None and ws.pool is not None
                        and ws.pool.n_rows > 0 and context.dev_label_sets is None)
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision, mine_dev=not on_pool)
-            if on_pool:  # a label's word the miner also found stays seeded (as in `_cross_fitted`)
-                seeded = {render(p.spec) for p in proposals}
-                proposals += [p for p in self._guessed(ws, context, config.min_precision, halved)
-                              if render(p.spec) not in seeded]
+            if on_pool:
+                proposals = _once(proposals + self._guessed(ws, context, config.min_precision, halved))
         else:
             proposals = roles.refiner_proposals(ws, context, config.min_precision)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
@@ -111,20 +109,15 @@ class OfflineProposer:
         (`Proposal.held`); a mined cue fired at least `min_fires` times on its half and must fire half as often on
         the other. Seeded cues (not mined) are judged on all of dev. A spec found twice is kept once: seeded if it was
         ever seeded (a label's word the miner also found is no scan's luck), else as the first half found it."""
-        first, second = halves(ws.y)
-        kept: dict[str, Proposal] = {}
-        for mined_on, judged_on in ((first, second), (second, first)):
-            held = np.zeros(len(ws.y), dtype=bool)
-            held[judged_on] = True  # one mask per half, shared by its proposals (read only)
-            for p in mine(self._half(ws, context, mined_on), mined_on):
-                source = render(p.spec)
-                if source in kept and (not kept[source].mined or p.mined):
-                    continue
+        def judged(mined_on: np.ndarray, held: np.ndarray) -> list[Proposal]:
+            out = mine(self._half(ws, context, mined_on), mined_on)
+            for p in out:
                 p.fired = ws.fires(p.spec, "dev")
                 if p.mined:
                     p.held = held
-                kept[source] = p
-        return list(kept.values())
+            return out
+
+        return _over_halves(ws.y, judged)
 
     def _guessed(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
         """The improver's cues mined on the pool sample's guessed labels. Halved (with GUESS_HALVES_ROWS fitness rows):
@@ -136,14 +129,8 @@ class OfflineProposer:
         same_rows = pseudo.dev_ids == tuple(ex.id for ex in context.dev)
         if not halved or len(ws.y) < GUESS_HALVES_ROWS or pseudo.dev_y is None or not same_rows:
             return roles.guessed_label_proposals(ws, pseudo.guess, floor, None)
-        kept: dict[str, Proposal] = {}
-        first, second = halves(ws.y)
-        for mined_on, judged_on in ((first, second), (second, first)):
-            held = np.zeros(len(ws.y), dtype=bool)
-            held[judged_on] = True
-            for p in roles.guessed_label_proposals(ws, pseudo.guess_from(mined_on), floor, held):
-                kept.setdefault(render(p.spec), p)
-        return list(kept.values())
+        return _over_halves(ws.y, lambda mined_on, held: roles.guessed_label_proposals(
+            ws, pseudo.guess_from(mined_on), floor, held))
 
     def _half(self, ws: OfflineWorkspace, context: ProposalContext, rows: np.ndarray) -> OfflineWorkspace:
         """A workspace over some dev rows only, sharing `ws`'s pool sample (cached like `_workspace`)."""
@@ -170,6 +157,30 @@ class OfflineProposer:
                                         context.dev_label_sets)
             self._cache = {key: workspace}
         return self._cache[key]
+
+
+def _over_halves(y: np.ndarray, judged: Callable[[np.ndarray, np.ndarray], list[Proposal]]) -> list[Proposal]:
+    """`judged(mined_on, held)` for each half of dev (`halves`: the ones the preview checks a pick's gain on), `held`
+    the (n_dev,) mask of the other half, one per half and shared by its proposals (read only); the proposals of both,
+    each spec once (`_once`)."""
+    first, second = halves(y)
+    out: list[Proposal] = []
+    for mined_on, judged_on in ((first, second), (second, first)):
+        held = np.zeros(len(y), dtype=bool)
+        held[judged_on] = True
+        out += judged(mined_on, held)
+    return _once(out)
+
+
+def _once(proposals: list[Proposal]) -> list[Proposal]:
+    """Each spec once, in first-found order: as seeded if it was ever seeded (a label's word a miner also found is no
+    scan's luck), else as first found."""
+    kept: dict[str, Proposal] = {}
+    for p in proposals:
+        source = render(p.spec)
+        if source not in kept or (kept[source].mined and not p.mined):
+            kept[source] = p
+    return list(kept.values())
 
 
 def _pool_coverage(ws: OfflineWorkspace, context: ProposalContext) -> np.ndarray | None:

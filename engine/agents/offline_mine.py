@@ -87,14 +87,15 @@ class OfflineWorkspace:
         expected = max(in_pool, 0.5) / self.pool.n_rows * len(self.y)
         if dev_fires >= 2 * expected and stats.poisson.sf(dev_fires - 1, expected) < FLUKE_P:
             return False
-        return self.relation_word(view, cues)
+        return self.relation_word(view, cues, in_pool)
 
-    def relation_word(self, view: str, cues: Sequence[str]) -> bool:
+    def relation_word(self, view: str, cues: Sequence[str], in_pool: int | None = None) -> bool:
         """Check 2 of `trustworthy` alone: on a relation task, a whole-sentence cue must often sit between the two
-        entities in the pool sample (True when there is no sample, no relation, or another view)."""
+        entities in the pool sample (True when there is no sample, no relation, or another view). `in_pool`: its
+        fires on the sample, when already counted."""
         if self.pool is None or self.pool.n_rows < 200 or view != "sentence" or "between" not in self.views:
             return True
-        in_pool = self.pool_fires(view, cues)
+        in_pool = self.pool_fires(view, cues) if in_pool is None else in_pool
         return not in_pool or self.pool_fires("between", cues) >= RELATION_SHARE * in_pool
 
 

@@ -6,7 +6,9 @@ accuracy for each aggregator next to baselines computed on the same splits:
   - WRENCH's expert-written LFs + majority vote (their `weak_labels`; uncovered rows count as wrong),
   - a classifier on sentence embeddings trained on dev only, no pool (the `embedding` aggregator),
   - "best without the pool": `auto-text`, the best text-only model (students of text-only teachers
-    included) chosen on dev the way `auto` chooses.
+    included) chosen on dev the way `auto` chooses,
+  - "best with the pool": `auto-pool`, the best model that reads the pool's votes (students of vote-reading
+    teachers included), chosen the same way: issue 12's margin is this minus that, two choices made alike.
 and the pool's majority-vote macro-F1 on the fitness rows (where the gate chose it), the audit rows and test,
 whose gap says how far the pool's dev figures are from the truth. A summary table gives mean +- sd over seeds.
 Test labels are read only after fitting, to score.
@@ -52,7 +54,8 @@ from engine.store.workspace import Store  # noqa: E402
 from engine.text_views import masked_views, task_views  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
-AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto")
+AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto-pool", "auto")
+NAMED = {"auto-text": "best without the pool", "auto-pool": "best with the pool"}  # columns named by what they say
 EMBEDDER = get_embedder().name  # what the workspaces cache embeddings under
 
 
@@ -174,7 +177,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
             row[agg] = result["macro_f1"]
             row[f"{agg}_acc"] = result["accuracy"]
             row[f"{agg}_s"] = round(time.monotonic() - t, 1)
-            if agg in ("auto", "auto-text"):
+            if agg in ("auto", "auto-text", "auto-pool"):
                 row[f"{agg}_chose"] = result.get("chosen", "")
                 row[f"{agg}_uses_pool"] = result.get("uses_pool")
             if agg == "mv":
@@ -193,8 +196,8 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
 def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
     head = ["dataset", "seed", "dev (audit)", "test", "pool", "evolve s", "pool MV fitness / audit / test",
             "WRENCH LFs + MV", "embeddings (dev only)"]
-    head += [f"pool + {a}" if a != "auto-text" else "best without the pool" for a in aggregators]
-    head += ["auto chose", "auto uses pool"]
+    head += [NAMED.get(a, f"pool + {a}") for a in aggregators]
+    head += ["auto chose", "auto uses pool", "best with the pool chose"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(r: dict, key: str) -> str:
@@ -209,7 +212,8 @@ def table(rows: list[dict], aggregators: tuple[str, ...]) -> str:
     for r in rows:
         cells = [r["dataset"], str(r.get("seed", 0)), f"{r['dev']} ({r.get('audit', 0)})", str(r["test"]),
                  str(r["pool"]), str(r["evolve_s"]), mv(r), cell(r, "wrench_lf_mv"), cell(r, "emb_dev_only")]
-        cells += [cell(r, a) for a in aggregators] + [str(r.get("auto_chose", "")), str(r.get("auto_uses_pool"))]
+        cells += [cell(r, a) for a in aggregators] + [str(r.get("auto_chose", "")), str(r.get("auto_uses_pool")),
+                                                      str(r.get("auto-pool_chose", "–"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -224,17 +228,19 @@ def _ms(values: list[float]) -> str:
 def summary(rows: list[dict], targets: dict[str, float]) -> str:
     """Mean ± sd over seeds per dataset, with the issue's targets beside the figures they concern."""
     head = ["dataset", "seeds", "evolve s (max)", "pool MV fitness", "pool MV audit", "pool MV test",
-            "gap fitness → test", "pool + evoagg", "best without the pool", "pool + auto", "auto target",
-            "auto − best without", "auto uses pool"]
+            "gap fitness → test", "pool + evoagg", "best without the pool", "best with the pool",
+            "with − without (≥ 0.01)", "pool + auto", "auto target", "auto − best without", "auto uses pool"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
         gaps = [r["pool_mv_test"] - r["pool_mv_fitness"] for r in mine]
         lead = [r["auto"] - r["auto-text"] for r in mine if "auto" in r and "auto-text" in r]
+        margin = [r["auto-pool"] - r["auto-text"] for r in mine if "auto-pool" in r and "auto-text" in r]
         cells = [name, ",".join(str(r["seed"]) for r in mine), f"{max(r['evolve_s'] for r in mine):.1f}",
                  _ms([r["pool_mv_fitness"] for r in mine]), _ms([r["pool_mv_audit"] for r in mine]),
                  _ms([r["pool_mv_test"] for r in mine]), _ms(gaps), _ms([r.get("evoagg") for r in mine]),
-                 _ms([r.get("auto-text") for r in mine]), _ms([r.get("auto") for r in mine]),
+                 _ms([r.get("auto-text") for r in mine]), _ms([r.get("auto-pool") for r in mine]), _ms(margin),
+                 _ms([r.get("auto") for r in mine]),
                  f"≥ {targets[name]:.2f}" if name in targets else "–", _ms(lead),
                  f"{sum(bool(r.get('auto_uses_pool')) for r in mine)} of {len(mine)}"]
         lines.append("| " + " | ".join(cells) + " |")

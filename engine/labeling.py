@@ -3,8 +3,8 @@
 Aggregators are fitted on dev labels only (Dawid–Skene, which needs no labels, on every row's votes).
 Dev rows get out-of-fold predictions, so every dev figure the studio or CLI shows is honest.
 Test labels are read only by `evaluate(split="test")`, after fitting.
-A multi-label task is labeled by MultiLabelEvoAgg (one binary model per class; "evoagg" and "auto" both
-name it, "embedding" is it without the votes); a row gets every class whose probability reaches `threshold`.
+A multi-label task is labeled by MultiLabelEvoAgg (one binary model per class; "evoagg", "auto" and "auto-pool"
+all name it, "embedding" is it without the votes); a row gets every class whose probability reaches `threshold`.
 """
 from __future__ import annotations
 
@@ -297,11 +297,11 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
             dev_scores = dataclasses.replace(
                 dev_scores, audit_macro_f1=multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"],
                 n_audit=int(audit.sum()))
-    if aggregator == "auto":
+    if aggregator in ("auto", "auto-pool"):
         dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice("evoagg"))
     dev_scores = dataclasses.replace(dev_scores, uses_pool=aggregator_entry(aggregator).reads_votes)
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    made_by = "auto:evoagg" if aggregator == "auto" else aggregator
+    made_by = "auto:evoagg" if aggregator in ("auto", "auto-pool") else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
 
 
@@ -355,11 +355,11 @@ def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...]
                         on_event: EventSink = quiet) -> list[dict]:
     """Dev out-of-fold scores of each aggregator, side by side (dev only: no test label is read).
 
-    On a multi-label task only those that can label it, and not `auto` (it is `evoagg` there).
+    On a multi-label task only those that can label it, and not `auto` or `auto-pool` (they are `evoagg` there).
     """
     task = store.load_task()
     if task.multi_label:
-        names = tuple(n for n in names if n in aggregators_for(task) and n != "auto")
+        names = tuple(n for n in names if n in aggregators_for(task) and n not in ("auto", "auto-pool"))
     out = []
     for name in names:
         result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)

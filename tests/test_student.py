@@ -133,6 +133,23 @@ def test_auto_may_choose_a_student_and_says_whether_it_uses_the_pool(data):
     assert "mv" in chosen.left_out_
 
 
+def test_auto_pool_chooses_among_what_reads_the_votes(data):
+    """`auto-pool`, the other side of `auto-text`: the best the pool does, chosen by auto's rules, so that the two
+    compared in bench/quality.py were chosen alike on dev."""
+    X, y, votes, dev, pool, test = data
+    dev = np.arange(40)
+    fit = dict(unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    for selected in (False, True):  # without audit rows under a pool chosen on dev, only its students may be chosen
+        model = AutoAggregator(2, seed=0, pool_only=True).fit(votes[dev], y[dev], rows(X, dev),
+                                                              votes_selected=selected, **fit)
+        assert model.uses_votes_ is True and all(reads_votes(name) for name in model.oof_scores_)
+        assert "tfidf-only" not in model.oof_scores_ and "student<tfidf-only>" not in model.oof_scores_
+        assert not selected or model.chosen_.startswith("student<")
+        assert model.predict_proba(votes[test], rows(X, test)).shape == (len(test), 2)
+    with pytest.raises(ValueError, match="exclude each other"):
+        AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
+
+
 def test_without_audit_rows_the_best_text_model_also_teaches(data):
     """A pool chosen on these dev rows with no audit rows to judge it: the vote readers' dev figures are inflated, so
     the teachers they rank first are suspect and the best text-only model's student is weighed too (on held pool rows

@@ -40,7 +40,9 @@ the unlabeled rows outnumber the student's sample, up to 2,000 rows outside it: 
 surer of its teacher's classes and the shift overshoots) and taken on a strictly higher score that also beats the
 plain student by `prior_min_gain` (bench/prior_match.py). `uses_votes_` says whether the chosen model reads
 the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
-candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator).
+candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator); `pool_only=True`
+chooses among what reads the votes (students of vote-reading teachers included), by the same rules: the best the
+pool does (the "auto-pool" aggregator), so "does the pool earn its place" compares two choices made alike on dev.
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 (the fits climb C warm-started from the last, `oof_path`) and the best one's score stands for the candidate
@@ -208,7 +210,7 @@ class AutoAggregator(BaseAggregator):
                  students: bool = True, confidence: float = 0.9, student_confidence: float = STUDENT_CONFIDENCE,
                  bootstrap: int = 200,
                  n_jobs: int | None = None, prior_matching: bool = True, prior_min_gain: float = PRIOR_MIN_GAIN,
-                 text_teacher: bool = True):
+                 text_teacher: bool = True, pool_only: bool = False):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -216,6 +218,7 @@ class AutoAggregator(BaseAggregator):
         self.top_k = top_k
         self.min_audit = min_audit
         self.text_only = text_only
+        self.pool_only = pool_only
         self.students = students
         self.confidence = confidence  # how sure the audit rows must be before a vote-only model beats the text
         # how sure the rows a teacher is judged on must be before it stays over its own student (0: a strictly
@@ -251,6 +254,8 @@ class AutoAggregator(BaseAggregator):
             raise ValueError("AutoAggregator chooses by dev scores: y is required")
         if self.prior_min_gain < 0:  # checked here, not in __init__: scikit-learn's convention for parameters
             raise ValueError(f"prior_min_gain is a gain in macro-F1: 0 or more, not {self.prior_min_gain}")
+        if self.text_only and self.pool_only:
+            raise ValueError("text_only and pool_only exclude each other: choose one")
         v = check_votes(votes, self.n_classes)
         y = check_labels(y, self.n_classes, v.shape[0])
         feats = feature_dict(X) or None
@@ -265,6 +270,8 @@ class AutoAggregator(BaseAggregator):
         candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
         ranked = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
+        if self.pool_only:
+            ranked = [name for name in ranked if reads_votes(name)]
         if judge.audit is not None:
             text_readers = {c.name for c in candidates if c.reads_text}
             ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, y, judge.audit)
@@ -280,7 +287,8 @@ class AutoAggregator(BaseAggregator):
             # average joins the board, so it may also be chosen itself (it reads no votes; scored out of fold)
             text_ranked = [n for n in ranked if not reads_votes(n)]
             text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
-                            and votes_selected and judge.audit is None and not self.text_only else None)
+                            and votes_selected and judge.audit is None and not (self.text_only or self.pool_only)
+                            else None)
             chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
                                                    unlabeled, text_teacher)
         self.oof_scores_ = board.scores
@@ -310,6 +318,10 @@ class AutoAggregator(BaseAggregator):
             candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
+        if self.pool_only:
+            candidates = [c for c in candidates if reads_votes(c.name)]
+            if not candidates:
+                raise ValueError("pool_only needs a candidate that reads the votes")
         return candidates
 
     def _score_candidates(self, board: _Board, candidates: list[Ingredient], v: np.ndarray, y: np.ndarray,

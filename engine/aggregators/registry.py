@@ -68,6 +68,10 @@ _ENTRIES = (
     AggregatorEntry("auto-text", "the best of the text-only models (students of text-only teachers included): "
                     "what the text does without the pool", lambda k, seed: AutoAggregator(k, seed=seed, text_only=True),
                     reads_votes=False, reads_text=True, needs_labels=True, chooses=True),
+    AggregatorEntry("auto-pool", "the best of the models that read the pool's votes (students of their teachers "
+                    "included), chosen like auto: what the pool does, beside auto-text",
+                    lambda k, seed: AutoAggregator(k, seed=seed, pool_only=True), reads_text=True, needs_labels=True,
+                    chooses=True),
 )
 ENTRIES: Mapping[str, AggregatorEntry] = {entry.name: entry for entry in _ENTRIES}
 AGGREGATORS: tuple[str, ...] = tuple(ENTRIES)

@@ -66,18 +66,29 @@ def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
     return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
 
 
-def relation_texts(frame: pd.DataFrame) -> list[str]:
-    """Each row's `relation_context`: the words between and around its two entity mentions, marked by place. Worked
-    out once per distinct (text, spans): a corpus repeats them (100K rows resampled from ChemProt's train split hold
-    at most its 12,861), and it reads nothing else of a row."""
-    memo: dict[tuple[str, str, str], str] = {}
-    out = []
-    for fields, text in zip(frame["fields"], frame["text"], strict=True):
+def distinct_pairs(frame: pd.DataFrame) -> tuple[list[int], np.ndarray]:
+    """The row position of each distinct (text, spans), in first-occurrence order, and each row's index among them.
+    The relation views read nothing else of a row, and a corpus repeats them (100K rows resampled from ChemProt's
+    train split hold at most its 12,861): each is worked out once per distinct pair."""
+    position: dict[tuple[str, str, str], int] = {}
+    first: list[int] = []
+    inverse = np.empty(len(frame), dtype=np.int64)
+    for row, (fields, text) in enumerate(zip(frame["fields"], frame["text"], strict=True)):
         key = (text, repr(fields.get("span1")), repr(fields.get("span2")))
-        if key not in memo:
-            memo[key] = relation_context({**fields, "text": text})
-        out.append(memo[key])
-    return out
+        index = position.setdefault(key, len(position))
+        if index == len(first):
+            first.append(row)
+        inverse[row] = index
+    return first, inverse
+
+
+def relation_texts(frame: pd.DataFrame, distinct: tuple[list[int], np.ndarray] | None = None) -> list[str]:
+    """Each row's `relation_context`: the words between and around its two entity mentions, marked by place.
+    `distinct`: `distinct_pairs(frame)`, when the caller has it."""
+    first, inverse = distinct or distinct_pairs(frame)
+    fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
+    context = [relation_context({**fields[row], "text": texts[row]}) for row in first]
+    return [context[index] for index in inverse]
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
@@ -99,30 +110,34 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
         out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
     if "tfidf" in kinds:
         out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
+    distinct = distinct_pairs(frame) if {"masked", "relation"} & set(kinds) else None
     if "masked" in kinds:
-        out["masked"] = masked_embeddings(store, frame, on_event)
+        out["masked"] = masked_embeddings(store, frame, on_event, distinct)
     if "relation" in kinds:
-        context = relation_texts(frame)
+        context = relation_texts(frame, distinct)
         if any(context):  # no well-formed entity pair anywhere: no such view to learn from
             out["relation"] = tfidf_rows(context, fit_texts=None if fit_frame is None else relation_texts(fit_frame),
                                          word_ngrams=RELATION_NGRAMS)
     return out
 
 
-def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet) -> np.ndarray:
+def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet,
+                      distinct: tuple[list[int], np.ndarray] | None = None) -> np.ndarray:
     """The "masked" feature of relation tasks: sentence embeddings of the two `masked_views` (mentions replaced
     by X and Y; the sentence, and the part between the mentions), joined. Cached in the workspace like any text."""
     from engine.embed.cache import embed_texts
     from engine.embed.registry import get_embedder
 
-    pairs = [masked_views({**fields, "text": text}) for fields, text in zip(frame["fields"], frame["text"],
-                                                                           strict=True)]
+    first, inverse = distinct or distinct_pairs(frame)  # joined once per distinct pair, then spread to its rows
+    fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
+    pairs = [masked_views({**fields[row], "text": texts[row]}) for row in first]
     embedder = get_embedder(store.get_meta("embedder", "minilm"))
 
     def progress(done: int, total: int) -> None:
         on_event(EventKind.EMBEDDING, {"done": done, "total": total, "view": "masked"})
 
-    return join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress) for i in (0, 1)))
+    joined = join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress) for i in (0, 1)))
+    return joined if len(first) == len(frame) else joined[inverse]
 
 
 def predict_rows(model, votes: np.ndarray, features: dict | None, chunk: int = PREDICT_ROWS) -> np.ndarray:

@@ -359,6 +359,13 @@ def test_large_corpora_compute_tfidf_rows_only_when_asked(monkeypatch):
     assert select_feature({"tfidf": lazy}, "tfidf", 60) is whole
     np.testing.assert_allclose(whole[rows].toarray(), part.toarray())
     assert np.asarray(sparse.linalg.norm(whole, axis=1)) == pytest.approx(np.ones(60))
+    # a large corpus of repeats (a template sent 30 times) is fitted on its distinct texts: the repeats count once
+    # toward a term's document frequency, so "cash", in two distinct texts, keeps the IDF it has among those
+    repeated = ["win cash now"] * 30 + ["see you later", "cash me later"] * 10 + texts[:5]
+    distinct = list(dict.fromkeys(repeated))
+    fitted = features.fitted_tfidf(repeated)
+    assert fitted.vectorizers_[0].idf_.tolist() == TfidfFeatures().fit(distinct).vectorizers_[0].idf_.tolist()
+    assert fitted.vectorizers_[0].idf_.tolist() != TfidfFeatures().fit(repeated).vectorizers_[0].idf_.tolist()
 
 
 @pytest.mark.parametrize("name", sorted(AGGREGATORS))
@@ -471,6 +478,14 @@ def test_masked_feature_embeds_what_the_relation_says_not_who_it_is_about(tmp_pa
     assert np.linalg.norm(masked, axis=1) == pytest.approx(np.ones(3), abs=1e-5)
     np.testing.assert_allclose(masked[0], masked[1], atol=1e-6)
     assert masked[0] @ masked[2] < 0.99
+    # joined once per distinct (text, spans) and spread to its rows: a repeat gets its twin's vector, the same
+    # sentence with the mentions swapped its own
+    swapped = {"span1": fields[0]["span2"], "span2": fields[0]["span1"]}
+    repeats = pd.DataFrame({"text": [texts[0], texts[2], texts[0], texts[0]],
+                            "fields": [fields[0], fields[2], fields[0], swapped]})
+    again = text_features(Store.open(tmp_path / "ws"), repeats, ("masked",))["masked"]
+    np.testing.assert_allclose(again[[0, 1, 2]], masked[[0, 2, 0]], atol=1e-6)
+    assert again[3] @ again[0] < 0.999
 
 
 def _proba(pred: np.ndarray, k: int = 2) -> np.ndarray:

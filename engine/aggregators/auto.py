@@ -363,8 +363,11 @@ class AutoAggregator(BaseAggregator):
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
         single = set(ranked)
         weighed = ranked + [n for n in board.groups if n not in single]
-        teachers = [chosen] + [n for n in sorted(weighed, key=lambda n: -board.scores[n]) if reads_votes(n)][:1]
-        teachers += [text_teacher] if text_teacher is not None else []
+        # the best the pool does (the best vote reader or an average of the top ones, as `auto-pool` chooses it; the
+        # best-scored average that merely holds one vote reader among text models was weighed before 33198a0)
+        pool_ranked = [n for n in ranked if reads_votes(n)]
+        pool_teacher = [self._best_or_average(board, pool_ranked, judge)] if pool_ranked and not self.text_only else []
+        teachers = [chosen] + pool_teacher + ([text_teacher] if text_teacher is not None else [])
         if votes_selected and judge.audit is None:
             # no honest rows for what reads the selected votes: only the students (which read text at
             # prediction) and the text-only candidates may be chosen; vote readers may still teach
@@ -372,7 +375,10 @@ class AutoAggregator(BaseAggregator):
             chosen = max((n for n in weighed if not reads_votes(n)), key=lambda n: board.scores[n], default=chosen)
         student = None
         fitted = self._students(teachers, view_sets, board.groups, board.makers, v, y, feats, folds, *unlabeled)
-        for (teacher, views), (proba, matched, model) in fitted.items():
+        # the chosen's own student first: it replaces its teacher unless the teacher is surely better, whatever their
+        # scores, and the other students must then beat it. Weighed later, it had replaced its teacher after a
+        # student that outscored it lost to that teacher (youtube seed 0, held pool rows: 0.854, its rival 0.865)
+        for (teacher, views), (proba, matched, model) in sorted(fitted.items(), key=lambda item: item[0][0] != chosen):
             name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
             board.add(name, proba, judge.score(proba, name), board.groups[teacher])
             takes_over = board.scores[name] > board.scores[chosen] + 1e-12 or (reads_votes(chosen)

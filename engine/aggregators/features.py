@@ -132,13 +132,17 @@ class LazyTfidfRows:
 
 
 def fitted_tfidf(texts: Sequence[str], seed: int = 0, word_ngrams: tuple[int, int] = (1, 2)) -> TfidfFeatures:
-    """TF-IDF fitted on `texts`, or on a seeded sample of EAGER_ROWS of them when there are more (the vocabulary
-    and IDF of 20K rows are those of 100K but for rare terms, at a fifth of the analysis)."""
+    """TF-IDF fitted on `texts`; when there are more than EAGER_ROWS, on their distinct texts, or a seeded sample of
+    EAGER_ROWS of those (the vocabulary and IDF of 20K texts are those of 100K but for rare terms, at a fifth of the
+    analysis; a text repeated across a large corpus counts once, as a template or a retweet should)."""
     texts = list(texts)
     if len(texts) <= EAGER_ROWS:
         return TfidfFeatures(word_ngrams).fit(texts)
-    sample = np.sort(np.random.default_rng(seed).choice(len(texts), EAGER_ROWS, replace=False))
-    return TfidfFeatures(word_ngrams).fit([texts[i] for i in sample])
+    distinct = list(dict.fromkeys(texts))
+    if len(distinct) <= EAGER_ROWS:
+        return TfidfFeatures(word_ngrams).fit(distinct)
+    sample = np.sort(np.random.default_rng(seed).choice(len(distinct), EAGER_ROWS, replace=False))
+    return TfidfFeatures(word_ngrams).fit([distinct[i] for i in sample])
 
 
 def tfidf_rows(texts: Sequence[str], seed: int = 0, fit_texts: Sequence[str] | None = None,

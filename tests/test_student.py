@@ -150,6 +150,37 @@ def test_auto_pool_chooses_among_what_reads_the_votes(data):
         AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
 
 
+def test_a_student_that_outscores_the_chosen_ones_own_student_is_not_lost_to_its_teacher(monkeypatch):
+    """The chosen (a text model: the pool was chosen on dev, no audit rows) gives way to its own student unless surely
+    better, whatever their scores; a vote reader's student that scored below the text teacher but above that student
+    must then win. Weighed before the teacher's own student, it lost to the teacher and the weaker student stood."""
+    from engine.aggregators.auto import _Board, _Judge
+
+    y = np.array([0, 1] * 10)
+
+    def predicting(wrong: int) -> np.ndarray:  # one-hot probabilities with the first `wrong` rows mislabeled
+        hard = y.copy()
+        hard[:wrong] = 1 - hard[:wrong]
+        return np.eye(2)[hard]
+
+    auto = AutoAggregator(2, seed=0)
+    auto.left_out_ = []
+    judge = _Judge(y, None, 2)
+    board = _Board()
+    for name, wrong in (("evoagg[embedding]", 0), ("embedding-only", 1)):
+        board.add(name, predicting(wrong), judge.score(predicting(wrong), name), [name], lambda: None)
+    students = {("evoagg[embedding]", ("embedding",)): (predicting(2), predicting(2), None),
+                ("embedding-only", ("embedding",)): (predicting(3), predicting(3), None)}
+    monkeypatch.setattr(auto, "_students", lambda teachers, *rest: {k: students[k] for k in students
+                                                                    if k[0] in teachers})
+    feats = {"embedding": np.zeros((len(y), 3))}
+    chosen, student = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"], judge,
+                                           True, np.zeros((len(y), 1), int), y, feats, [], (None, None, None),
+                                           text_teacher="embedding-only")
+    assert board.scores["student<evoagg[embedding]>"] > board.scores["student<embedding-only>"]
+    assert chosen == "student<evoagg[embedding]>" and student[0] == "evoagg[embedding]"
+
+
 def test_without_audit_rows_the_best_text_model_also_teaches(data):
     """A pool chosen on these dev rows with no audit rows to judge it: the vote readers' dev figures are inflated, so
     the teachers they rank first are suspect and the best text-only model's student is weighed too (on held pool rows

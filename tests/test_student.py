@@ -150,35 +150,59 @@ def test_auto_pool_chooses_among_what_reads_the_votes(data):
         AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
 
 
+def _weigh_fixed_students(monkeypatch, auto: AutoAggregator, wrong: dict[str, int], y: np.ndarray):
+    """auto._weigh_students over a board of two candidates (the vote reader "evoagg[embedding]" and the text model
+    "embedding-only") and their students, each predicting `y` with its first `wrong[name]` rows mislabeled; the pool
+    was chosen on these rows and there are no audit rows. Returns (chosen, the board's scores)."""
+    from engine.aggregators.auto import _Board, _Judge
+
+    def predicting(n_wrong: int) -> np.ndarray:
+        hard = y.copy()
+        hard[:n_wrong] = 1 - hard[:n_wrong]
+        return np.eye(2)[hard]
+
+    auto.left_out_ = []
+    judge, board = _Judge(y, None, 2), _Board()
+    for name in ("evoagg[embedding]", "embedding-only"):
+        board.add(name, predicting(wrong[name]), judge.score(predicting(wrong[name]), name), [name], lambda: None)
+    students = {(teacher, ("embedding",)): (predicting(wrong[f"student<{teacher}>"]),) * 2 + (None,)
+                for teacher in ("evoagg[embedding]", "embedding-only")}
+    monkeypatch.setattr(auto, "_students", lambda teachers, *rest: {k: v for k, v in students.items()
+                                                                    if k[0] in teachers})
+    chosen, _ = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"], judge, True,
+                                     np.zeros((len(y), 1), int), y, {"embedding": np.zeros((len(y), 3))}, [],
+                                     (None, None, None), text_teacher="embedding-only")
+    return chosen, board.scores
+
+
 def test_a_student_that_outscores_the_chosen_ones_own_student_is_not_lost_to_its_teacher(monkeypatch):
     """The chosen (a text model: the pool was chosen on dev, no audit rows) gives way to its own student unless surely
     better, whatever their scores; a vote reader's student that scored below the text teacher but above that student
     must then win. Weighed before the teacher's own student, it lost to the teacher and the weaker student stood."""
-    from engine.aggregators.auto import _Board, _Judge
-
     y = np.array([0, 1] * 10)
+    wrong = {"evoagg[embedding]": 0, "embedding-only": 1, "student<evoagg[embedding]>": 2,
+             "student<embedding-only>": 3}
+    chosen, scores = _weigh_fixed_students(monkeypatch, AutoAggregator(2, seed=0), wrong, y)
+    assert scores["student<evoagg[embedding]>"] > scores["student<embedding-only>"]
+    assert chosen == "student<evoagg[embedding]>"
 
-    def predicting(wrong: int) -> np.ndarray:  # one-hot probabilities with the first `wrong` rows mislabeled
-        hard = y.copy()
-        hard[:wrong] = 1 - hard[:wrong]
-        return np.eye(2)[hard]
 
-    auto = AutoAggregator(2, seed=0)
-    auto.left_out_ = []
-    judge = _Judge(y, None, 2)
-    board = _Board()
-    for name, wrong in (("evoagg[embedding]", 0), ("embedding-only", 1)):
-        board.add(name, predicting(wrong), judge.score(predicting(wrong), name), [name], lambda: None)
-    students = {("evoagg[embedding]", ("embedding",)): (predicting(2), predicting(2), None),
-                ("embedding-only", ("embedding",)): (predicting(3), predicting(3), None)}
-    monkeypatch.setattr(auto, "_students", lambda teachers, *rest: {k: students[k] for k in students
-                                                                    if k[0] in teachers})
-    feats = {"embedding": np.zeros((len(y), 3))}
-    chosen, student = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"], judge,
-                                           True, np.zeros((len(y), 1), int), y, feats, [], (None, None, None),
-                                           text_teacher="embedding-only")
-    assert board.scores["student<evoagg[embedding]>"] > board.scores["student<embedding-only>"]
-    assert chosen == "student<evoagg[embedding]>" and student[0] == "evoagg[embedding]"
+def test_a_vote_readers_student_needs_a_margin_over_the_text_on_rows_its_pool_was_chosen_on(monkeypatch):
+    """Without audit rows, the vote readers' dev figures are the inflated ones: their student must beat the text
+    student by `selected_min_gain`, not by a row. Among 400 rows, one row is 0.0025 of macro-F1."""
+    y = np.array([0, 1] * 200)
+    wrong = {"evoagg[embedding]": 0, "embedding-only": 19, "student<evoagg[embedding]>": 20,
+             "student<embedding-only>": 21}
+    chosen, scores = _weigh_fixed_students(monkeypatch, AutoAggregator(2, seed=0), wrong, y)
+    assert 0 < scores["student<evoagg[embedding]>"] - scores["student<embedding-only>"] < 0.005
+    assert chosen == "student<embedding-only>"
+    chosen, _ = _weigh_fixed_students(monkeypatch, AutoAggregator(2, seed=0, selected_min_gain=0.0), wrong, y)
+    assert chosen == "student<evoagg[embedding]>"
+    wrong["student<evoagg[embedding]>"] = 15  # six rows ahead: 0.015
+    chosen, _ = _weigh_fixed_students(monkeypatch, AutoAggregator(2, seed=0), wrong, y)
+    assert chosen == "student<evoagg[embedding]>"
+    with pytest.raises(ValueError, match="selected_min_gain"):
+        AutoAggregator(2, selected_min_gain=-0.1).fit(np.zeros((4, 1), int), np.array([0, 1, 0, 1]))
 
 
 def test_without_audit_rows_the_best_text_model_also_teaches(data):

@@ -27,7 +27,7 @@ from engine.aggregators.registry import (
     reliability,
 )
 from engine.domain import ABSTAIN, Task
-from engine.labeling import feature_kinds, relation_texts, text_features
+from engine.labeling import distinct_pairs, feature_kinds, relation_texts, text_features
 from engine.score import accuracy, macro_f1
 from engine.text_views import relation_context, view_text
 
@@ -366,6 +366,11 @@ def test_large_corpora_compute_tfidf_rows_only_when_asked(monkeypatch):
     fitted = features.fitted_tfidf(repeated)
     assert fitted.vectorizers_[0].idf_.tolist() == TfidfFeatures().fit(distinct).vectorizers_[0].idf_.tolist()
     assert fitted.vectorizers_[0].idf_.tolist() != TfidfFeatures().fit(repeated).vectorizers_[0].idf_.tolist()
+    # more distinct texts than EAGER_ROWS: a seeded sample of EAGER_ROWS of them
+    seen: list[list[str]] = []
+    monkeypatch.setattr(features.TfidfFeatures, "fit", lambda self, texts: seen.append(list(texts)) or self)
+    features.fitted_tfidf(texts * 2)
+    assert len(seen[-1]) == 40 and len(set(seen[-1])) == 40 and set(seen[-1]) <= set(texts)
 
 
 @pytest.mark.parametrize("name", sorted(AGGREGATORS))
@@ -423,6 +428,8 @@ def test_relation_tasks_add_a_view_of_the_words_around_the_mentions_for_auto():
                                                              frame["fields"][0]]})
     assert relation_texts(twins) == [context[0], context[0].replace("order_xy", "order_yx").replace("xy_n_", "yx_n_"),
                                      context[0]]
+    first, inverse = distinct_pairs(twins)  # the twins' first row is worked out once, for itself and the third
+    assert first == [0, 1] and inverse.tolist() == [0, 1, 0]
 
 
 def test_relation_context_marks_each_word_by_its_place_and_the_mention_order():

@@ -219,7 +219,7 @@ def test_generations_score_annotators_against_label_sets(evolved):
 
 # ---- labeling and export -------------------------------------------------------------------------------
 def test_vote_only_aggregators_refuse_a_multi_label_task(evolved, executor):
-    with pytest.raises(ValueError, match="'evoagg' or 'auto'"):
+    with pytest.raises(ValueError, match="'evoagg', 'auto' or 'auto-pool'"):
         fit_and_predict(evolved, executor, "mv", ("dev",))
 
 

@@ -148,6 +148,30 @@ def test_auto_pool_chooses_among_what_reads_the_votes(data):
         assert model.predict_proba(votes[test], rows(X, test)).shape == (len(test), 2)
     with pytest.raises(ValueError, match="exclude each other"):
         AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
+    # with no annotator there is nothing of the pool to choose: a clear error, and auto says it reads no pool
+    none = dict(unlabeled_votes=votes[pool][:, :0], unlabeled_X=rows(X, pool), votes_selected=True)
+    with pytest.raises(ValueError, match="the pool has no annotator"):
+        AutoAggregator(2, pool_only=True).fit(votes[dev][:, :0], y[dev], rows(X, dev), **none)
+    empty = AutoAggregator(2, seed=0).fit(votes[dev][:, :0], y[dev], rows(X, dev), **none)
+    assert empty.uses_votes_ is False
+
+
+def test_auto_weighs_the_student_of_auto_pools_choice_with_audit_rows(data):
+    """With audit rows, auto demotes a vote-only model against the best text reader (which may read no votes), while
+    auto-pool demotes it against the best vote reader that reads text: the teacher auto takes from the pool is the one
+    auto-pool chooses, ranked auto-pool's way."""
+    X, y, votes, dev, pool, test = data
+    dev = np.arange(60)
+    audit = np.zeros(len(dev), bool)
+    audit[::3] = True
+    fit = dict(audit=audit, votes_selected=True, unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
+    alone = AutoAggregator(2, seed=0, pool_only=True, students=False, min_audit=20).fit(votes[dev], y[dev],
+                                                                                          rows(X, dev), **fit)
+    assert alone.judged_on_ == "audit" and reads_votes(alone.chosen_)
+    auto = AutoAggregator(2, seed=0, min_audit=20).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    assert f"student<{alone.chosen_}>" in auto.oof_scores_
+    assert auto.demoted_ == AutoAggregator(2, seed=0, students=False, min_audit=20).fit(
+        votes[dev], y[dev], rows(X, dev), **fit).demoted_  # the pool's ranking records nothing of its own
 
 
 def _weigh_fixed_students(monkeypatch, auto: AutoAggregator, wrong: dict[str, int], y: np.ndarray):
@@ -169,7 +193,8 @@ def _weigh_fixed_students(monkeypatch, auto: AutoAggregator, wrong: dict[str, in
                 for teacher in ("evoagg[embedding]", "embedding-only")}
     monkeypatch.setattr(auto, "_students", lambda teachers, *rest: {k: v for k, v in students.items()
                                                                     if k[0] in teachers})
-    chosen, _ = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"], judge, True,
+    chosen, _ = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"],
+                                     ["evoagg[embedding]"], judge, True,
                                      np.zeros((len(y), 1), int), y, {"embedding": np.zeros((len(y), 3))}, [],
                                      (None, None, None), text_teacher="embedding-only")
     return chosen, board.scores
@@ -201,6 +226,15 @@ def test_a_vote_readers_student_needs_a_margin_over_the_text_on_rows_its_pool_wa
     wrong["student<evoagg[embedding]>"] = 15  # six rows ahead: 0.015
     chosen, _ = _weigh_fixed_students(monkeypatch, AutoAggregator(2, seed=0), wrong, y)
     assert chosen == "student<evoagg[embedding]>"
+    # the margin is for a vote reader judged on the rows its pool was chosen on, beside a text model: not with audit
+    # rows to judge on, and not between two vote readers (auto-pool's students)
+    from engine.aggregators.auto import _Board
+    board = _Board()
+    board.scores.update({"student<evoagg[embedding]>": 0.9025, "student<embedding-only>": 0.9, "student<mv>": 0.9})
+    auto = AutoAggregator(2)
+    assert not auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", unjudged=True)
+    assert auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", unjudged=False)
+    assert auto._beats(board, "student<evoagg[embedding]>", "student<mv>", unjudged=True)
     with pytest.raises(ValueError, match="selected_min_gain"):
         AutoAggregator(2, selected_min_gain=-0.1).fit(np.zeros((4, 1), int), np.array([0, 1, 0, 1]))
 

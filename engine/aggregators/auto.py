@@ -19,30 +19,30 @@ rule and with no audit rows, auto picked majority vote on SMS and ChemProt for e
 on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
-Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best
-one that reads the pool's votes (and, without audit rows under a pool chosen on dev, where those two were ranked on
-inflated figures, the best text-only candidate or average of them: bench/text_teacher.py) each teach a text student
-(an LR over embeddings + TF-IDF, + the words between and around the entities on relation tasks, trained on the
-teacher's labels of the unlabeled rows plus dev); the
-students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
-only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even
-when audit rows exist, and stays choosable without audit rows, where every candidate that reads the selected
-votes at prediction is left out (those may still teach). The best candidate's own student replaces it unless
-the teacher beats it in `student_confidence` (STUDENT_CONFIDENCE: all) of paired bootstrap draws of the rows the
-teacher is judged on: on the withheld gold labels of pool rows outside the student's sample
-(bench/student_validation.py; never read here) the student scored at least its teacher's F1 in 38 of 42 runs
-(README), where ~100 audit rows, the winner's score among 40 candidates, had often put the teacher ahead. Each
-student is also weighed with its class shares on the unlabeled rows pulled toward dev's (`student<...>+prior`,
-`student.prior_bias`): a teacher that rarely names a class with two dev rows teaches a student that names it more
-rarely still. The shifted student is scored out of
-fold like the rest (per fold, the shift is fitted on that fold's student, its training rows' shares and, when
-the unlabeled rows outnumber the student's sample, up to 2,000 rows outside it: on its own sample a student is
-surer of its teacher's classes and the shift overshoots) and taken on a strictly higher score that also beats the
-plain student by `prior_min_gain` (bench/prior_match.py). `uses_votes_` says whether the chosen model reads
-the pool's votes anywhere (a student's teacher included); `text_only=True` leaves out every vote-reading
-candidate and teacher: the best the text can do without the pool (the "auto-text" aggregator); `pool_only=True`
-chooses among what reads the votes (students of vote-reading teachers included), by the same rules: the best the
-pool does (the "auto-pool" aggregator), so "does the pool earn its place" compares two choices made alike on dev.
+Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best the
+pool's votes do (`auto-pool`'s choice among the vote readers: the best, or an average of the top ones) and, without
+audit rows under a pool chosen on dev, where those two were ranked on inflated figures, the best text-only candidate
+or average of them (bench/text_teacher.py), each teach a text student (an LR over embeddings + TF-IDF, + the words
+between and around the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev);
+the students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
+only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even when audit
+rows exist, and stays choosable without audit rows, where every candidate that reads the selected votes at prediction
+is left out (those may still teach). The best candidate's own student replaces it unless the teacher beats it in
+`student_confidence` (STUDENT_CONFIDENCE: all) of paired bootstrap draws of the rows the teacher is judged on: on the
+withheld gold labels of pool rows outside the student's sample (bench/student_validation.py; never read here) the
+student scored at least its teacher's F1 in 38 of 42 runs (README), where ~100 audit rows, the winner's score among 40
+candidates, had often put the teacher ahead. Each student is also weighed with its class shares on the unlabeled rows
+pulled toward dev's (`student<...>+prior`, `student.prior_bias`): a teacher that rarely names a class with two dev
+rows teaches a student that names it more rarely still. The shifted student is scored out of fold like the rest (per
+fold, the shift is fitted on that fold's student, its training rows' shares and, when the unlabeled rows outnumber the
+student's sample, up to 2,000 rows outside it: on its own sample a student is surer of its teacher's classes and the
+shift overshoots) and taken on a strictly higher score that also beats the plain student by `prior_min_gain`
+(bench/prior_match.py). `uses_votes_` says whether the chosen model reads the pool's votes anywhere (a student's
+teacher included); `text_only=True` leaves out every vote-reading candidate and teacher: the best the text can do
+without the pool (the "auto-text" aggregator); `pool_only=True` chooses among what reads the votes (students of
+vote-reading teachers included), by the same rules: the best the pool does (the "auto-pool" aggregator), so "does the
+pool earn its place" compares two choices made alike on dev (without unlabeled rows there is no student to choose, and
+its choice is a vote reader ranked as the rows allow).
 
 The logistic-regression candidates get their C from the same folds: each C in `Cs` is scored out-of-fold
 (the fits climb C warm-started from the last, `oof_path`) and the best one's score stands for the candidate
@@ -105,7 +105,7 @@ STUDENT_CONFIDENCE = 1.0
 # being right on those rows, so a tie on dev is a loss on new rows. Chosen on the withheld gold labels of pool rows
 # (the cross_fit pools, youtube, semeval and banking77, seeds 0-2): banking77 seed 0's student of EvoAgg led by 0.002
 # on dev and trailed by 0.004 there; youtube's led by 0.008-0.025 and led there by 0.011-0.050; any margin between
-# makes the same choices
+# makes the same choices. With audit rows the vote readers are judged on those, and no margin applies
 SELECTED_MIN_GAIN = 0.005
 
 
@@ -268,6 +268,10 @@ class AutoAggregator(BaseAggregator):
         if self.text_only and self.pool_only:
             raise ValueError("text_only and pool_only exclude each other: choose one")
         v = check_votes(votes, self.n_classes)
+        if self.pool_only and v.shape[1] == 0:
+            # the last sentence in scikit-learn's words, which its estimator checks expect
+            raise ValueError("auto-pool chooses among models that read the pool's votes, and the pool has no "
+                             f"annotator: 0 feature(s) (shape={v.shape}) while a minimum of 1 is required.")
         y = check_labels(y, self.n_classes, v.shape[0])
         feats = feature_dict(X) or None
         keep = np.flatnonzero(y >= 0)
@@ -281,9 +285,12 @@ class AutoAggregator(BaseAggregator):
         candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
         ranked = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
+        # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader that
+        # reads text): its choice among them also teaches a student here
+        pool_ranked = self._pool_ranking(ranked, candidates, board.oof, y, judge, record=self.pool_only)
         if self.pool_only:
-            ranked = [name for name in ranked if reads_votes(name)]
-        if judge.audit is not None:
+            ranked = pool_ranked
+        elif judge.audit is not None:
             text_readers = {c.name for c in candidates if c.reads_text}
             ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, y, judge.audit)
         chosen = self._best_or_average(board, ranked, judge)
@@ -300,12 +307,12 @@ class AutoAggregator(BaseAggregator):
             text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
                             and votes_selected and judge.audit is None and not (self.text_only or self.pool_only)
                             else None)
-            chosen, student = self._weigh_students(board, chosen, ranked, judge, votes_selected, v, y, feats, folds,
-                                                   unlabeled, text_teacher)
+            chosen, student = self._weigh_students(board, chosen, ranked, pool_ranked, judge, votes_selected, v, y,
+                                                   feats, folds, unlabeled, text_teacher)
         self.oof_scores_ = board.scores
         self.oof_proba_ = board.oof[chosen]  # honest dev probabilities of the chosen aggregator
         self.chosen_ = chosen
-        self.uses_votes_ = reads_votes(chosen)
+        self.uses_votes_ = reads_votes(chosen) and v.shape[1] > 0  # no annotator: nothing of the pool is read
         if student is None:
             self.members_ = [board.makers[n]().fit(v, y, feats) for n in board.groups[chosen]]
         else:
@@ -329,10 +336,8 @@ class AutoAggregator(BaseAggregator):
             candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
-        if self.pool_only:
+        if self.pool_only:  # never empty: the vote-only models are there (or, left out, EvoAgg over each text view)
             candidates = [c for c in candidates if reads_votes(c.name)]
-            if not candidates:
-                raise ValueError("pool_only needs a candidate that reads the votes")
         return candidates
 
     def _score_candidates(self, board: _Board, candidates: list[Ingredient], v: np.ndarray, y: np.ndarray,
@@ -363,11 +368,13 @@ class AutoAggregator(BaseAggregator):
                 chosen = name
         return chosen
 
-    def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], judge: _Judge, votes_selected: bool,
+    def _weigh_students(self, board: _Board, chosen: str, ranked: list[str], pool_ranked: list[str], judge: _Judge,
+                        votes_selected: bool,
                         v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
                         unlabeled: tuple[np.ndarray, Features, Features], text_teacher: str | None = None
                         ) -> tuple[str, tuple | None]:
-        """The students of the chosen candidate, of the best vote reader and of `text_teacher` (if any), each as
+        """The students of the chosen candidate, of the best the vote readers do (`pool_ranked`'s best or average of its
+        top ones) and of `text_teacher` (if any), each as
         trained and shifted, scored out of fold; returns what is chosen now and, if it is a student, (teacher, views,
         the fitted student or None, whether it predicts shifted)."""
         view_sets = [student_views(feats)]
@@ -376,7 +383,6 @@ class AutoAggregator(BaseAggregator):
         weighed = ranked + [n for n in board.groups if n not in single]
         # the best the pool does (the best vote reader or an average of the top ones, as `auto-pool` chooses it; the
         # best-scored average that merely holds one vote reader among text models was weighed before 33198a0)
-        pool_ranked = [n for n in ranked if reads_votes(n)]
         pool_teacher = [self._best_or_average(board, pool_ranked, judge)] if pool_ranked and not self.text_only else []
         teachers = [chosen] + pool_teacher + ([text_teacher] if text_teacher is not None else [])
         unjudged = votes_selected and judge.audit is None
@@ -393,8 +399,10 @@ class AutoAggregator(BaseAggregator):
         for (teacher, views), (proba, matched, model) in sorted(fitted.items(), key=lambda item: item[0][0] != chosen):
             name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
             board.add(name, proba, judge.score(proba, name), board.groups[teacher])
-            takes_over = self._beats(board, name, chosen, unjudged) or (reads_votes(chosen)
-                                                                         and chosen in self.left_out_)
+            # a vote reader ranked on the rows its pool was chosen on (a single one, left out, or an average of them,
+            # which `auto-pool` may hold) gives way to any student
+            takes_over = self._beats(board, name, chosen, unjudged) or (unjudged and reads_votes(chosen)
+                                                                         and not chosen.startswith("student<"))
             if not takes_over and teacher == chosen:  # its own teacher keeps its place only when surely better
                 takes_over = not self._surely_better(board.oof[chosen], proba, y, self.student_confidence,
                                                      judge.rows(chosen))
@@ -415,8 +423,18 @@ class AutoAggregator(BaseAggregator):
         margin = self.selected_min_gain if unjudged and reads_votes(name) and not reads_votes(chosen) else 0.0
         return board.scores[name] > board.scores[chosen] + margin + 1e-12
 
+    def _pool_ranking(self, ranked: list[str], candidates: list[Ingredient], oof: dict[str, np.ndarray], y: np.ndarray,
+                      judge: _Judge, record: bool) -> list[str]:
+        """The vote readers of `ranked`; with audit rows, a vote-only one ranks above the best that also reads text
+        only when surely better (`_demote_unsure_vote_only`, which `record`s what it demoted)."""
+        pool = [name for name in ranked if reads_votes(name)]
+        if judge.audit is None:
+            return pool
+        readers = {c.name for c in candidates if c.reads_text and reads_votes(c.name)}
+        return self._demote_unsure_vote_only(pool, readers, oof, y, judge.audit, record)
+
     def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
-                                 y: np.ndarray, judged: np.ndarray) -> list[str]:
+                                 y: np.ndarray, judged: np.ndarray, record: bool = True) -> list[str]:
         """A candidate that reads only the votes ranks above the best text reader only if it beats it on the
         audit rows in at least `confidence` of paired bootstrap resamples. A hundred audit rows hold a dozen of a
         small class, so one row decides between them; a vote-only model ignores the text and labels nothing
@@ -430,7 +448,8 @@ class AutoAggregator(BaseAggregator):
                                                                     judged)]
         if not unsure:
             return ranked
-        self.demoted_ = unsure
+        if record:
+            self.demoted_ = unsure
         rest = [n for n in ranked if n not in unsure]
         at = rest.index(best_text) + 1
         return rest[:at] + unsure + rest[at:]

@@ -144,7 +144,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         raise ValueError("the pool is empty: run a generation (or approve an annotator) first")
     if task.multi_label and entry.votes_only:
         raise ValueError(f"{aggregator!r} gives one label per row and cannot label a multi-label task; use "
-                         "'evoagg' or 'auto', or 'embedding'")
+                         "'evoagg', 'auto' or 'auto-pool', or 'embedding'")
     chooser = entry.chooses and not task.multi_label  # may teach a student on the unlabeled rows
     fit_splits = ("dev", "test", "pool") if entry.fits_unlabeled else ("dev", "pool") if chooser else ("dev",)
     for split in fit_splits:
@@ -179,7 +179,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
         used = votes if entry.reads_votes else votes[:, :0]
         model = MultiLabelEvoAgg(len(task.labels), seed=seed).fit(used[dev], Y_dev, dev_features)
-        made_by = "auto:evoagg" if aggregator == "auto" else aggregator
+        made_by = "auto:evoagg" if aggregator in ("auto", "auto-pool") else aggregator
     else:
         model = make_aggregator(aggregator, len(task.labels), seed)
         if entry.fits_unlabeled:

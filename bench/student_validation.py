@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -67,10 +68,15 @@ def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray
     return np.array([gold_of[i] for i in ids])
 
 
-def evolved_inputs(name: str, seed: int, generations: int) -> tuple[pd.DataFrame, np.ndarray, dict, tuple[str, ...]]:
+def evolved_inputs(name: str, seed: int, generations: int, prefix: str = "validation", fresh: bool = False
+                   ) -> tuple[pd.DataFrame, np.ndarray, dict, tuple[str, ...]]:
     """The rows, votes, text features and label names of a dataset's workspace, imported and evolved as
-    bench/quality.py does (this bench's workspaces, reused when there; bench/vote_weight.py reads them too)."""
-    store = Store.open(TMP / f"validation-{name}-s{seed}")
+    bench/quality.py does (this bench's workspaces, reused when there unless `fresh`; bench/vote_weight.py reads them
+    too; another bench names its own with `prefix`)."""
+    workdir = TMP / f"{prefix}-{name}-s{seed}"
+    if fresh:
+        shutil.rmtree(workdir, ignore_errors=True)
+    store = Store.open(workdir)
     if not store.has_data():
         import_dataset(store, name, seed)
         load_embedding_cache(store, TMP / f"embeddings-{name}.npz")

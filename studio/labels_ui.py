@@ -174,8 +174,8 @@ def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
                  "dev figures are inflated")
     if choice.chosen.startswith("student<"):
         text += (". A student learns from its teacher's labels of thousands of unlabeled rows and reads only the "
-                 "text; auto keeps it over its teacher unless the teacher beats it in 90% of resamples of the rows "
-                 "it is judged on")
+                 "text; auto keeps it over its teacher unless the teacher beats it in every resample of the rows it "
+                 "is judged on")
     return text
 
 

@@ -239,6 +239,35 @@ def test_a_vote_readers_student_needs_a_margin_over_the_text_on_rows_its_pool_wa
         AutoAggregator(2, selected_min_gain=-0.1).fit(np.zeros((4, 1), int), np.array([0, 1, 0, 1]))
 
 
+def test_the_pools_ranking_demotes_a_vote_only_model_against_the_best_vote_reader_that_reads_text():
+    """With audit rows, majority vote a row or two ahead of the text model and EvoAgg is not surely better: auto
+    ranks it after the text model and still before EvoAgg, but the pool's ranking (auto-pool's, and auto's pool
+    teacher since 663d311) puts it after EvoAgg; only the ranking that chooses records the demotion."""
+    from engine.aggregators.auto import _Judge
+
+    y = np.array([0, 1] * 20)
+
+    def predicting(wrong: int) -> np.ndarray:
+        hard = y.copy()
+        hard[:wrong] = 1 - hard[:wrong]
+        return np.eye(2)[hard]
+
+    oof = {"mv": predicting(1), "embedding-only": predicting(2), "evoagg[embedding]": predicting(3)}
+    ranked = ["mv", "embedding-only", "evoagg[embedding]"]
+    auto = AutoAggregator(2, seed=0)
+    auto.demoted_ = []
+    candidates = auto.candidates({"embedding": np.zeros((len(y), 3))})
+    judge = _Judge(y, np.arange(len(y)), 2)
+    text_readers = {c.name for c in candidates if c.reads_text}
+    # auto's ranking: behind the text model, majority vote still leads EvoAgg (the vote readers in its order)
+    assert auto._demote_unsure_vote_only(ranked, text_readers, oof, y, judge.audit, record=False) == [
+        "embedding-only", "mv", "evoagg[embedding]"]
+    assert auto._pool_ranking(ranked, candidates, oof, y, judge, record=False) == ["evoagg[embedding]", "mv"]
+    assert auto.demoted_ == []
+    auto._pool_ranking(ranked, candidates, oof, y, judge, record=True)
+    assert auto.demoted_ == ["mv"]
+
+
 def test_without_audit_rows_the_best_text_model_also_teaches(data):
     """A pool chosen on these dev rows with no audit rows to judge it: the vote readers' dev figures are inflated, so
     the teachers they rank first are suspect and the best text-only model's student is weighed too (on held pool rows

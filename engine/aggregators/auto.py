@@ -287,12 +287,10 @@ class AutoAggregator(BaseAggregator):
         self.C_, self.left_out_, self.demoted_ = {}, [], []
         candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
-        ranked = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
-        # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader that
-        # reads text): its choice among them also teaches a student here
-        pool_ranked = self._pool_ranking(ranked, candidates, board.oof, y, judge, record=self.pool_only)
+        ordered = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
+        ranked = ordered
         if self.pool_only:
-            ranked = pool_ranked
+            ranked = self._pool_ranking(ordered, candidates, board.oof, y, judge, record=True)
         elif judge.audit is not None:
             text_readers = {c.name for c in candidates if c.reads_text}
             ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, y, judge.audit)
@@ -310,6 +308,10 @@ class AutoAggregator(BaseAggregator):
             text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
                             and votes_selected and judge.audit is None and not (self.text_only or self.pool_only)
                             else None)
+            # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader
+            # that reads text): its choice among them also teaches a student
+            pool_ranked = ranked if self.pool_only else self._pool_ranking(ordered, candidates, board.oof, y, judge,
+                                                                           record=False)
             chosen, student = self._weigh_students(board, chosen, ranked, pool_ranked, judge, votes_selected, v, y,
                                                    feats, folds, unlabeled, text_teacher)
         self.oof_scores_ = board.scores

@@ -68,6 +68,9 @@ class Annotator:
     author: str = "agent"  # agent | human
     rationale: str = ""  # why the proposer wrote it (shown to the expert)
     written_by: str = ""  # "llm:<model>" | "offline" | "person"; "" when not recorded (older workspaces)
+    # mined against a text classifier's guesses for the pool sample: their agreement with it is no evidence (it was
+    # chosen to agree), so the gate weighs none (engine/evolve.py `pool_evidence`)
+    mined_on_guesses: bool = False
 
     @property
     def provenance(self) -> str:
@@ -85,6 +88,7 @@ class Candidate:
     parent_ids: tuple[str, ...] = ()
     rationale: str = ""
     written_by: str = ""  # "llm:<model>" | "offline" (see `Annotator.written_by`)
+    mined_on_guesses: bool = False  # see `Annotator.mined_on_guesses`
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
 from engine.gate import GateConfig, run_gate
-from engine.pseudo_labels import MINED_ON_GUESSES, pseudo_label
+from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import pool_macro_f1, score_annotator
@@ -163,7 +163,7 @@ def pool_evidence(executor: Executor, context: ProposalContext,
     offline agents' own preview)."""
     if context.pseudo is None or not context.pseudo.trusted or not context.pool_sample:
         return None  # untrusted guesses weigh nothing: no sandbox run over the sample for them
-    judged = [a for a in fresh if MINED_ON_GUESSES not in a.rationale]  # chosen to agree with the guesses
+    judged = [a for a in fresh if not a.mined_on_guesses]  # those were chosen to agree with the guesses
     if not judged:
         return None
     inputs = [ex.as_input() for ex in context.pool_sample]

@@ -38,8 +38,9 @@ MAX_WEIGHT_ROWS = 200  # pool rows beyond this add no weight: the classifier's o
 # auto over seeds 0-2: 0.470 with it, 0.476 without). SemEval 0.83, TREC 0.55, banking77 0.55, SMS 0.95
 MIN_OVERALL_SKILL = 0.45
 MIN_SKILL = 0.05  # recall minus false rate below this: its agreement on a class says nothing
-# what the offline improver writes in the rationale of a cue it mined against these guesses: their agreement with it
-# is no evidence (it was chosen to agree), so neither its preview nor the gate weighs any (engine/evolve.py)
+# what the offline improver writes in the rationale of a cue it mined against these guesses, for the expert: their
+# agreement with it is no evidence (it was chosen to agree), so neither its preview nor the gate weighs any; the gate
+# reads the candidate's `mined_on_guesses` flag, not these words (engine/evolve.py)
 MINED_ON_GUESSES = "mined on the unlabeled sample's guessed labels"
 SHRINK_ROWS = 10  # per-class rates lean on the overall ones as if from this many rows (6 dev rows a class is few)
 # (workspace, embedder, dev rows, seed) -> (model, accuracy, recall, false rate, dev features)

@@ -204,13 +204,18 @@ def test_the_gate_takes_no_evidence_from_untrusted_guesses_or_for_cues_mined_on_
     source = 'def annotate(example):\n    """Spam."""\n    return "spam"\n'
     plain = make_annotator(Candidate(source, "improver", rationale="improver: a cue"), 1)
     mined = make_annotator(Candidate(source.replace("Spam.", "Spam!"), "improver",
-                                     rationale=f"improver: a cue ({MINED_ON_GUESSES})"), 1)
+                                     rationale=f"improver: a cue ({MINED_ON_GUESSES})", mined_on_guesses=True), 1)
+    assert mined.mined_on_guesses and not plain.mined_on_guesses
+    # the flag, not the words: a rationale that merely says them (an LLM's, say) is weighed like any other
+    quoting = make_annotator(Candidate(source.replace("Spam.", "Spam?"), "improver",
+                                       rationale=f"improver: not {MINED_ON_GUESSES}"), 1)
     sample = tuple(Example(f"u{i}", "win now", "pool", None) for i in range(8))
     context = ProposalContext(task=Task("t", ("ham", "spam")), dev=(), pool_sample=sample, annotators=(), scores={},
                               dev_votes=np.zeros((0, 0), dtype=np.int64), generation=1, seed=0,
                               pseudo=_pseudo([1] * 8, 2, accuracy=0.9))
     executor = _CountingExecutor()
-    evidence = pool_evidence(executor, context, [plain, mined])
-    assert set(evidence) == {plain.id} and executor.ran == [plain.id] and evidence[plain.id][1] > 0
+    evidence = pool_evidence(executor, context, [plain, mined, quoting])
+    assert set(evidence) == {plain.id, quoting.id} and executor.ran == [plain.id, quoting.id]
+    assert evidence[plain.id][1] > 0
     untrusted = replace(context, pseudo=replace(context.pseudo, trusted=False))
-    assert pool_evidence(executor, untrusted, [plain]) is None and executor.ran == [plain.id]  # no second run
+    assert pool_evidence(executor, untrusted, [plain]) is None and executor.ran == [plain.id, quoting.id]  # no run

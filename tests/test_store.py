@@ -136,3 +136,33 @@ def test_embedding_and_llm_caches(tmp_path):
     store.record_llm_call(request_hash="r", role="generator", model="m", prompt_hash="p", request="{}",
                           reply="```python\n```", tokens_in=3, tokens_out=4, latency_s=0.1, cost_usd=0.0)
     assert store.cached_llm_reply("r") == "```python\n```" and store.cached_llm_reply("other") is None
+
+
+def test_the_mined_on_guesses_flag_round_trips_and_an_older_workspace_reads_it_off_the_rationale(tmp_path):
+    """Since migration 008 the flag is a column; a workspace from before it (the improver said so in the rationale)
+    gets it back-filled from those words once."""
+    import dataclasses
+
+    import duckdb
+
+    from engine.pseudo_labels import MINED_ON_GUESSES
+    from engine.store.workspace import DB_NAME
+
+    store = seeded(tmp_path)
+    store.save_annotator(dataclasses.replace(ann(1), mined_on_guesses=True))
+    store.save_annotator(ann(2))
+    assert store.annotator("id1").mined_on_guesses and not store.annotator("id2").mined_on_guesses
+    Store.close_all()
+    (tmp_path / "old").mkdir()
+    con = duckdb.connect(str(tmp_path / "old" / DB_NAME))
+    con.execute("CREATE TABLE _migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
+    for name, sql in MIGRATIONS[:7]:
+        sql(con) if callable(sql) else con.execute(sql)
+        con.execute("INSERT INTO _migrations VALUES (?, now())", [name])
+    for i, rationale in ((1, f"improver: a cue ({MINED_ON_GUESSES})"), (2, "generator: a cue")):
+        con.execute("INSERT INTO annotators (id, name, source, agent, generation, parent_ids, author, rationale) "
+                    "VALUES (?, ?, 'def annotate(example):\n    return None', 'improver', 1, '[]', 'agent', ?)",
+                    [f"old{i}", f"old{i}", rationale])
+    con.close()
+    old = Store.open(tmp_path / "old")
+    assert old.annotator("old1").mined_on_guesses and not old.annotator("old2").mined_on_guesses

@@ -229,7 +229,7 @@ def _candidate(p: Proposal, role: str) -> Candidate:
     if p.note:
         rationale += f" ({p.note})"
     return Candidate(source=render(p.spec), agent=role, name=_name(p), parent_ids=p.parent_ids,
-                     rationale=rationale)
+                     rationale=rationale, mined_on_guesses=p.note == MINED_ON_GUESSES)
 
 
 def _name(p: Proposal) -> str:

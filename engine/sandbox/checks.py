@@ -345,6 +345,7 @@ def make_annotator(candidate: Candidate, generation: int, author: str = "agent")
         parent_ids=tuple(candidate.parent_ids),
         author=author,
         rationale=candidate.rationale,
+        mined_on_guesses=candidate.mined_on_guesses,
     )
 
 

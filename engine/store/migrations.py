@@ -115,4 +115,12 @@ MIGRATIONS: list[tuple[str, str | Callable[[Any], None]]] = [
         """,
     ),
     ("007_packed_votes", _pack_votes),
+    (
+        "008_mined_on_guesses",
+        # a cue the offline improver mined on the pool sample's guessed labels (`Annotator.mined_on_guesses`); before
+        # this column the improver said so in the rationale, which is read back once here
+        "ALTER TABLE annotators ADD COLUMN mined_on_guesses BOOLEAN DEFAULT FALSE; "
+        "UPDATE annotators SET mined_on_guesses = TRUE "
+        "WHERE rationale LIKE '%mined on the unlabeled sample''s guessed labels%';",
+    ),
 ]

@@ -31,18 +31,18 @@ class PoolMixin:
             return
         self._q(
             "INSERT INTO annotators (id, name, source, agent, generation, parent_ids, author, rationale, "
-            "created_at, written_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at, written_by, mined_on_guesses) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [a.id, a.name, a.source, a.agent, a.generation, json.dumps(list(a.parent_ids)), a.author,
-             a.rationale, utc_now(), a.written_by or None],
+             a.rationale, utc_now(), a.written_by or None, a.mined_on_guesses],
         )
 
     @staticmethod
     def _annotator(row: tuple) -> Annotator:
-        id_, name, source, agent, generation, parents, author, rationale, written_by = row[:9]
+        id_, name, source, agent, generation, parents, author, rationale, written_by, mined_on_guesses = row[:10]
         return Annotator(id_, name, source, agent, int(generation), tuple(json.loads(parents)), author,
-                         rationale or "", written_by or "")
+                         rationale or "", written_by or "", bool(mined_on_guesses))
 
-    _ANN_COLS = "id, name, source, agent, generation, parent_ids, author, rationale, written_by"
+    _ANN_COLS = "id, name, source, agent, generation, parent_ids, author, rationale, written_by, mined_on_guesses"
 
     def annotator(self, annotator_id: str) -> Annotator | None:
         rows = self._q(f"SELECT {self._ANN_COLS} FROM annotators WHERE id = ?", [annotator_id])

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import HeldOut, auto_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
+from bench.student_validation import HeldOut, autos_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 
 WAYS = {"text": dict(text_only=True), "pool": dict(pool_only=True), "auto": {},
@@ -36,12 +36,9 @@ WAYS = {"text": dict(text_only=True), "pool": dict(pool_only=True), "auto": {},
 def run(name: str, seed: int, generations: int) -> dict:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations, prefix="pool_margin", fresh=True)
     rows = HeldOut.of(frame, name, labels, seed)
-    row = {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "audit_rows": int(rows.audit.sum())}
-    for way, options in WAYS.items():
-        got = auto_on_held(AutoAggregator(len(labels), seed=seed, **options), votes, feats, rows)
-        row[way] = got.pop("f1")
-        row.update({f"{way}_{key}": value for key, value in got.items()})
-    return row
+    autos = {way: AutoAggregator(len(labels), seed=seed, **options) for way, options in WAYS.items()}
+    return {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "audit_rows": int(rows.audit.sum()),
+            **autos_on_held(autos, votes, feats, rows)}
 
 
 def markdown(rows: list[dict], meta: dict) -> str:

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.aggregators.registry import aggregator_entry  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.embed.base import text_hash  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -177,7 +178,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
             row[agg] = result["macro_f1"]
             row[f"{agg}_acc"] = result["accuracy"]
             row[f"{agg}_s"] = round(time.monotonic() - t, 1)
-            if agg in ("auto", "auto-text", "auto-pool"):
+            if aggregator_entry(agg).chooses:
                 row[f"{agg}_chose"] = result.get("chosen", "")
                 row[f"{agg}_uses_pool"] = result.get("uses_pool")
             if agg == "mv":

@@ -134,6 +134,16 @@ def auto_on_held(auto: AutoAggregator, votes: np.ndarray, feats: dict, rows: Hel
             "s": round(time.monotonic() - started, 1)}
 
 
+def autos_on_held(autos: dict[str, AutoAggregator], votes: np.ndarray, feats: dict, rows: HeldOut) -> dict:
+    """`auto_on_held` of each named way: `{way: its F1, way_chose, way_dev, way_uses_pool, way_s}`, a bench's row."""
+    out: dict = {}
+    for way, auto in autos.items():
+        got = auto_on_held(auto, votes, feats, rows)
+        out[way] = got.pop("f1")
+        out.update({f"{way}_{key}": value for key, value in got.items()})
+    return out
+
+
 def run(name: str, seed: int, generations: int) -> dict | None:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations)
     k = len(labels)

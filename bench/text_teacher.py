@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.student_validation import HeldOut, auto_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
+from bench.student_validation import HeldOut, autos_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 
 WAYS = {"before": False, "text_teacher": True}
@@ -34,12 +34,9 @@ WAYS = {"before": False, "text_teacher": True}
 def run(name: str, seed: int, generations: int) -> dict:
     frame, votes, feats, labels = evolved_inputs(name, seed, generations)
     rows = HeldOut.of(frame, name, labels, seed)
-    row = {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "student_rows": int(len(rows.sample))}
-    for way, text_teacher in WAYS.items():
-        got = auto_on_held(AutoAggregator(len(labels), seed=seed, text_teacher=text_teacher), votes, feats, rows)
-        row[way] = got.pop("f1")
-        row.update({f"{way}_{key}": value for key, value in got.items()})
-    return row
+    autos = {way: AutoAggregator(len(labels), seed=seed, text_teacher=on) for way, on in WAYS.items()}
+    return {"dataset": name, "seed": seed, "held_rows": int(len(rows.held)), "student_rows": int(len(rows.sample)),
+            **autos_on_held(autos, votes, feats, rows)}
 
 
 def markdown(rows: list[dict], meta: dict) -> str:

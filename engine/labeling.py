@@ -312,11 +312,12 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
             dev_scores = dataclasses.replace(
                 dev_scores, audit_macro_f1=multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"],
                 n_audit=int(audit.sum()))
-    if aggregator in ("auto", "auto-pool"):
+    entry = aggregator_entry(aggregator)
+    if entry.evoagg_on_multi_label:
         dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice("evoagg"))
-    dev_scores = dataclasses.replace(dev_scores, uses_pool=aggregator_entry(aggregator).reads_votes)
+    dev_scores = dataclasses.replace(dev_scores, uses_pool=entry.reads_votes)
     n_votes = (votes != ABSTAIN).sum(axis=1)
-    made_by = "auto:evoagg" if aggregator in ("auto", "auto-pool") else aggregator
+    made_by = "auto:evoagg" if entry.evoagg_on_multi_label else aggregator
     return LabelingResult(SoftLabels(probs, tuple(ids), made_by), hard, n_votes, dev_scores, oof, threshold)
 
 
@@ -379,7 +380,7 @@ def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...]
     """
     task = store.load_task()
     if task.multi_label:
-        names = tuple(n for n in names if n in aggregators_for(task) and n not in ("auto", "auto-pool"))
+        names = tuple(n for n in names if n in aggregators_for(task) and not aggregator_entry(n).evoagg_on_multi_label)
     out = []
     for name in names:
         result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)

@@ -265,6 +265,8 @@ def test_auto_leaves_out_votes_only_ingredients_when_the_pool_was_chosen_on_dev_
 
 def test_registry():
     assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto", "auto-text", "auto-pool")
+    # the choosers that read the votes are MultiLabelEvoAgg on a multi-label task ("auto:evoagg")
+    assert {n for n in AGGREGATORS if aggregator_entry(n).evoagg_on_multi_label} == {"auto", "auto-pool"}
     assert isinstance(make_aggregator("ds", 4), DawidSkene) and make_aggregator("auto", 4, seed=3).seed == 3
     with pytest.raises(ValueError, match="unknown aggregator 'vote'"):
         make_aggregator("vote", 2)

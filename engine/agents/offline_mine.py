@@ -19,6 +19,7 @@ from engine.domain import Task
 
 FLUKE_P = 0.005  # Poisson tail below which a cue's dev rate is too high for its pool rate
 RELATION_SHARE = 0.3  # share of a sentence cue's pool hits that must fall between the two entities
+MIN_SAMPLE_ROWS = 200  # pool-sample rows below which the sample checks (`trustworthy`) pass every cue
 
 
 @dataclass
@@ -81,7 +82,7 @@ class OfflineWorkspace:
         2. On relation tasks, a whole-sentence cue should be a *relation* word: one that, in the pool,
            often sits between the two entities (topic words and entity names rarely do).
         """
-        if self.pool is None or self.pool.n_rows < 200:
+        if self.pool is None or self.pool.n_rows < MIN_SAMPLE_ROWS:
             return True
         in_pool = self.pool_fires(view, cues)
         expected = max(in_pool, 0.5) / self.pool.n_rows * len(self.y)
@@ -93,7 +94,7 @@ class OfflineWorkspace:
         """Check 2 of `trustworthy` alone: on a relation task, a whole-sentence cue must often sit between the two
         entities in the pool sample (True when there is no sample, no relation, or another view). `in_pool`: its
         fires on the sample, when already counted."""
-        if self.pool is None or self.pool.n_rows < 200 or view != "sentence" or "between" not in self.views:
+        if self.pool is None or self.pool.n_rows < MIN_SAMPLE_ROWS or view != "sentence" or "between" not in self.views:
             return True
         in_pool = self.pool_fires(view, cues) if in_pool is None else in_pool
         return not in_pool or self.pool_fires("between", cues) >= RELATION_SHARE * in_pool

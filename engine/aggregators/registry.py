@@ -48,6 +48,12 @@ class AggregatorEntry:
         """Reads nothing but the votes, so it gives one label per row and none where nobody voted."""
         return self.reads_votes and not self.reads_text
 
+    @property
+    def evoagg_on_multi_label(self) -> bool:
+        """A chooser that reads the votes (`auto`, `auto-pool`): on a multi-label task it is MultiLabelEvoAgg, so it
+        is named "auto:evoagg" and left out of comparisons beside `evoagg` itself."""
+        return self.chooses and self.reads_votes
+
     def make(self, n_classes: int, seed: int = 0) -> Aggregator:
         return self.factory(n_classes, seed)
 

@@ -179,7 +179,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
         used = votes if entry.reads_votes else votes[:, :0]
         model = MultiLabelEvoAgg(len(task.labels), seed=seed).fit(used[dev], Y_dev, dev_features)
-        made_by = "auto:evoagg" if aggregator in ("auto", "auto-pool") else aggregator
+        made_by = "auto:evoagg" if entry.evoagg_on_multi_label else aggregator
     else:
         model = make_aggregator(aggregator, len(task.labels), seed)
         if entry.fits_unlabeled:

@@ -513,6 +513,7 @@ def test_the_improver_mines_the_guessed_pool_rows_and_dev_judges_what_it_finds()
     cands = OfflineProposer().propose("improver", context)
     guessed = [c for c in cands if "guessed labels" in c.rationale]
     assert guessed, [c.rationale for c in cands]
+    assert [c for c in cands if c.mined_on_guesses] == guessed  # the flag the gate reads marks exactly those
     specs = [parse_spec(c.source) for c in guessed]
     assert any(s.label == "ham" and "lunch" in s.cues for s in specs)
     assert not any("free" in s.cues for s in specs)  # 18 spam rows on dev: not viable for ham

@@ -139,13 +139,18 @@ def test_improver_targets_the_weak_class():
     _check_candidates(cands, task, [ex.as_input() for ex in dev])
 
 
-def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
+def _narrow_member_context() -> tuple[Task, tuple[Example, ...], Annotator, ProposalContext]:
+    """80 dev rows (enough to mine on halves) and a pool of one precise, narrow spam cue for the refiner."""
     task = _spam_task()
     spam = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in SPAM]
     ham = [f"{t} {w}" for w in ("", "today", "x", "pal") for t in HAM]
     dev = tuple(_rows(ham, 0, "dev", "h") + _rows(spam, 1, "dev", "s"))
     narrow = _member(AnnotatorSpec("cue", "spam", "sentence", ("urgent",)))
-    context = _context(task, dev, [narrow])
+    return task, dev, narrow, _context(task, dev, [narrow])
+
+
+def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
+    task, dev, narrow, context = _narrow_member_context()
     score = context.scores[narrow.id]
     assert score.precision >= 0.55 and score.coverage <= 0.08
     cands = OfflineProposer().propose("refiner", context)
@@ -156,6 +161,16 @@ def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
         assert c.parent_ids == (narrow.id,) and c.agent == "refiner"
         fired = _votes(c.source, inputs, task.labels) != ABSTAIN
         assert np.all(fired[parent]) and fired.sum() > parent.sum()
+
+
+def test_the_refiner_judges_each_widening_on_the_half_of_dev_it_was_not_mined_on():
+    """The refiner's added cues are read off dev's labels like the generator's: on a dev big enough for halves each
+    widening is worked out on one half and its precision read on the other (the rationale says which)."""
+    task, dev, narrow, context = _narrow_member_context()
+    halved = OfflineProposer().propose("refiner", context)
+    assert halved and all("the half of dev it was not mined on" in c.rationale for c in halved)
+    whole = OfflineProposer(select=SelectConfig(cross_fit=False)).propose("refiner", context)
+    assert whole and not any("not mined on" in c.rationale for c in whole)
 
 
 def test_refiner_skips_foreign_code():

@@ -4,7 +4,8 @@ generator: mines cue words / phrases / keyword banks / surface thresholds per cl
 improver:  mines the unlabeled pool sample against a dev-fitted classifier's guesses (dev then judges each cue on rows
            that did not choose it) and seeds its weak classes' names; without guesses, mines the dev rows the pool
            gets wrong, leaves uncovered or disputes, favouring weak classes.
-refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions).
+refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions), worked out on one
+           half of dev and judged on the other like the generator's cues.
 Every role previews the gate in-process (offline_select) and sends only candidates likely to pass.
 """
 from __future__ import annotations
@@ -78,8 +79,10 @@ class OfflineProposer:
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision, mine_dev=not on_pool)
             if on_pool:
                 proposals = _once(proposals + self._guessed(ws, context, config.min_precision, halved))
+        elif role == "refiner" and halved:  # its added cues are read off dev labels too: judged where not read
+            proposals = self._cross_fitted(ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor))
         else:
-            proposals = roles.refiner_proposals(ws, context, config.min_precision)
+            proposals = roles.refiner_proposals(ws, context, floor)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
         proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
         rejected = rejected_specs(context.feedback)  # the expert said no to these ideas, in any wording

@@ -4,7 +4,8 @@ The offline agents rank thousands of cues on dev, so a cue's dev precision is pa
 looks better on the rows it was chosen on (fitness) than anywhere else. Two changes mine elsewhere:
   all_dev   before f3a4567: the generator mines all of dev, the improver dev's failing rows
   halves    since f3a4567: the generator mines each half of dev and reads each cue's precision bound on the other half
-            (`SelectConfig.mine_halves`; the preview's gain was already checked on both halves)
+            (`SelectConfig.mine_halves`; the preview's gain was already checked on both halves); since 017b180 the
+            refiner's added cues too, so `all_dev` also mines those on all of dev
   guessed   on top of halves, the improver mines the unlabeled pool sample against a dev-fitted classifier's guesses
             and dev judges each cue on rows none of which chose it (`SelectConfig.improve_on_pool`)
 This bench evolves the same pool two ways (`--ways`, first -> second; 5 generations of the offline agents, dev 500

@@ -45,7 +45,9 @@ def parse_setting(text: str) -> dict:
         key, _, value = pair.partition("=")
         if key not in types:
             raise SystemExit(f"unknown SelectConfig field {key!r}; known: {sorted(types)}")
-        out[key] = value.lower() in ("1", "true") if types[key] is bool else types[key](value)
+        if types[key] is bool and value.lower() not in ("true", "false"):
+            raise SystemExit(f"{key} is true or false, not {value!r}")
+        out[key] = value.lower() == "true" if types[key] is bool else types[key](value)
     return out
 
 
@@ -88,18 +90,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['dataset']} | {r['seed']} | {r['setting']} | {r['pool']} | {r['evolve_s']} | "
                      f"{r['mv_fitness']:.3f} | {r['mv_pool_rows']:.3f} | {r['gap']:.3f} |")
     lines += ["", "## Mean over seeds", "",
-              "| dataset | setting | seeds | pool | MV pool rows | gap | gap smaller than the first setting's |",
-              "|---|---|---|---|---|---|---|"]
+              "| dataset | setting | seeds | pool | MV pool rows | gap | seeds whose gap is smaller / equal / larger "
+              "than the first setting's |", "|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
         settings = list(dict.fromkeys(r["setting"] for r in mine))
         first = {r["seed"]: r["gap"] for r in mine if r["setting"] == settings[0]}
         for setting in settings:
             these = [r for r in mine if r["setting"] == setting]
-            smaller = sum(r["gap"] < first[r["seed"]] for r in these if r["seed"] in first)
+            paired = [(r["gap"], first[r["seed"]]) for r in these if r["seed"] in first]
+            versus = " / ".join(str(sum(test(gap, base) for gap, base in paired)) for test in (
+                lambda a, b: a < b - 1e-9, lambda a, b: abs(a - b) <= 1e-9, lambda a, b: a > b + 1e-9))
             mean = {key: np.mean([r[key] for r in these]) for key in ("pool", "mv_pool_rows", "gap")}
             lines.append(f"| {name} | {setting} | {len(these)} | {mean['pool']:.1f} | {mean['mv_pool_rows']:.3f} | "
-                         f"{mean['gap']:.3f} | " + ("–" if setting == settings[0] else f"{smaller} of {len(these)}")
+                         f"{mean['gap']:.3f} | " + ("–" if setting == settings[0] else versus)
                          + " |")
     return "\n".join(lines) + "\n"
 

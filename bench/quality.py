@@ -125,7 +125,10 @@ def save_embedding_cache(store: Store, path: Path) -> None:
     found = store.cached_embeddings(EMBEDDER, hashes)
     if found:
         keys = sorted(found)
-        np.savez(path, hashes=np.array(keys), vectors=np.stack([found[h] for h in keys]))
+        # whole or not at all: benches run side by side read and write the same dataset's cache
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")
+        np.savez(partial, hashes=np.array(keys), vectors=np.stack([found[h] for h in keys]))
+        os.replace(partial, path)
 
 
 def pool_mv(store: Store, executor: CompiledExecutor) -> dict:

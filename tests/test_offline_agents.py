@@ -163,12 +163,25 @@ def test_refiner_widens_a_narrow_precise_member_and_names_its_parent():
         assert np.all(fired[parent]) and fired.sum() > parent.sum()
 
 
-def test_the_refiner_judges_each_widening_on_the_half_of_dev_it_was_not_mined_on():
-    """The refiner's added cues are read off dev's labels like the generator's: on a dev big enough for halves each
-    widening is worked out on one half and its precision read on the other (the rationale says which)."""
+def test_the_refiner_judges_the_cues_it_adds_on_the_half_of_dev_they_were_not_mined_on():
+    """The cues the refiner adds to a member are read off dev's labels like the generator's: on a dev big enough for
+    halves they are mined on one half and judged on the other (the rationale says which); its other widenings (fewer
+    conditions, a wider view, stems, the pool's co-occurring words) read no label and all of dev judges them."""
     task, dev, narrow, context = _narrow_member_context()
-    halved = OfflineProposer().propose("refiner", context)
-    assert halved and all("the half of dev it was not mined on" in c.rationale for c in halved)
+    proposer = OfflineProposer()
+    ws = proposer._workspace(context)
+    refined = proposer._refined(ws, context, 0.25, halved=True)
+    added = [p for p in refined if "added cues" in p.note]
+    free = [p for p in refined if "added cues" not in p.note]
+    assert added and free
+    parts = [np.isin(np.arange(len(dev)), half) for half in halves(ws.y)]
+    assert all(any(np.array_equal(p.held, part) for part in parts) for p in added)
+    assert all(p.held is None for p in free)
+    inputs = [ex.as_input() for ex in dev]
+    for p in refined:  # fired on all of dev, as the emitted code fires
+        assert np.array_equal(p.fired, _votes(render(p.spec), inputs, task.labels) != ABSTAIN)
+    cands = proposer.propose("refiner", context)
+    assert cands and all(("not mined on" in c.rationale) == ("added cues" in c.rationale) for c in cands)
     whole = OfflineProposer(select=SelectConfig(cross_fit=False)).propose("refiner", context)
     assert whole and not any("not mined on" in c.rationale for c in whole)
 

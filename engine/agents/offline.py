@@ -4,8 +4,8 @@ generator: mines cue words / phrases / keyword banks / surface thresholds per cl
 improver:  mines the unlabeled pool sample against a dev-fitted classifier's guesses (dev then judges each cue on rows
            that did not choose it) and seeds its weak classes' names; without guesses, mines the dev rows the pool
            gets wrong, leaves uncovered or disputes, favouring weak classes.
-refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions), worked out on one
-           half of dev and judged on the other like the generator's cues.
+refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions); the cues it adds are
+           mined on one half of dev and judged on the other, like the generator's.
 Every role previews the gate in-process (offline_select) and sends only candidates likely to pass.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ class OfflineProposer:
         ws = self._workspace(context)
         config = replace(self.select, min_fires=self.min_fires, min_precision=MIN_PRECISION[role],
                          max_picks=self.max_candidates_per_role)
-        if role == "refiner":  # a widened member earns its place by reach more than by dev gain
+        if role == "refiner":  # a widened member earns its place by reach more than by dev gain (a third of the gain)
             config = replace(config, min_gain=config.min_gain / 3, min_reach=config.min_reach / 2)
         halved = (config.cross_fit and config.mine_halves and context.dev_label_sets is None
                   and len(ws.y) >= CROSS_FIT_ROWS)
@@ -79,10 +79,8 @@ class OfflineProposer:
             proposals = roles.improver_proposals(ws, context, rng, config.min_precision, mine_dev=not on_pool)
             if on_pool:
                 proposals = _once(proposals + self._guessed(ws, context, config.min_precision, halved))
-        elif role == "refiner" and halved:  # its added cues are read off dev labels too: judged where not read
-            proposals = self._cross_fitted(ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor))
         else:
-            proposals = roles.refiner_proposals(ws, context, floor)
+            proposals = self._refined(ws, context, floor, halved)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
         proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
         rejected = rejected_specs(context.feedback)  # the expert said no to these ideas, in any wording
@@ -121,6 +119,16 @@ class OfflineProposer:
             return out
 
         return _over_halves(ws.y, judged)
+
+    def _refined(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
+        """The refiner's widenings. Halved: the cues it adds to a member are read off dev's labels like the generator's,
+        so they are mined on one half and judged on the other (`_cross_fitted`); its other widenings read no label
+        and all of dev judges them."""
+        if not halved:
+            return roles.refiner_proposals(ws, context, floor)
+        free = roles.refiner_proposals(ws, context, floor, reads_labels=False)
+        return _once(free + self._cross_fitted(
+            ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor, reads_labels=True)))
 
     def _guessed(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
         """The improver's cues mined on the pool sample's guessed labels. Halved (with GUESS_HALVES_ROWS fitness rows):

@@ -135,8 +135,11 @@ def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndar
     return out
 
 
-def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precision: float) -> list[Proposal]:
-    """Broader versions of precise, narrow pool members; each keeps its parent's id."""
+def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precision: float,
+                      reads_labels: bool | None = None) -> list[Proposal]:
+    """Broader versions of precise, narrow pool members; each keeps its parent's id. `reads_labels` (see `broaden`):
+    only the widenings that read dev's labels (True), only those that do not (False), or all (None). `ws` may be a
+    workspace over half of dev (the proposer then judges what it finds on the other half)."""
     out: list[Proposal] = []
     for annotator in context.annotators:
         score = context.scores.get(annotator.id)
@@ -146,7 +149,7 @@ def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precis
         if spec is None or spec.label not in ws.task.labels:
             continue  # foreign code (LLM or human): nothing safe to widen mechanically
         label = ws.task.labels.index(spec.label)
-        for wider, how in broaden(ws, spec, label, min_precision):
+        for wider, how in broaden(ws, spec, label, min_precision, reads_labels):
             fired = ws.fires(wider)
             if fired.sum() < 5:
                 continue
@@ -158,9 +161,22 @@ def refiner_proposals(ws: OfflineWorkspace, context: ProposalContext, min_precis
     return out
 
 
-def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
-            min_precision: float) -> list[tuple[AnnotatorSpec, str]]:
-    """Wider variants: drop conditions, widen the view, stem the cues, add co-firing cues of the class."""
+def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int, min_precision: float,
+            reads_labels: bool | None = None) -> list[tuple[AnnotatorSpec, str]]:
+    """Wider variants: drop conditions, widen the view, stem the cues, add words that keep the cues company in the
+    unlabeled pool sample, add cues of the class mined on dev. Only the last reads dev's labels: `reads_labels=True`
+    gives only those, False only the others, None all of them."""
+    out: list[tuple[AnnotatorSpec, str]] = []
+    if reads_labels is not True:
+        out += _label_free_widenings(ws, spec)
+    if reads_labels is not False and spec.kind != "surface":
+        out += _added_cues(ws, spec, label, min_precision)
+    return out
+
+
+def _label_free_widenings(ws: OfflineWorkspace, spec: AnnotatorSpec) -> list[tuple[AnnotatorSpec, str]]:
+    """Widenings that read no dev label: a looser threshold, fewer conditions, a wider view, word stems, words the
+    cues keep company with in the pool sample."""
     out: list[tuple[AnnotatorSpec, str]] = []
     if spec.kind == "surface":
         grid = surface.threshold_grid(ws.dev_surface.get(spec.feature, np.array([spec.threshold])))
@@ -185,6 +201,14 @@ def broaden(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
     if company:
         out.append((replace(spec, cues=spec.cues + company),
                     f"added words it keeps company with in the pool: {', '.join(company)}"))
+    return out
+
+
+def _added_cues(ws: OfflineWorkspace, spec: AnnotatorSpec, label: int,
+                min_precision: float) -> list[tuple[AnnotatorSpec, str]]:
+    """The spec with up to four more cues of its class in its view, mined on `ws`'s dev rows: each variant adds
+    the next cue that is right on some row the spec misses."""
+    out: list[tuple[AnnotatorSpec, str]] = []
     base = ws.fires(spec)
     extra = cue_proposals(ws, min_precision=max(min_precision, 0.5 * float(np.mean(ws.hit(label)[base])))
                           if base.any() else min_precision, per_class=15, classes=[label])

@@ -73,11 +73,12 @@ class SelectConfig:
     min_fires: int = 5
     min_precision: float = 0.30
     max_jaccard: float = 0.95  # the gate's near-duplicate limit
-    # a pick's gain (on each half, when cross-fitting) must exceed this. On ChemProt's 400 fitness rows (10 classes) or
-    # banking77's 462 (77) one row of a small class moves macro-F1 by 0.003-0.005, so at 0.003 a pick fixing a single
-    # row of each half passed, and the greedy search, choosing the best of hundreds, found many by luck: at 0.006 the
-    # pool's gap from the fitness rows to the withheld gold of the pool rows shrank (bench/results/pool_gap.md; on
-    # two-class sets one row is worth 0.01 or more, and most pools stay as they were)
+    # a pick's gain (on each half, when cross-fitting) must exceed this. Fixing one row of a half moves its macro-F1 by
+    # about 0.004 on banking77 (77 classes, 3 rows a class a half) and on ChemProt's classes of 15-20 rows a half, so at
+    # 0.003 a pick right on a single row of each half passed, and choosing the best of hundreds found many by luck.
+    # At 0.006 the pool's gap from the fitness rows to the withheld gold of pool rows shrank on every seed of both
+    # (bench/results/pool_gap.md; banking77's majority vote there fell a little with it, `auto` on held pool rows did
+    # not move: bench/results/pool_margin.md). ChemProt's smaller classes (6-9 rows a half) still pass on one row
     min_gain: float = 0.006
     max_picks: int = 12
     shortlist: int = 400  # candidates scored per greedy step (highest prior first)
@@ -87,8 +88,8 @@ class SelectConfig:
     min_dev_gain: float = 0.0  # a coverage-driven pick must not lower the simulated dev macro-F1
     min_reach: float = 0.004  # ... and must newly cover this precision-weighted share of the pool sample
     cross_fit: bool = True  # a mined pick's dev gain must show on each of two halves of dev, not just overall
-    # with cross_fit: the generator mines on each half and a pick's precision is judged on the other (`Proposal.held`;
-    # bench/cross_fit.py)
+    # with cross_fit: the generator, and the refiner for the cues it adds, mine on each half and a pick's precision is
+    # judged on the other (`Proposal.held`; bench/cross_fit.py)
     mine_halves: bool = True
     # the improver mines the pool sample's guessed labels (`offline_roles.guessed_label_proposals`) when it has them;
     # False: dev's failing rows, as before (bench/cross_fit.py compares the two)

@@ -1,9 +1,17 @@
 """bench/pool_gap.py's settings: SelectConfig overrides typed as the fields are, unknown names refused."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
-from bench.pool_gap import markdown, parse_setting
+# bench/ is scripts, not an installed package: load the file as the command line runs it (it puts the repo on the path)
+_FILE = Path(__file__).resolve().parents[1] / "bench" / "pool_gap.py"
+_SPEC = importlib.util.spec_from_file_location("pool_gap", _FILE)
+pool_gap = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(pool_gap)
+markdown, parse_setting = pool_gap.markdown, pool_gap.parse_setting
 
 
 def test_a_setting_becomes_typed_select_config_overrides():

@@ -9,7 +9,9 @@ EvoAgg is fitted on dev alone, so every pool row is held out.
 
 For each dataset and seed: import and evolve as bench/quality.py does (dev 500 rows, audit share 0.2, 5
 generations of the offline agents on the compiled path), then for every text feature fit `<feature>-only` and
-EvoAgg at each weight on dev, and report macro-F1 on all pool rows.
+EvoAgg at each weight on dev, and report macro-F1 on all pool rows. Beside them, how many annotators are right more
+often than `<feature>-only` on the pool rows they vote on: a vote can only add to the text where it knows better
+(`--fresh` evolves the pools anew instead of reading the workspaces bench/student_validation.py left).
 
     python bench/vote_weight.py [--datasets chemprot trec sms semeval youtube banking77] [--seeds 0 1 2]
                                 [--weights 1 0.5 0.25 0.1] [--out bench/results/vote_weight]
@@ -32,8 +34,18 @@ from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
 
 
-def run(name: str, seed: int, generations: int, weights: list[float]) -> list[dict]:
-    frame, votes, feats, labels = evolved_inputs(name, seed, generations)
+def beats_text(votes: np.ndarray, gold: np.ndarray, text_pred: np.ndarray) -> tuple[int, int]:
+    """(annotators right more often than the text model on the rows they vote on, annotators that vote at all)."""
+    fired = votes >= 0
+    voting = np.flatnonzero(fired.any(axis=0))
+    better = sum(int(np.mean(votes[fired[:, j], j] == gold[fired[:, j]]) > np.mean(text_pred[fired[:, j]]
+                                                                                   == gold[fired[:, j]]))
+                 for j in voting)
+    return better, len(voting)
+
+
+def run(name: str, seed: int, generations: int, weights: list[float], fresh: bool = False) -> list[dict]:
+    frame, votes, feats, labels = evolved_inputs(name, seed, generations, fresh=fresh)
     k = len(labels)
     pool = np.flatnonzero((frame["split"] == "pool").to_numpy())
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
@@ -44,7 +56,9 @@ def run(name: str, seed: int, generations: int, weights: list[float]) -> list[di
     for feature in feats:
         row = {"dataset": name, "seed": seed, "feature": feature, "pool_rows": int(len(pool))}
         text = TextOnly(k, feature=feature, seed=seed).fit(votes[dev], y, X_dev)
-        row["text_only"] = round(macro_f1(gold, text.predict_proba(votes[pool], X_pool).argmax(axis=1), k), 4)
+        text_pred = text.predict_proba(votes[pool], X_pool).argmax(axis=1)
+        row["text_only"] = round(macro_f1(gold, text_pred, k), 4)
+        row["beats_text"], row["voting"] = beats_text(votes[pool], gold, text_pred)
         for w in weights:
             model = EvoAgg(k, feature=feature, seed=seed, vote_weight=w).fit(votes[dev], y, X_dev)
             row[f"w={w:g}"] = round(macro_f1(gold, model.predict_proba(votes[pool], X_pool).argmax(axis=1), k), 4)
@@ -60,11 +74,14 @@ def markdown(rows: list[dict], weights: list[float], meta: dict) -> str:
              f"at the start. Command: `{meta['command']}`. Macro-F1 on every unlabeled pool row against its withheld "
              "gold label (never dev, never test); EvoAgg and `<feature>-only` fitted on dev alone.\n",
              "## Mean over seeds, per dataset and feature\n",
-             "| dataset | feature | seeds | text only | " + " | ".join(f"EvoAgg {c}" for c in cols) + " |",
-             "|---|---|---|---|" + "---|" * len(cols)]
+             "| dataset | feature | seeds | text only | " + " | ".join(f"EvoAgg {c}" for c in cols)
+             + " | annotators right more often than the text where they vote |",
+             "|---|---|---|---|" + "---|" * (len(cols) + 1)]
     for (name, feature), part in pd.DataFrame(rows).groupby(["dataset", "feature"], sort=False):
+        beats = (f"{part['beats_text'].sum()} of {part['voting'].sum()}" if "beats_text" in part
+                 and part["beats_text"].notna().all() else "–")  # results recorded before the column: none
         lines.append(f"| {name} | {feature} | {len(part)} | {part['text_only'].mean():.3f} | "
-                     + " | ".join(f"{part[c].mean():.3f}" for c in cols) + " |")
+                     + " | ".join(f"{part[c].mean():.3f}" for c in cols) + f" | {beats} |")
     frame = pd.DataFrame(rows)
     lines += ["\n## Over every dataset, seed and feature\n",
               "| | text only | " + " | ".join(f"EvoAgg {c}" for c in cols) + " |",
@@ -81,8 +98,10 @@ def markdown(rows: list[dict], weights: list[float], meta: dict) -> str:
 def main() -> None:
     parser = grid_parser(__doc__, ["chemprot", "trec", "sms", "semeval", "youtube", "banking77"], "vote_weight")
     parser.add_argument("--weights", nargs="+", type=float, default=[1.0, 0.5, 0.25, 0.1])
+    parser.add_argument("--fresh", action="store_true", help="evolve the pools anew (the engine may have changed)")
     args = parser.parse_args()
-    run_and_save(args, "vote_weight.py", lambda name, seed: run(name, seed, args.generations, args.weights),
+    run_and_save(args, "vote_weight.py",
+                 lambda name, seed: run(name, seed, args.generations, args.weights, args.fresh),
                  lambda rows, meta: markdown(rows, args.weights, meta))
 
 

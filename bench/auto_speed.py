@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.throughput import run_meta  # noqa: E402
+from bench.throughput import measured, run_meta  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.cache import embed_texts  # noqa: E402
@@ -98,8 +98,7 @@ def main() -> None:
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "record": record}, indent=1))
     args.out.with_suffix(".md").write_text(
         "# `auto` on ChemProt with embeddings cached: `bench/auto_speed.py` (issue 15)\n\n"
-        f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} at "
-        f"the start. Command: `{meta['command']}`.\n\n| figure | value |\n|---|---|\n"
+        + measured(meta) + "\n\n| figure | value |\n|---|---|\n"
         + "".join(f"| {k} | {v} |\n" for k, v in record.items() if k != "profile_top"))
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.quality import import_dataset, load_embedding_cache  # noqa: E402
 from bench.student_validation import TMP, HeldOut, auto_on_held, grid_parser, pool_gold, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
@@ -93,8 +94,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     with_auto = bool(rows) and f"{second}_auto_held" in rows[0]
     cols = ["mv_fitness", "mv_audit", "mv_pool_gold", "gap"] + (["auto_held"] if with_auto else [])
     lines = ["# Where the offline agents mine: `bench/cross_fit.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. Pool majority vote macro-F1 on fitness rows, audit rows "
+             measured(meta) + f" Pool majority vote macro-F1 on fitness rows, audit rows "
              "and every pool row's withheld WRENCH train label (never test); gap = fitness - pool gold. Each cell: "
              f"{first} -> {second} (see the bench's docstring).\n",
              "| dataset | seed | pool size | " + " | ".join(cols) + " | evolve s |",

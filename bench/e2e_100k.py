@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -124,8 +124,7 @@ def markdown(records: list[dict], meta: dict) -> str:
     keys = ["embedder", "distinct_texts", "import_s", "evolve_s", "votes_s", "label_s", "features_s", "auto_s",
             "export_s", "label_path_s", "test_macro_f1", "auto_chose", "annotators", "votes_per_s", "exported_rows"]
     lines = ["# End to end at 100K rows: `bench/e2e_100k.py` (issue 15)\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. ChemProt: valid (dev 500, the rest pool) and test as they "
+             measured(meta) + f" ChemProt: valid (dev 500, the rest pool) and test as they "
              f"are, train resampled to {records[0]['rows']:,} rows. `label_path_s` = import + "
              "votes + label + export (evolve, on dev only, is apart); `label_s` = "
              "`soft_labels(store, executor, \"auto\")` as `evopool export` runs it, split into `features_s` (the "

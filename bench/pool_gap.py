@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
 from bench.student_validation import TMP, grid_parser, pool_gold, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
@@ -58,7 +59,8 @@ def run(name: str, seed: int, setting: str, generations: int) -> dict:
     store = Store.open(workdir)
     import_dataset(store, name, seed)
     load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    k = len(store.load_task().labels)
+    labels = store.load_task().labels
+    k = len(labels)
     select = replace(SelectConfig(), **overrides)
     started = time.monotonic()
     with CompiledExecutor() as executor:
@@ -69,7 +71,7 @@ def run(name: str, seed: int, setting: str, generations: int) -> dict:
         ensure_votes(store, executor, ids, "pool")
         fitness = pool_macro_f1(store.vote_matrix(ids, FITNESS).votes, store.gold(FITNESS), k)
         on_pool = store.vote_matrix(ids, "pool")
-        gold = pool_gold(name, np.asarray(on_pool.example_ids), store.load_task().labels)
+        gold = pool_gold(name, np.asarray(on_pool.example_ids), labels)
         held = pool_macro_f1(on_pool.votes, gold, k)
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     Store.close_all()
@@ -81,8 +83,7 @@ def run(name: str, seed: int, setting: str, generations: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# The pool's fitness → new-rows gap per selection setting: `bench/pool_gap.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. The pool's majority-vote macro-F1 on the fitness rows and "
+             measured(meta) + " The pool's majority-vote macro-F1 on the fitness rows and "
              "on every pool row against its withheld WRENCH train label (never dev, never test); rows no annotator "
              "votes on count as wrong.\n",
              "| dataset | seed | setting | pool | evolve s | MV fitness | MV pool rows | gap |", "|" + "---|" * 8]

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import HeldOut, autos_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 
 WAYS = {"text": dict(text_only=True), "pool": dict(pool_only=True), "auto": {},
@@ -43,8 +44,7 @@ def run(name: str, seed: int, generations: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# Does the pool earn its place, on held-out pool rows: `bench/pool_margin.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. Macro-F1 on the pool rows outside the students' rows, "
+             measured(meta) + " Macro-F1 on the pool rows outside the students' rows, "
              "against their withheld WRENCH train labels (never dev, never test); each choice with its out-of-fold "
              "dev score.\n",
              "| dataset | seed | held rows | audit rows | text | chose (dev) | pool | chose (dev) | pool − text "

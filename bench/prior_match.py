@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import SHARED, evolved_inputs, pool_gold  # noqa: E402
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.choice_names import PRIOR_SUFFIX  # noqa: E402
@@ -75,8 +75,7 @@ def run(name: str, seed: int, generations: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# Prior matching on the pool rows' withheld gold labels: `bench/prior_match.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. Macro-F1 of `auto`'s labels for every pool row against "
+             measured(meta) + " Macro-F1 of `auto`'s labels for every pool row against "
              "their withheld WRENCH train labels (never dev, never test).\n",
              "`shift forced`: the unshifted choice with the shift applied whatever dev says (when it is a student).\n",
              "| dataset | seed | pool rows | without: chose | F1 | with: chose | F1 | shift forced F1 | dev gain |",

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import HeldOut, auto_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures  # noqa: E402
 from engine.text_views import relation_context, view_text  # noqa: E402
@@ -55,8 +56,7 @@ def run(name: str, seed: int, generations: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# The relation feature's text on held-out pool rows: `bench/relation_view.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. `auto`'s macro-F1 on pool rows outside the student's "
+             measured(meta) + " `auto`'s macro-F1 on pool rows outside the student's "
              "rows, against their withheld WRENCH train labels (never dev, never test); its dev out-of-fold score of "
              "what it chose in brackets.\n",
              "| dataset | seed | held rows | " + " | ".join(f"{name} | auto chose" for name in TEXTS) + " |",

@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.domain import ABSTAIN  # noqa: E402
 from engine.store.workspace import DB_NAME, Store  # noqa: E402
 
@@ -156,8 +156,7 @@ def _checksum(votes: np.ndarray) -> str:
 
 def markdown(records: list[dict], meta: dict) -> str:
     lines = ["# Vote storage: `bench/store_votes.py` (issue 15)\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. {meta['annotators']} annotators, each firing on "
+             measured(meta) + f" {meta['annotators']} annotators, each firing on "
              f"{meta['fired']:.1%} of the rows; before = one row per vote on a bare DuckDB file with the same "
              "examples ids; after = the store. `votes MB` is what writing the votes added to the checkpointed "
              "file (the before file holds only ids and splits besides them, the after one the store's whole schema).\n",

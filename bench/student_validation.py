@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.throughput import run_meta, save_result  # noqa: E402
+from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
@@ -180,8 +180,7 @@ def run(name: str, seed: int, generations: int) -> dict | None:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# The student rule on held-out pool rows: `bench/student_validation.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. Macro-F1 on the pool rows outside the student's sample, "
+             measured(meta) + " Macro-F1 on the pool rows outside the student's sample, "
              "against their withheld WRENCH train labels (never dev, never test).\n",
              "| dataset | seed | held rows | teacher | teacher F1 | its student F1 | before the rule | F1 "
              "| 0.9 rule | F1 | all draws (ships) | F1 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import HeldOut, autos_on_held, evolved_inputs, grid_parser, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 
 WAYS = {"before": False, "text_teacher": True}
@@ -41,8 +42,7 @@ def run(name: str, seed: int, generations: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# The best text-only model as a teacher too: `bench/text_teacher.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. `auto` macro-F1 on the pool rows outside the student's "
+             measured(meta) + " `auto` macro-F1 on the pool rows outside the student's "
              "rows, against their withheld WRENCH train labels (never dev, never test); its choice and the choice's "
              "out-of-fold dev score.\n",
              "| dataset | seed | held rows | before | chose (dev) | text teacher | chose (dev) | change |",

@@ -301,6 +301,13 @@ def run_meta(script: str) -> dict[str, str]:
             "command": f"python bench/{script} " + " ".join(sys.argv[1:])}
 
 
+def measured(meta: dict[str, str]) -> str:
+    """The sentence a bench result's table opens with: when, at which commit, on what machine under what load, by
+    which command (`run_meta`'s fields)."""
+    return (f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
+            f"at the start. Command: `{meta['command']}`.")
+
+
 def save_result(out: Path, payload: dict, markdown_text: str) -> None:
     """Write a bench result as `out`.json (the payload: meta and the measured rows) and `out`.md (its table)."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run_and_save  # noqa: E402
+from bench.throughput import measured  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
 from engine.score import macro_f1  # noqa: E402
@@ -36,12 +37,13 @@ from engine.score import macro_f1  # noqa: E402
 
 def beats_text(votes: np.ndarray, gold: np.ndarray, text_pred: np.ndarray) -> tuple[int, int]:
     """(annotators right more often than the text model on the rows they vote on, annotators that vote at all)."""
-    fired = votes >= 0
-    voting = np.flatnonzero(fired.any(axis=0))
-    better = sum(int(np.mean(votes[fired[:, j], j] == gold[fired[:, j]]) > np.mean(text_pred[fired[:, j]]
-                                                                                   == gold[fired[:, j]]))
-                 for j in voting)
-    return better, len(voting)
+    better = voting = 0
+    for column in votes.T:
+        fired = column >= 0
+        if fired.any():
+            voting += 1
+            better += int(np.mean(column[fired] == gold[fired]) > np.mean(text_pred[fired] == gold[fired]))
+    return better, voting
 
 
 def run(name: str, seed: int, generations: int, weights: list[float], fresh: bool = False) -> list[dict]:
@@ -70,8 +72,7 @@ def run(name: str, seed: int, generations: int, weights: list[float], fresh: boo
 def markdown(rows: list[dict], weights: list[float], meta: dict) -> str:
     cols = [f"w={w:g}" for w in weights]
     lines = ["# EvoAgg's vote weight on held-out pool rows: `bench/vote_weight.py`\n",
-             f"Measured {meta['when']} at commit {meta['commit']} on {meta['machine']}, load average {meta['load']} "
-             f"at the start. Command: `{meta['command']}`. Macro-F1 on every unlabeled pool row against its withheld "
+             measured(meta) + " Macro-F1 on every unlabeled pool row against its withheld "
              "gold label (never dev, never test); EvoAgg and `<feature>-only` fitted on dev alone.\n",
              "## Mean over seeds, per dataset and feature\n",
              "| dataset | feature | seeds | text only | " + " | ".join(f"EvoAgg {c}" for c in cols)

@@ -26,7 +26,6 @@ import os
 import platform
 import random
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -39,6 +38,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.throughput import commit  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
@@ -252,14 +252,6 @@ def summary(rows: list[dict], targets: dict[str, float]) -> str:
 
 
 TARGETS = {"chemprot": 0.56, "trec": 0.87, "semeval": 0.66, "banking77": 0.83, "sms": 0.97, "youtube": 0.95}
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:

@@ -285,12 +285,20 @@ def run_child(applier: str, rows: int, workers: int, pool_file: Path) -> dict[st
 
 
 # ---- reporting ------------------------------------------------------------------------------------------
+# the code a bench measures: a result file names the commit, and says so when this code differed from it
+CODE_PATHS = ("engine", "studio", "pages", "bench", ":(exclude)bench/results")
+
+
 def commit() -> str:
+    """The short commit hash, with "+uncommitted" when the code under CODE_PATHS has changes not committed."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", *CODE_PATHS],
+                               capture_output=True).returncode != 0
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return sha + ("+uncommitted" if dirty else "")
 
 
 def run_meta(script: str) -> dict[str, str]:

@@ -62,8 +62,9 @@ class OfflineProposer:
         ws = self._workspace(context)
         config = replace(self.select, min_fires=self.min_fires, min_precision=MIN_PRECISION[role],
                          max_picks=self.max_candidates_per_role)
-        if role == "refiner":  # a widened member earns its place by reach more than by dev gain (a third of the gain)
-            config = replace(config, min_gain=config.min_gain / 3, min_reach=config.min_reach / 2)
+        if role == "refiner":  # a widened member earns its place by reach more than by dev gain
+            config = replace(config, min_gain=config.min_gain * config.refiner_gain_share,
+                             min_reach=config.min_reach / 2)
         halved = (config.cross_fit and config.mine_halves and context.dev_label_sets is None
                   and len(ws.y) >= CROSS_FIT_ROWS)
         floor = config.min_precision

@@ -186,6 +186,23 @@ def test_the_refiner_judges_the_cues_it_adds_on_the_half_of_dev_they_were_not_mi
     assert whole and not any("not mined on" in c.rationale for c in whole)
 
 
+def test_the_refiner_can_judge_its_added_cues_outside_the_rows_its_member_fires_on():
+    """`SelectConfig.refiner_judged_outside_member`: the held half of an added cue leaves out the member's own fires
+    (the gate chose the member on them), and the rationale says so; off (the default), the whole held half."""
+    task, dev, narrow, context = _narrow_member_context()
+    member = _votes(narrow.source, [ex.as_input() for ex in dev], task.labels) != ABSTAIN
+    assert member.any()
+    for outside in (False, True):
+        proposer = OfflineProposer(select=SelectConfig(refiner_judged_outside_member=outside))
+        ws = proposer._workspace(context)
+        added = [p for p in proposer._refined(ws, context, 0.25, halved=True) if "added cues" in p.note]
+        assert added
+        parts = [np.isin(np.arange(len(dev)), half) & (~member if outside else True) for half in halves(ws.y)]
+        assert all(any(np.array_equal(p.held, part) for part in parts) for p in added)
+    said = [c.rationale for c in proposer.propose("refiner", context) if "added cues" in c.rationale]
+    assert said and all("outside the rows its member already fires on" in r for r in said)
+
+
 def test_refiner_skips_foreign_code():
     task, dev = _spam_task(), _spam_dev()
     source = 'def annotate(example):\n    """Spam if it says claim."""\n    return "spam" if "claim" in ' \

@@ -102,7 +102,7 @@ class OfflineProposer:
         picks = greedy_select(proposals, gold, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"), pool_evidence=evidence)
-        return [_candidate(p, role) for p in picks]
+        return [_candidate(p, role, config.refiner_judged_outside_member) for p in picks]
 
     def _cross_fitted(self, ws: OfflineWorkspace, context: ProposalContext,
                       mine: Callable[[OfflineWorkspace, np.ndarray], list[Proposal]]) -> list[Proposal]:
@@ -123,13 +123,20 @@ class OfflineProposer:
 
     def _refined(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
         """The refiner's widenings. Halved: the cues it adds to a member are read off dev's labels like the generator's,
-        so they are mined on one half and judged on the other (`_cross_fitted`); its other widenings read no label
-        and all of dev judges them."""
+        so they are mined on one half and judged on the other (`_cross_fitted`; with
+        `SelectConfig.refiner_judged_outside_member`, on that half's rows the member does not fire on); its other
+        widenings read no label and all of dev judges them."""
         if not halved:
             return roles.refiner_proposals(ws, context, floor)
         free = roles.refiner_proposals(ws, context, floor, reads_labels=False)
-        return _once(free + self._cross_fitted(
-            ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor, reads_labels=True)))
+        added = self._cross_fitted(
+            ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor, reads_labels=True))
+        if self.select.refiner_judged_outside_member:
+            members = {a.id: a.source for a in context.annotators}
+            for p in added:
+                if p.held is not None and p.parent_ids and p.parent_ids[0] in members:
+                    p.held = p.held & ~ws.fires(parse_spec(members[p.parent_ids[0]]))  # new: halves share theirs
+        return _once(free + added)
 
     def _guessed(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
         """The improver's cues mined on the pool sample's guessed labels. Halved (with GUESS_HALVES_ROWS fitness rows):
@@ -225,10 +232,12 @@ def _hash(source: str) -> str:
     return code_hash(ast.unparse(ast.parse(source)) + "\n")
 
 
-def _candidate(p: Proposal, role: str) -> Candidate:
+def _candidate(p: Proposal, role: str, outside_member: bool = False) -> Candidate:
     stats = p.stats
     dev_precision = stats.get("dev_precision", stats.get("precision", 0))
     where = "dev" if p.held is None else "the half of dev it was not mined on"
+    if p.held is not None and role == "refiner" and outside_member:
+        where = "the half of dev its added cues were not mined on, outside the rows its member already fires on"
     rationale = (
         f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "

@@ -85,6 +85,11 @@ class SelectConfig:
     # TREC seed 0 and ChemProt seed 1 moved their majority vote on the withheld gold of pool rows by less than 0.001
     # (bench/results/pool_gap_refiner.md)
     refiner_gain_share: float = 1 / 3
+    # judge the cues the refiner adds on the held half's rows its member does not already fire on (the member's own
+    # fires there were chosen by the gate). Off: on ChemProt seeds 1 and 2 it dropped widenings that the withheld gold
+    # of pool rows liked (majority vote there 0.461 -> 0.455, 0.444 -> 0.417; the other sets hardly moved:
+    # bench/results/pool_gap_refiner.md); three rows of a half asked of the added cues alone leave few standing
+    refiner_judged_outside_member: bool = False
     max_picks: int = 12
     shortlist: int = 400  # candidates scored per greedy step (highest prior first)
     pair_lookahead: bool = True  # also try same-class pairs (a rare class often needs two votes to win)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.quality import machine  # noqa: E402
+from bench.throughput import commit  # noqa: E402
 from engine.cli import main as evopool  # noqa: E402
 from engine.corpus.engines import label_corpus  # noqa: E402
 from engine.corpus.labeler import fit_labeler  # noqa: E402
@@ -94,14 +94,12 @@ def main() -> None:
     ray_small = timed(labeler, small, work / "s2", engine="ray", workers=1, batch_size=args.overhead_batch)
     ray.shutdown()
     overhead_ms = 1000 * (ray_small["seconds"] - local_small["seconds"]) / local_small["batches"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    record = {"date": date.today().isoformat(), "machine": machine(), "commit": commit, "rows": args.rows,
+    record = {"date": date.today().isoformat(), "machine": machine(), "commit": commit(), "rows": args.rows,
               "batch_size": args.batch_size, "aggregator": labeler.made_by, "annotators": len(labeler.annotators),
               "runs": runs, "ray_start_s": ray_start_s,
               "overhead": {"local": local_small, "ray": ray_small, "ms_per_batch": round(overhead_ms, 1),
                            "rows_per_batch": args.overhead_batch}}
-    lines = [f"# Corpus labeling throughput (`bench/corpus_scale.py`, commit {commit})", "",
+    lines = [f"# Corpus labeling throughput (`bench/corpus_scale.py`, commit {record['commit']})", "",
              f"Measured {record['date']} on {record['machine']} (CPU shared with other jobs) with "
              f"`python bench/corpus_scale.py --rows {args.rows} --batch-size {args.batch_size} --aggregator "
              f"{args.aggregator}`: {len(labeler.annotators)} annotators, aggregator `{labeler.made_by}`.", "",

@@ -285,20 +285,22 @@ def run_child(applier: str, rows: int, workers: int, pool_file: Path) -> dict[st
 
 
 # ---- reporting ------------------------------------------------------------------------------------------
-# the code a bench measures: a result file names the commit, and says so when this code differed from it
+# the code a bench measures: a result file names the commit, and says so when this code differed from it (the
+# environment's files, pyproject.toml and constraints.txt, are not the code measured; the results are what it writes)
 CODE_PATHS = ("engine", "studio", "pages", "bench", ":(exclude)bench/results")
 
 
 def commit() -> str:
-    """The short commit hash, with "+uncommitted" when the code under CODE_PATHS has changes not committed."""
+    """The short commit hash, with "+uncommitted" when the code under CODE_PATHS has changes not committed (new
+    files git does not ignore included: a bench script run before it is committed); "unknown" outside a repository."""
     try:
         sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", *CODE_PATHS],
-                               capture_output=True).returncode != 0
+        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all", "--",
+                                  *CODE_PATHS], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return sha + ("+uncommitted" if dirty else "")
+    return sha + ("+uncommitted" if changed else "")
 
 
 def run_meta(script: str) -> dict[str, str]:

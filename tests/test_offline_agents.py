@@ -188,19 +188,26 @@ def test_the_refiner_judges_the_cues_it_adds_on_the_half_of_dev_they_were_not_mi
 
 def test_the_refiner_can_judge_its_added_cues_outside_the_rows_its_member_fires_on():
     """`SelectConfig.refiner_judged_outside_member`: the held half of an added cue leaves out the member's own fires
-    (the gate chose the member on them), and the rationale says so; off (the default), the whole held half."""
+    (the gate chose the member on them), each proposal with a mask of its own, and the rationale says so; off (the
+    default), the whole held half, shared by the half's proposals."""
     task, dev, narrow, context = _narrow_member_context()
     member = _votes(narrow.source, [ex.as_input() for ex in dev], task.labels) != ABSTAIN
-    assert member.any()
+    said = {}
     for outside in (False, True):
         proposer = OfflineProposer(select=SelectConfig(refiner_judged_outside_member=outside))
         ws = proposer._workspace(context)
+        half_masks = [np.isin(np.arange(len(dev)), half) for half in halves(ws.y)]
+        assert all((member & part).any() for part in half_masks)  # so leaving the member's rows out shows
         added = [p for p in proposer._refined(ws, context, 0.25, halved=True) if "added cues" in p.note]
-        assert added
-        parts = [np.isin(np.arange(len(dev)), half) & (~member if outside else True) for half in halves(ws.y)]
+        assert len(added) >= 2
+        parts = [part & ~member if outside else part for part in half_masks]
         assert all(any(np.array_equal(p.held, part) for part in parts) for p in added)
-    said = [c.rationale for c in proposer.propose("refiner", context) if "added cues" in c.rationale]
-    assert said and all("outside the rows its member already fires on" in r for r in said)
+        assert all(p.held_outside_member == outside for p in added)
+        shared = any(p.held is q.held for i, p in enumerate(added) for q in added[i + 1:])
+        assert shared != outside  # on: a new mask each, so no proposal's change reaches another's
+        said[outside] = [c.rationale for c in proposer.propose("refiner", context) if "added cues" in c.rationale]
+    assert said[True] and all("outside the rows its member fires on" in r for r in said[True])
+    assert said[False] and not any("its member" in r for r in said[False])
 
 
 def test_refiner_skips_foreign_code():

@@ -102,7 +102,7 @@ class OfflineProposer:
         picks = greedy_select(proposals, gold, ws.n_classes, base, taken, config,
                               pool_covered=_pool_coverage(ws, context),
                               pool_mask_of=lambda p: ws.fires(p.spec, "pool"), pool_evidence=evidence)
-        return [_candidate(p, role, config.refiner_judged_outside_member) for p in picks]
+        return [_candidate(p, role) for p in picks]
 
     def _cross_fitted(self, ws: OfflineWorkspace, context: ProposalContext,
                       mine: Callable[[OfflineWorkspace, np.ndarray], list[Proposal]]) -> list[Proposal]:
@@ -132,10 +132,16 @@ class OfflineProposer:
         added = self._cross_fitted(
             ws, context, lambda sub, rows: roles.refiner_proposals(sub, context, floor, reads_labels=True))
         if self.select.refiner_judged_outside_member:
-            members = {a.id: a.source for a in context.annotators}
+            specs = {a.id: parse_spec(a.source) for a in context.annotators}
+            fires: dict[str, np.ndarray] = {}
             for p in added:
-                if p.held is not None and p.parent_ids and p.parent_ids[0] in members:
-                    p.held = p.held & ~ws.fires(parse_spec(members[p.parent_ids[0]]))  # new: halves share theirs
+                member = p.parent_ids[0] if p.parent_ids else None
+                if p.held is None or specs.get(member) is None:
+                    continue
+                if member not in fires:
+                    fires[member] = ws.fires(specs[member])
+                p.held = p.held & ~fires[member]  # a new mask: a half's proposals share theirs
+                p.held_outside_member = True
         return _once(free + added)
 
     def _guessed(self, ws: OfflineWorkspace, context: ProposalContext, floor: float, halved: bool) -> list[Proposal]:
@@ -232,12 +238,14 @@ def _hash(source: str) -> str:
     return code_hash(ast.unparse(ast.parse(source)) + "\n")
 
 
-def _candidate(p: Proposal, role: str, outside_member: bool = False) -> Candidate:
+def _candidate(p: Proposal, role: str) -> Candidate:
     stats = p.stats
     dev_precision = stats.get("dev_precision", stats.get("precision", 0))
     where = "dev" if p.held is None else "the half of dev it was not mined on"
-    if p.held is not None and role == "refiner" and outside_member:
-        where = "the half of dev its added cues were not mined on, outside the rows its member already fires on"
+    judged = f"the rows of {where}"
+    if p.held_outside_member:
+        where = "the half of dev its added cues were not mined on, outside the rows its member fires on,"
+        judged = "the rows of the half of dev its added cues were not mined on that its member does not fire on"
     rationale = (
         f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
         f"{dev_precision:.2f}; adding it changed the simulated pool macro-F1 by "
@@ -246,7 +254,7 @@ def _candidate(p: Proposal, role: str, outside_member: bool = False) -> Candidat
     if "pool_precision" in stats:
         rationale += (f" On the unlabeled sample, a text classifier fitted on dev puts its precision near "
                       f"{stats['pool_precision']:.2f} (worth {stats['pool_weight']:.0f} dev rows), "
-                      f"{stats['precision']:.2f} with the rows of {where} pooled in.")
+                      f"{stats['precision']:.2f} with {judged} pooled in.")
     if p.note:
         rationale += f" ({p.note})"
     return Candidate(source=render(p.spec), agent=role, name=_name(p), parent_ids=p.parent_ids,

@@ -35,6 +35,7 @@ class Proposal:
     # (n_dev,) bool: the half of dev the proposal was not mined on, where its precision is judged (the miner ranked
     # thousands of cues on the other half, so there 5 of 5 is partly luck); None: judged on all of dev
     held: np.ndarray | None = None
+    held_outside_member: bool = False  # `held` leaves out the rows its member fires on (a refiner's widening)
 
 
 def vote_counts(dev_votes: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray:

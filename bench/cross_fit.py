@@ -19,9 +19,7 @@ first and the last. With `--auto`, also `auto` (as it ships) on the pool rows th
 """
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +27,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import import_dataset, load_embedding_cache  # noqa: E402
-from bench.student_validation import TMP, HeldOut, auto_on_held, grid_parser, pool_gold, run_and_save  # noqa: E402
+from bench.student_validation import (  # noqa: E402
+    TMP,
+    HeldOut,
+    auto_on_held,
+    fresh_evolved,
+    grid_parser,
+    pool_mv_on_gold,
+    run_and_save,
+)
 from bench.throughput import measured  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
-from engine.evolve import EvolveConfig, current_dev_macro_f1, ensure_votes, evolve  # noqa: E402
+from engine.evolve import current_dev_macro_f1  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
 from engine.score import pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
@@ -47,29 +50,17 @@ WAYS = {"all_dev": SelectConfig(mine_halves=False, improve_on_pool=False),
 
 
 def run_way(name: str, seed: int, generations: int, way: str, with_auto: bool) -> dict:
-    workdir = TMP / f"cross_fit-{name}-s{seed}-{way}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    store = Store.open(workdir)
-    import_dataset(store, name, seed)
-    load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    labels = store.load_task().labels
-    select = WAYS[way]
     out: dict = {}
-    with CompiledExecutor() as executor:
-        started = time.monotonic()
-        evolve(store, OfflineProposer(select=select, min_fires=select.min_fires), executor, generations,
-               EvolveConfig(seed=seed))
-        out["evolve_s"] = round(time.monotonic() - started, 1)
-        ids = store.pool_ids()
-        out["pool"] = len(ids)
+    with fresh_evolved(name, seed, TMP / f"cross_fit-{name}-s{seed}-{way}", WAYS[way], generations) as (
+            store, executor, seconds):
+        labels = store.load_task().labels
+        out["evolve_s"] = round(seconds, 1)
+        out["pool"] = len(store.pool_ids())
         out["mv_fitness"] = round(current_dev_macro_f1(store), 4)
         if store.count_examples(AUDIT):
-            out["mv_audit"] = round(pool_macro_f1(store.vote_matrix(ids, AUDIT).votes, store.gold(AUDIT),
-                                                  len(labels)), 4)
-        ensure_votes(store, executor, ids, "pool")
-        pool = store.vote_matrix(ids, "pool")
-        gold = pool_gold(name, np.array(pool.example_ids), labels)
-        out["mv_pool_gold"] = round(pool_macro_f1(pool.votes, gold, len(labels)), 4)
+            out["mv_audit"] = round(pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes,
+                                                  store.gold(AUDIT), len(labels)), 4)
+        out["mv_pool_gold"] = round(pool_mv_on_gold(store, executor, name)[0], 4)
         out["gap"] = round(out["mv_fitness"] - out["mv_pool_gold"], 4)
         if with_auto:
             frame, _, votes, feats = labeling_inputs(store, executor, None, "auto")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -25,14 +24,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
-from bench.student_validation import TMP, grid_parser, pool_gold, run_and_save  # noqa: E402
+from bench.quality import save_embedding_cache  # noqa: E402
+from bench.student_validation import TMP, fresh_evolved, grid_parser, pool_mv_on_gold, run_and_save  # noqa: E402
 from bench.throughput import measured  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
-from engine.evolve import FITNESS, EvolveConfig, ensure_votes, evolve  # noqa: E402
-from engine.score import pool_macro_f1  # noqa: E402
+from engine.evolve import current_dev_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 
@@ -53,31 +49,17 @@ def parse_setting(text: str) -> dict:
 
 
 def run(name: str, seed: int, setting: str, generations: int) -> dict:
-    overrides = parse_setting(setting)
     workdir = TMP / f"pool_gap-{name}-s{seed}-{setting.replace('=', '_').replace(',', '+')}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    store = Store.open(workdir)
-    import_dataset(store, name, seed)
-    load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
-    labels = store.load_task().labels
-    k = len(labels)
-    select = replace(SelectConfig(), **overrides)
-    started = time.monotonic()
-    with CompiledExecutor() as executor:
-        evolve(store, OfflineProposer(select=select, min_fires=select.min_fires), executor, generations,
-               EvolveConfig(seed=seed))
-        seconds = time.monotonic() - started
-        ids = store.pool_ids()
-        ensure_votes(store, executor, ids, "pool")
-        fitness = pool_macro_f1(store.vote_matrix(ids, FITNESS).votes, store.gold(FITNESS), k)
-        on_pool = store.vote_matrix(ids, "pool")
-        gold = pool_gold(name, np.asarray(on_pool.example_ids), labels)
-        held = pool_macro_f1(on_pool.votes, gold, k)
+    select = replace(SelectConfig(), **parse_setting(setting))
+    with fresh_evolved(name, seed, workdir, select, generations) as (store, executor, seconds):
+        pool = len(store.pool_ids())
+        fitness = current_dev_macro_f1(store)
+        held, n_rows = pool_mv_on_gold(store, executor, name)
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     Store.close_all()
     shutil.rmtree(workdir, ignore_errors=True)
-    return {"dataset": name, "seed": seed, "setting": setting, "pool": len(ids), "evolve_s": round(seconds, 1),
-            "pool_rows": len(gold), "mv_fitness": round(fitness, 4), "mv_pool_rows": round(held, 4),
+    return {"dataset": name, "seed": seed, "setting": setting, "pool": pool, "evolve_s": round(seconds, 1),
+            "pool_rows": n_rows, "mv_fitness": round(fitness, 4), "mv_pool_rows": round(held, 4),
             "gap": round(fitness - held, 4)}
 
 

@@ -288,7 +288,7 @@ def main() -> None:
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
     aggregators = tuple(args.aggregators)
-    measured = commit()  # at the start: commits land while a long run goes on
+    at_commit = commit()  # at the start: commits land while a long run goes on
     rows: list[dict] = []
     for name in args.datasets:
         for seed in args.seeds:
@@ -297,7 +297,7 @@ def main() -> None:
             print(f"== {name} seed {seed}", file=sys.stderr, flush=True)
             rows.append(run_dataset(name, workdir, args.generations, seed, aggregators, args.audit_fraction,
                                     args.reuse, args.raw_estimates, args.select, args.gate,
-                                    not args.sandbox_only) | {"commit": measured})
+                                    not args.sandbox_only) | {"commit": at_commit})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             write(args, rows, aggregators)  # after every run: a stopped benchmark keeps what it measured
 
@@ -314,9 +314,8 @@ def measured_at(rows: list[dict]) -> str:
 
 
 def write(args: argparse.Namespace, rows: list[dict], aggregators: tuple[str, ...]) -> None:
-    text = (f"Measured {date.today().isoformat()} at commit {measured_at(rows)} on {machine()} (`nproc` "
-            f"{os.cpu_count()}, "
-            f"`uname -m` {platform.machine()}) with `python bench/quality.py --seeds "
+    text = (f"Measured {date.today().isoformat()} at commit {measured_at(rows)} on {machine()} "
+            f"(`nproc` {os.cpu_count()}, `uname -m` {platform.machine()}) with `python bench/quality.py --seeds "
             f"{' '.join(map(str, args.seeds))}{' --raw-estimates' if args.raw_estimates else ''}"
             f"{ablation_flags(args)}` "
             f"({args.generations} generations, offline agents, dev = 500 rows "

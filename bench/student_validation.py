@@ -30,7 +30,8 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,13 +45,14 @@ from bench.quality import import_dataset, load_embedding_cache, save_embedding_c
 from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.student import MAX_UNLABELED, StudentAggregator, unlabeled_sample  # noqa: E402
-from engine.evolve import EvolveConfig, evolve  # noqa: E402
+from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
-from engine.score import macro_f1  # noqa: E402
+from engine.score import macro_f1, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -88,6 +90,32 @@ def evolved_inputs(name: str, seed: int, generations: int, prefix: str = "valida
     save_embedding_cache(store, TMP / f"embeddings-{name}.npz")
     Store.close_all()
     return frame, votes, feats, labels
+
+
+@contextmanager
+def fresh_evolved(name: str, seed: int, workdir: Path, select: SelectConfig, generations: int
+                  ) -> Iterator[tuple[Store, CompiledExecutor, float]]:
+    """A new workspace of `name` at `workdir`, imported as bench/quality.py does, evolved `generations` by the offline
+    agents under `select`: (the store, the executor it ran on, the evolve's seconds), the executor open until the end
+    of the block."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    store = Store.open(workdir)
+    import_dataset(store, name, seed)
+    load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    with CompiledExecutor() as executor:
+        started = time.monotonic()
+        evolve(store, OfflineProposer(select=select, min_fires=select.min_fires), executor, generations,
+               EvolveConfig(seed=seed))
+        yield store, executor, time.monotonic() - started
+
+
+def pool_mv_on_gold(store: Store, executor: CompiledExecutor, name: str) -> tuple[float, int]:
+    """The pool's majority-vote macro-F1 on every pool row against its withheld gold label, and how many rows."""
+    ids, labels = store.pool_ids(), store.load_task().labels
+    ensure_votes(store, executor, ids, "pool")
+    pool = store.vote_matrix(ids, "pool")
+    gold = pool_gold(name, np.asarray(pool.example_ids), labels)
+    return pool_macro_f1(pool.votes, gold, len(labels)), len(gold)
 
 
 def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:

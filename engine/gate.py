@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
-from engine.score import chance_precision, pool_macro_f1, score_annotator, wilson_lower
+from engine.score import chance_precision, fires_needed, pool_macro_f1, score_annotator, wilson_lower
 
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 
@@ -45,6 +45,9 @@ class GateConfig:
     harm_tolerance: float = 0.02
     precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
     min_lift: float = 1.0  # raw precision must exceed this times chance (its voted classes' share of dev); 0: off
+    # fewer fires (but at least this many) for an annotator whose classes dev holds fewer than min_fires rows of
+    # (`engine.score.fires_needed`); 0: min_fires for every class
+    small_class_fires: int = 3
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> GateConfig:
@@ -106,8 +109,10 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
                      f"the share of dev its classes hold" + (f" x {cfg.min_lift:g}" if cfg.min_lift != 1 else ""))
     if score.faults > n_dev / 2:
         fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
-    if score.fires < cfg.min_fires:
-        fails.append(f"fires {score.fires} < {cfg.min_fires}")
+    needed = fires_needed(cfg.min_fires, chance * n_dev, cfg.small_class_fires) if chance > 0 else cfg.min_fires
+    if score.fires < needed:
+        fails.append(f"fires {score.fires} < {needed}" + (" (as many as its class has dev rows)"
+                                                          if needed < cfg.min_fires else ""))
     # a precision seen on few fires is partly chance (5 of 5 is not 1.0): judge its lower confidence bound
     lower = wilson_lower(round(score.precision * score.fires), score.fires, cfg.precision_z)
     shown = (f"precision {score.precision:.2f}, lower bound {lower:.2f} over {score.fires} fires"
@@ -126,7 +131,8 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
         return False, fails
     return True, [(f"viable: {shown}: {_cmp(lower, '>=', min_p)} ({role}), " if cfg.precision_z > 0 else
                    f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), ")
-                  + f"fires {score.fires} >= {cfg.min_fires}"
+                  + f"fires {score.fires} >= {needed}"
+                  + (" (as many as its class has dev rows)" if needed < cfg.min_fires else "")
                   + (f", precision {score.precision:.2f} vs chance {chance:.2f}" if chance > 0 else "")]
 
 

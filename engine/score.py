@@ -249,3 +249,13 @@ def chance_precision(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
 def lift(precision: float, chance: float) -> float:
     """How many times better than chance a precision is (inf when chance is 0)."""
     return precision / chance if chance > 0 else float("inf")
+
+
+def fires_needed(min_fires: int, class_rows: float, small_class_fires: int) -> int:
+    """Fires asked of an annotator whose class(es) hold `class_rows` of the rows it is judged on: `min_fires`, or
+    for a class with fewer rows than that, as many fires as the class has rows but at least `small_class_fires`
+    (0: off). Five fires cannot show a class dev holds three rows of: ChemProt's Cofactor word "cofactor" fires on
+    3 fitness rows, 2 of them Cofactor, and on 37 pool rows, 24 of them Cofactor (of 35)."""
+    if small_class_fires <= 0:
+        return min_fires
+    return int(min(min_fires, max(small_class_fires, round(class_rows))))

@@ -109,6 +109,24 @@ def test_viability_rejects_few_fires_and_mostly_faulting():
     assert "fires 5 < 6" in reasons(strict, "S")
 
 
+def test_a_class_with_fewer_dev_rows_than_min_fires_asks_as_many_fires_as_it_has_rows():
+    y = np.array([0] * 17 + [1] * 3)  # class 1: 3 dev rows, so 5 fires would need 2 wrong ones at best
+    small = np.full(20, ABSTAIN)
+    small[[17, 18, 0]] = [1, 1, 1]  # 3 fires, 2 right
+    annotator = Annotator(id="S", name="S", source="", agent="generator", generation=1)
+    candidate = (annotator, small, score_annotator("S", small, y))
+    empty = np.zeros((20, 0), dtype=int)
+    kept = run_gate([], empty, {}, [candidate], y, K)
+    assert decision(kept, "S").verdict == "accept"
+    assert "fires 3 >= 3 (as many as its class has dev rows)" in reasons(kept, "S")
+    off = run_gate([], empty, {}, [candidate], y, K, config=GateConfig(small_class_fires=0))
+    assert "fires 3 < 5" in reasons(off, "S")
+    two = np.full(20, ABSTAIN)
+    two[[17, 18]] = 1  # never fewer than small_class_fires (3), however small the class
+    lone = run_gate([], empty, {}, [(annotator, two, score_annotator("S", two, y))], y, K)
+    assert "fires 2 < 3 (as many as its class has dev rows)" in reasons(lone, "S")
+
+
 def test_near_copy_of_a_pool_member_is_rejected_by_jaccard():
     out = gate({"P": P}, [cand("copy", P.copy(), "improver")])
     assert decision(out, "copy").verdict == "reject"

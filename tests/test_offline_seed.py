@@ -128,6 +128,27 @@ def test_a_seeded_cue_is_credited_its_whole_dev_gain_not_the_worse_half():
     assert _picked(fired, gold, mined=False, cross_fit=True)
 
 
+def test_a_seed_of_a_class_with_three_dev_rows_needs_three_fires_not_five_and_a_mined_cue_still_five():
+    gold = np.array([1] * 3 + [0] * 57)  # ChemProt's Cofactor: 3 fitness rows
+    fired = np.zeros(60, dtype=bool)
+    fired[[0, 1, 20]] = True  # 2 of 3: five fires cannot show a class of three rows
+    assert _picked(fired, gold, mined=False, cross_fit=False)
+    assert not _picked(fired, gold, mined=True, cross_fit=False)  # a scan finds 2 of 3 by luck
+    big = np.array([1] * 12 + [0] * 48)
+    assert not _picked(fired, big, mined=False, cross_fit=False)  # a class of twelve rows can show five fires
+
+
+def test_the_small_class_rule_switched_off_asks_every_seed_for_min_fires():
+    gold = np.array([1] * 3 + [0] * 57)
+    fired = np.zeros(60, dtype=bool)
+    fired[[0, 1, 20]] = True
+    spec = AnnotatorSpec("cue", "NOT", "between", ("not",))
+    base = np.zeros((60, 2), dtype=np.int64)
+    base[~fired, 0] = 1
+    off = SelectConfig(min_precision=0.25, cross_fit=False, pair_lookahead=False, small_class_fires=0)
+    assert not greedy_select([Proposal(spec, 1, fired, mined=False)], gold, 2, base, [], off)
+
+
 def test_every_seeded_proposal_is_unmined_and_the_preview_reads_it_at_the_gates_default_z():
     assert SelectConfig().unmined_z == GateConfig().precision_z
     proposals = seeded_proposals(_workspace(), 0.0)

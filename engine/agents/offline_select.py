@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN
-from engine.score import macro_f1, multilabel_f1, wilson_lower
+from engine.score import fires_needed, macro_f1, multilabel_f1, wilson_lower
 
 
 @dataclass
@@ -72,6 +72,7 @@ class SelectConfig:
     """How strict the proposer's own preview of the gate is (stricter than the gate where noted)."""
 
     min_fires: int = 5
+    small_class_fires: int = 3  # the gate's (GateConfig.small_class_fires), for unmined proposals (label seeds) only
     min_precision: float = 0.30
     max_jaccard: float = 0.95  # the gate's near-duplicate limit
     # a pick's gain (on each half, when cross-fitting) must exceed this. Fixing one row of a half moves its macro-F1 by
@@ -277,10 +278,14 @@ def _holds_on_pool(p: Proposal, evidence: tuple[float, float], config: SelectCon
 
 def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
     """Enough fires and a precision bound above the floor, on the rows the proposal is judged on (its held half:
-    half the fires asked, rounded up)."""
+    half the fires asked, rounded up; an unmined one's class with fewer rows there asks fewer, `fires_needed`)."""
     fired = p.fired if p.held is None else p.fired & p.held
     fires = int(fired.sum())
-    if fires < (config.min_fires if p.held is None else -(-config.min_fires // 2)):
+    judged = gold if p.held is None else gold[p.held]
+    class_rows = np.count_nonzero(judged == p.label) if gold.ndim == 1 else np.count_nonzero(judged[:, p.label])
+    min_fires = config.min_fires if p.held is None else -(-config.min_fires // 2)
+    # a mined cue keeps the full count: scanning thousands of cues finds some right on 2 of a small class's 3 rows
+    if fires < fires_needed(min_fires, class_rows, 0 if p.mined else config.small_class_fires):
         return False
     right = gold[fired] == p.label if gold.ndim == 1 else gold[fired, p.label] == 1
     precision = float(np.mean(right))

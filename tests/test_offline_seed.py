@@ -102,9 +102,10 @@ def test_relation_tasks_seed_the_label_words_between_the_mentions_near_and_at_an
     assert views == {"between", "near", "sentence"}  # not the three-word windows around the mentions
 
 
-def _picked(fired: np.ndarray, gold: np.ndarray, mined: bool, cross_fit: bool) -> bool:
+def _picked(fired: np.ndarray, gold: np.ndarray, mined: bool, cross_fit: bool, small_class_fires: int = 0) -> bool:
     spec = AnnotatorSpec("cue", "NOT", "between", ("not",))
-    config = SelectConfig(min_precision=0.25, cross_fit=cross_fit, pair_lookahead=False)
+    config = SelectConfig(min_precision=0.25, cross_fit=cross_fit, pair_lookahead=False,
+                          small_class_fires=small_class_fires)
     base = np.zeros((len(gold), 2), dtype=np.int64)
     base[~fired, 0] = 1  # the pool votes the big class wherever the cue is silent
     return bool(greedy_select([Proposal(spec, 1, fired, mined=mined)], gold, 2, base, [], config))
@@ -132,21 +133,18 @@ def test_a_seed_of_a_class_with_three_dev_rows_needs_three_fires_not_five_and_a_
     gold = np.array([1] * 3 + [0] * 57)  # ChemProt's Cofactor: 3 fitness rows
     fired = np.zeros(60, dtype=bool)
     fired[[0, 1, 20]] = True  # 2 of 3: five fires cannot show a class of three rows
-    assert _picked(fired, gold, mined=False, cross_fit=False)
-    assert not _picked(fired, gold, mined=True, cross_fit=False)  # a scan finds 2 of 3 by luck
+    assert _picked(fired, gold, mined=False, cross_fit=False, small_class_fires=3)
+    assert not _picked(fired, gold, mined=True, cross_fit=False, small_class_fires=3)  # a scan finds 2 of 3 by luck
     big = np.array([1] * 12 + [0] * 48)
-    assert not _picked(fired, big, mined=False, cross_fit=False)  # a class of twelve rows can show five fires
+    assert not _picked(fired, big, mined=False, cross_fit=False, small_class_fires=3)  # twelve rows show five fires
 
 
-def test_the_small_class_rule_switched_off_asks_every_seed_for_min_fires():
+def test_the_preview_asks_every_seed_for_min_fires_by_default():
     gold = np.array([1] * 3 + [0] * 57)
     fired = np.zeros(60, dtype=bool)
     fired[[0, 1, 20]] = True
-    spec = AnnotatorSpec("cue", "NOT", "between", ("not",))
-    base = np.zeros((60, 2), dtype=np.int64)
-    base[~fired, 0] = 1
-    off = SelectConfig(min_precision=0.25, cross_fit=False, pair_lookahead=False, small_class_fires=0)
-    assert not greedy_select([Proposal(spec, 1, fired, mined=False)], gold, 2, base, [], off)
+    assert SelectConfig().small_class_fires == 0
+    assert not _picked(fired, gold, mined=False, cross_fit=False)
 
 
 def test_every_seeded_proposal_is_unmined_and_the_preview_reads_it_at_the_gates_default_z():

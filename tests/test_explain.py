@@ -68,3 +68,14 @@ def test_each_rejecting_check_is_named_with_its_numbers():
 def test_an_experts_verdict_is_said_to_be_the_experts():
     words = explain("reject", ("too noisy",), None, "spam", 30, 0.3, decided_by="human")
     assert words.lines == ("You (the expert) rejected it: the gate will not let it back.",)
+
+
+def test_a_small_class_rejection_says_the_gate_asks_as_many_fires_as_the_class_has_rows():
+    y = np.array([0] * 27 + [1] * 3)  # spam: 3 dev rows
+    votes = np.full(30, ABSTAIN)
+    votes[[27, 28]] = 1
+    entry = (Annotator(id="tiny", name="tiny", source="", agent="generator", generation=1), votes,
+             score_annotator("tiny", votes, y))
+    decision = run_gate([], np.zeros((30, 0), dtype=int), {}, [entry], y, 2, RAW).decisions[0]
+    words = explain(decision.verdict, decision.reasons, entry[2], "spam", 30, chance_precision(votes, y, 2))
+    assert "fires on only 2 dev rows; the gate needs 3 (as many as its class has dev rows" in words.text()

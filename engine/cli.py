@@ -301,6 +301,20 @@ def cmd_pool_add(args: argparse.Namespace) -> dict:
     return result
 
 
+def cmd_describe(args: argparse.Namespace) -> dict:
+    """Describe a label after import (blank TEXT removes its description); with no LABEL, list them all."""
+    store = args.store
+    if args.label is not None:
+        try:
+            previous = store.describe_label(args.label, args.text or "")
+        except ValueError as err:
+            raise UsageError(str(err)) from err
+        print(f"{args.label}: {'removed' if not (args.text or '').strip() else 'described'}"
+              + (f" (was: {previous})" if previous else ""), file=sys.stderr)
+    task = store.load_task()
+    return {"labels": {label: task.label_descriptions.get(label, "") for label in task.labels}}
+
+
 def cmd_doctor(args: argparse.Namespace) -> dict:
     """How contained annotator code is on this machine: each sandbox layer, on or off and why."""
     from engine.sandbox.executor import SandboxExecutor
@@ -407,6 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     pool.add_argument("--gate-config", help="add: JSON file overriding gate thresholds")
     common(pool)
     pool.set_defaults(handler=cmd_pool)
+
+    describe = sub.add_parser("describe", help="describe a label in its own words (the agents try them as cues "
+                              "from the next generation on); with no LABEL, print every label's description")
+    describe.add_argument("label", nargs="?", help="the label to describe")
+    describe.add_argument("text", nargs="?", help="its description (blank or absent: remove it)")
+    common(describe)
+    describe.set_defaults(handler=cmd_describe)
 
     doctor = sub.add_parser("doctor", help="report the sandbox's containment layers on this machine (JSON)")
     doctor.set_defaults(handler=cmd_doctor)

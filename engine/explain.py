@@ -128,7 +128,8 @@ def too_few_rows(label: str, rows: int) -> str:
     return (f"Only {rows} dev row{'s' if rows != 1 else ''} the gate judges on {'are' if rows != 1 else 'is'} "
             f"{label}: one row more or less right moves a precision there by up to {1 / max(rows, 1):.0%}, so "
             f"the figure is mostly chance. Label more {label} rows (Labels screen: label rows for dev, or import "
-            "them), or read its fired rows and judge the cues yourself.")
+            f"them), describe {label} in its own words (Project screen: the agents try them as cues), or read its "
+            "fired rows and judge the cues yourself.")
 
 
 def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,

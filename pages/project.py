@@ -1,10 +1,9 @@
 """Project & data: open or create a workspace, bring data in (or load the demo), see what is there."""
-import pandas as pd
 import streamlit as st
 
 from engine.domain import AUDIT
 from engine.ingest.errors import IngestError
-from studio import importer, queries, state, widgets
+from studio import describe_ui, importer, queries, state, widgets
 
 widgets.header("Project & data", "bring your data")
 store = widgets.current_store()
@@ -75,9 +74,8 @@ st.markdown(f"**Task:** {queries.escape_md(task.name)} · **labels:** "
             + ", ".join(f"`{lab}`" for lab in task.labels))
 if task.instructions:
     st.markdown(f"**Instructions:** {queries.escape_md(task.instructions)}")
-if task.label_descriptions:
-    st.dataframe(pd.DataFrame(list(task.label_descriptions.items()), columns=["label", "description"]),
-                 hide_index=True)
+describe_ui.descriptions_table(store)
+describe_ui.describe_labels(store)
 
 st.subheader("Rows")
 split = st.segmented_control("Split", ["pool", "dev", "test"], default="dev", key="rows_split") or "dev"

@@ -100,7 +100,8 @@ def thin_class_note(store: Store) -> None:
     st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
                f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
                "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
-               "(*Label rows for dev*: they join dev with your name and the time), import more, or judge those "
+               "(*Label rows for dev*: they join dev with your name and the time), import more, describe the class on "
+               "the **Project** screen (*Describe a label*: the agents try its words as cues), or judge those "
                "annotators by their fired rows.", icon=":material/warning:")
 
 

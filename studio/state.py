@@ -26,6 +26,7 @@ PLAIN_EDITOR = "plain_editor"
 FLASH = "flash"  # a message to show once after a rerun
 ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
+DESCRIBE_UNDO = "describe_last_save"  # (label, the description its last save replaced)
 
 
 def get(key: str, default: Any = None) -> Any:

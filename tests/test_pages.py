@@ -142,6 +142,27 @@ def test_project_screen_shows_the_workspace_rows_and_splits():
     assert set(at.dataframe[0].value["label"]) == {"(holdout: hidden)"}  # test labels are never shown
 
 
+def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_undo_restores_it(home):
+    store = Store.open(home / "describe-me")
+    import_path(store, DEMO, IngestOptions())
+    at = run("describe-me")
+    assert not store.load_task().label_descriptions
+    at.selectbox(key="describe_label").set_value("SPAM").run()
+    assert at.button(key="describe_save").disabled  # nothing typed yet
+    at.text_area(key="describe_text_SPAM").input("links, channel plugs, requests to subscribe").run()
+    at.button(key="describe_save").click().run()
+    assert not at.exception
+    assert dict(store.load_task().label_descriptions) == {"SPAM": "links, channel plugs, requests to subscribe"}
+    assert "Saved the description of SPAM" in texts(at)
+    shown = table_with(at, "description")
+    assert shown.to_dict("records") == [{"label": "SPAM", "description": "links, channel plugs, requests to subscribe"}]
+    undo = at.button(key="describe_undo")
+    assert "no description" in undo.label
+    undo.click().run()
+    assert not store.load_task().label_descriptions
+    assert not [b for b in at.button if b.key == "describe_undo"]  # one undo per save
+
+
 def test_empty_home_offers_the_demo_and_one_click_loads_it(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "fresh"))
     at = run()

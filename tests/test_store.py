@@ -166,3 +166,22 @@ def test_the_mined_on_guesses_flag_round_trips_and_an_older_workspace_reads_it_o
     con.close()
     old = Store.open(tmp_path / "old")
     assert old.annotator("old1").mined_on_guesses and not old.annotator("old2").mined_on_guesses
+
+
+def test_a_label_described_after_import_is_saved_replaced_and_removed_and_the_task_reopens_with_it(tmp_path):
+    from engine.domain import Task
+
+    store = Store.open(tmp_path / "ws")
+    with pytest.raises(ValueError, match="import data first"):
+        store.describe_label("HAM", "x")
+    store.save_task(Task("spam", ("HAM", "SPAM"), {"SPAM": "ads"}))
+    assert store.describe_label("HAM", "  a genuine comment  ") == ""
+    assert store.describe_label("SPAM", "links, self-promotion") == "ads"  # the one it replaced, for undo
+    assert dict(store.load_task().label_descriptions) == {"HAM": "a genuine comment",
+                                                         "SPAM": "links, self-promotion"}
+    assert store.describe_label("HAM", "   ") == "a genuine comment"  # blank removes it
+    with pytest.raises(ValueError, match="unknown label 'EGGS'; the labels are HAM, SPAM"):
+        store.describe_label("EGGS", "x")
+    Store.close_all()
+    task = Store.open(tmp_path / "ws").load_task()
+    assert dict(task.label_descriptions) == {"SPAM": "links, self-promotion"} and task.labels == ("HAM", "SPAM")

@@ -33,6 +33,6 @@ def test_the_plain_words_verdict_says_a_class_is_too_thin_and_what_to_do():
     score = AnnotatorScore("a", fires=4, coverage=0.1, precision=0.75, label=1, correct=3)
     thin = explain("accept", ["viable: ..."], score, "rare", 40, 0.1, class_rows=4).text()
     assert "Only 4 dev rows the gate judges on are rare" in thin and "by up to 25%" in thin
-    assert "Label more rare rows" in thin
+    assert "Label more rare rows" in thin and "describe rare in its own words (Project screen" in thin
     plenty = explain("accept", ["viable: ..."], score, "rare", 40, 0.1, class_rows=40).text()
     assert "Only" not in plenty

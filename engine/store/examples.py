@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -42,6 +43,23 @@ class ExamplesMixin:
                 [task.name, json.dumps(list(task.labels)), json.dumps(dict(task.label_descriptions)),
                  task.instructions, json.dumps(list(task.fields)), task.multi_label],
             )
+
+    def describe_label(self, label: str, description: str) -> str:
+        """Set one label's description (blank: remove it) and return the one it replaces ("" when none). The agents
+        read descriptions from the next generation on: the offline agents seed cues from their words, the LLM
+        agents' prompts quote them."""
+        task = self.load_task()
+        if task is None:
+            raise ValueError("this workspace has no task yet: import data first")
+        if label not in task.labels:
+            raise ValueError(f"unknown label {label!r}; the labels are {', '.join(task.labels)}")
+        descriptions = dict(task.label_descriptions)
+        previous = str(descriptions.pop(label, ""))
+        if description.strip():
+            descriptions[label] = description.strip()
+        self.save_task(replace(task, label_descriptions={k: descriptions[k] for k in task.labels
+                                                         if k in descriptions}))
+        return previous
 
     def load_task(self) -> Task | None:
         rows = self._q("SELECT * FROM task")

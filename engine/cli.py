@@ -302,17 +302,25 @@ def cmd_pool_add(args: argparse.Namespace) -> dict:
 
 
 def cmd_describe(args: argparse.Namespace) -> dict:
-    """Describe a label after import (blank TEXT removes its description); with no LABEL, list them all."""
-    store = args.store
-    if args.label is not None:
+    """Print the labels' descriptions; with LABEL TEXT, describe LABEL first; with LABEL --remove, remove its
+    description. The JSON's `previous` holds what a change replaced (to put it back)."""
+    store, out = args.store, {}
+    if args.remove and (args.label is None or args.text is not None):
+        raise UsageError("--remove takes a LABEL and no TEXT")
+    if args.text is not None and not args.text.strip():
+        raise UsageError("TEXT is blank: to remove a description, use --remove")
+    if args.remove or args.text is not None:
         try:
-            previous = store.describe_label(args.label, args.text or "")
+            out["previous"] = store.describe_label(args.label, "" if args.remove else args.text)
         except ValueError as err:
             raise UsageError(str(err)) from err
-        print(f"{args.label}: {'removed' if not (args.text or '').strip() else 'described'}"
-              + (f" (was: {previous})" if previous else ""), file=sys.stderr)
+        print(f"{args.label}: {'removed' if args.remove else 'described'}"
+              + (f" (was: {out['previous']})" if out["previous"] else " (had none)"), file=sys.stderr)
     task = store.load_task()
-    return {"labels": {label: task.label_descriptions.get(label, "") for label in task.labels}}
+    if args.label is not None and args.label not in task.labels:
+        raise UsageError(f"unknown label {args.label!r}; the labels are {', '.join(task.labels)}")
+    shown = task.labels if args.label is None else (args.label,)
+    return {"labels": {label: task.label_descriptions.get(label, "") for label in shown}, **out}
 
 
 def cmd_doctor(args: argparse.Namespace) -> dict:
@@ -422,10 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(pool)
     pool.set_defaults(handler=cmd_pool)
 
-    describe = sub.add_parser("describe", help="describe a label in its own words (the agents try them as cues "
-                              "from the next generation on); with no LABEL, print every label's description")
-    describe.add_argument("label", nargs="?", help="the label to describe")
-    describe.add_argument("text", nargs="?", help="its description (blank or absent: remove it)")
+    describe = sub.add_parser("describe", help="print the labels' descriptions, or describe LABEL as TEXT (the "
+                              "agents try its words as cues from their next generation on)")
+    describe.add_argument("label", nargs="?", help="one label (alone: print its description)")
+    describe.add_argument("text", nargs="?", help="its new description")
+    describe.add_argument("--remove", action="store_true", help="remove LABEL's description")
     common(describe)
     describe.set_defaults(handler=cmd_describe)
 

@@ -90,8 +90,9 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
         if found := _find(r"faults on " + NUMBER + " of " + NUMBER, reasons):
             lines.append(f"Rejected: its code fails on {found.group(1)} of {found.group(2)} dev rows.")
         if found := _find(r"fires " + NUMBER + " < " + NUMBER, reasons):
-            small = " (as many as its class has dev rows: label more of them to judge it better)" \
-                if _find(r"as many as its class has dev rows", reasons) else ""
+            rows = _find(r"its class has " + NUMBER + " dev rows", reasons)
+            small = f" (its class has only {rows.group(1)} dev rows: label more of them to judge it better)" \
+                if rows else ""
             lines.append(f"Rejected: it fires on only {found.group(1)} dev rows; the gate needs "
                          f"{found.group(2)}{small} to judge a precision.")
         if _find(r"no better than chance", reasons):

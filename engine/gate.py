@@ -26,7 +26,15 @@ from typing import Any
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
-from engine.score import chance_precision, fires_needed, pool_macro_f1, score_annotator, wilson_lower
+from engine.score import (
+    chance_precision,
+    fires_needed,
+    pool_macro_f1,
+    score_annotator,
+    small_class_note,
+    voted_class_rows,
+    wilson_lower,
+)
 
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 
@@ -45,8 +53,8 @@ class GateConfig:
     harm_tolerance: float = 0.02
     precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
     min_lift: float = 1.0  # raw precision must exceed this times chance (its voted classes' share of dev); 0: off
-    # fewer fires (but at least this many) for an annotator whose classes dev holds fewer than min_fires rows of
-    # (`engine.score.fires_needed`); 0: min_fires for every class
+    # fewer fires (but at least this many) for an annotator whose biggest voted class dev holds fewer than min_fires
+    # rows of (`engine.score.fires_needed`); 0: min_fires for every class
     small_class_fires: int = 3
 
     @classmethod
@@ -101,7 +109,8 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
-               chance: float = 0.0, evidence: tuple[float, float] | None = None) -> tuple[bool, list[str]]:
+               chance: float = 0.0, evidence: tuple[float, float] | None = None,
+               class_rows: int | None = None) -> tuple[bool, list[str]]:
     min_p = cfg.min_precision(role)
     fails = []
     if cfg.min_lift > 0 and score.fires and score.precision <= chance * cfg.min_lift + _TOL:
@@ -109,10 +118,10 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
                      f"the share of dev its classes hold" + (f" x {cfg.min_lift:g}" if cfg.min_lift != 1 else ""))
     if score.faults > n_dev / 2:
         fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
-    needed = fires_needed(cfg.min_fires, chance * n_dev, cfg.small_class_fires) if chance > 0 else cfg.min_fires
+    rows = cfg.min_fires if class_rows is None else class_rows
+    needed = fires_needed(cfg.min_fires, rows, cfg.small_class_fires) if score.fires else cfg.min_fires
     if score.fires < needed:
-        fails.append(f"fires {score.fires} < {needed}" + (" (as many as its class has dev rows)"
-                                                          if needed < cfg.min_fires else ""))
+        fails.append(f"fires {score.fires} < {needed}" + small_class_note(needed, cfg.min_fires, rows))
     # a precision seen on few fires is partly chance (5 of 5 is not 1.0): judge its lower confidence bound
     lower = wilson_lower(round(score.precision * score.fires), score.fires, cfg.precision_z)
     shown = (f"precision {score.precision:.2f}, lower bound {lower:.2f} over {score.fires} fires"
@@ -131,8 +140,7 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
         return False, fails
     return True, [(f"viable: {shown}: {_cmp(lower, '>=', min_p)} ({role}), " if cfg.precision_z > 0 else
                    f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), ")
-                  + f"fires {score.fires} >= {needed}"
-                  + (" (as many as its class has dev rows)" if needed < cfg.min_fires else "")
+                  + f"fires {score.fires} >= {needed}" + small_class_note(needed, cfg.min_fires, rows)
                   + (f", precision {score.precision:.2f} vs chance {chance:.2f}" if chance > 0 else "")]
 
 
@@ -223,11 +231,12 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
 
 
 def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0,
-                    evidence: tuple[float, float] | None = None) -> None:
+                    evidence: tuple[float, float] | None = None, class_rows: int | None = None) -> None:
     """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows, better
     than chance (`chance`: the precision its votes would get on random rows). `evidence`: (precision estimate,
-    weight in rows) from the pool sample's pseudo-labels (engine/pseudo_labels.py), pooled with dev's counts."""
-    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance, evidence)
+    weight in rows) from the pool sample's pseudo-labels (engine/pseudo_labels.py), pooled with dev's counts.
+    `class_rows`: dev rows of the biggest class it votes (`voted_class_rows`; None: min_fires applies as is)."""
+    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance, evidence, class_rows)
     record.decide("accept" if ok else "reject", *why)
     record.in_play = ok
 
@@ -342,7 +351,7 @@ def run_gate(
     for record in records:
         if not record.verdict:
             check_viability(record, n, config, chance_precision(record.votes, y, n_classes),
-                            (pool_evidence or {}).get(record.id))
+                            (pool_evidence or {}).get(record.id), voted_class_rows(record.votes, y, n_classes))
     state = GenerationState(y, n_classes, pool_ids, pv, precision, records, locked)
 
     kept = check_diversity(state, config)

@@ -74,8 +74,8 @@ st.markdown(f"**Task:** {queries.escape_md(task.name)} · **labels:** "
             + ", ".join(f"`{lab}`" for lab in task.labels))
 if task.instructions:
     st.markdown(f"**Instructions:** {queries.escape_md(task.instructions)}")
-describe_ui.descriptions_table(store)
-describe_ui.describe_labels(store)
+describe_ui.descriptions_table(task)
+describe_ui.describe_labels(store, task)
 
 st.subheader("Rows")
 split = st.segmented_control("Split", ["pool", "dev", "test"], default="dev", key="rows_split") or "dev"

@@ -26,7 +26,8 @@ PLAIN_EDITOR = "plain_editor"
 FLASH = "flash"  # a message to show once after a rerun
 ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
-DESCRIBE_UNDO = "describe_last_save"  # (label, the description its last save replaced)
+DESCRIBE_UNDO = "describe_last_save"  # (workspace path, label, the description it replaced, the one it saved)
+DESCRIBE_TEXT = "describe_text_"  # + a label: its description box
 
 
 def get(key: str, default: Any = None) -> Any:
@@ -55,7 +56,9 @@ def select_workspace(name: str | None) -> None:
         st.query_params[QP_WORKSPACE] = name
     elif QP_WORKSPACE in st.query_params:
         del st.query_params[QP_WORKSPACE]
-    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT):
+    for key in [k for k in st.session_state if str(k).startswith(DESCRIBE_TEXT)]:  # another workspace's drafts
+        del st.session_state[key]
+    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

@@ -102,21 +102,28 @@ def test_run_takes_the_task_name_and_label_descriptions_at_import(tmp_path, demo
     assert out.returncode == 2 and "expected a JSON object" in out.stderr
 
 
-def test_describe_sets_replaces_lists_and_removes_a_labels_description_after_import(tmp_path, demo_csv):
+def test_describe_sets_replaces_prints_and_removes_a_labels_description_after_import(tmp_path, demo_csv):
     ws = str(tmp_path / "ws")
     _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
     assert out.returncode == 0, out.stderr
     listed, out = evopool("describe", "SPAM", "links and channel plugs", "--workdir", ws)
     assert out.returncode == 0, out.stderr
-    assert listed == {"labels": {"HAM": "", "SPAM": "links and channel plugs"}}
-    _, out = evopool("describe", "SPAM", "requests to subscribe", "--workdir", ws)
-    assert "SPAM: described (was: links and channel plugs)" in out.stderr
+    assert listed == {"labels": {"SPAM": "links and channel plugs"}, "previous": ""}
+    changed, out = evopool("describe", "SPAM", "requests to subscribe", "--workdir", ws)
+    assert changed["previous"] == "links and channel plugs" and "(was: links and channel plugs)" in out.stderr
     listed, _ = evopool("describe", "--workdir", ws)
     assert listed == {"labels": {"HAM": "", "SPAM": "requests to subscribe"}}
-    listed, out = evopool("describe", "SPAM", "--workdir", ws)
-    assert listed == {"labels": {"HAM": "", "SPAM": ""}} and "SPAM: removed" in out.stderr
-    _, out = evopool("describe", "EGGS", "x", "--workdir", ws)
-    assert out.returncode == 2 and "unknown label 'EGGS'; the labels are HAM, SPAM" in out.stderr
+    one, _ = evopool("describe", "SPAM", "--workdir", ws)  # a label alone only prints
+    assert one == {"labels": {"SPAM": "requests to subscribe"}}
+    for args in (["SPAM", ""], ["SPAM", "x", "--remove"], ["--remove"], ["EGGS", "x"], ["EGGS"]):
+        _, out = evopool("describe", *args, "--workdir", ws)
+        assert out.returncode == 2, (args, out.stderr)
+    assert "unknown label 'EGGS'; the labels are HAM, SPAM" in out.stderr
+    assert "use --remove" in evopool("describe", "SPAM", " ", "--workdir", ws)[1].stderr
+    removed, out = evopool("describe", "SPAM", "--remove", "--workdir", ws)
+    assert removed == {"labels": {"SPAM": ""}, "previous": "requests to subscribe"} and "SPAM: removed" in out.stderr
+    Store.close_all()
+    assert not Store.open(Path(ws)).load_task().label_descriptions
 
 
 def test_bad_input_is_a_one_line_domain_error_not_a_traceback(tmp_path):

@@ -78,4 +78,4 @@ def test_a_small_class_rejection_says_the_gate_asks_as_many_fires_as_the_class_h
              score_annotator("tiny", votes, y))
     decision = run_gate([], np.zeros((30, 0), dtype=int), {}, [entry], y, 2, RAW).decisions[0]
     words = explain(decision.verdict, decision.reasons, entry[2], "spam", 30, chance_precision(votes, y, 2))
-    assert "fires on only 2 dev rows; the gate needs 3 (as many as its class has dev rows" in words.text()
+    assert "fires on only 2 dev rows; the gate needs 3 (its class has only 3 dev rows: label more" in words.text()

@@ -118,13 +118,31 @@ def test_a_class_with_fewer_dev_rows_than_min_fires_asks_as_many_fires_as_it_has
     empty = np.zeros((20, 0), dtype=int)
     kept = run_gate([], empty, {}, [candidate], y, K)
     assert decision(kept, "S").verdict == "accept"
-    assert "fires 3 >= 3 (as many as its class has dev rows)" in reasons(kept, "S")
+    assert "fires 3 >= 3 (its class has 3 dev rows)" in reasons(kept, "S")
     off = run_gate([], empty, {}, [candidate], y, K, config=GateConfig(small_class_fires=0))
     assert "fires 3 < 5" in reasons(off, "S")
     two = np.full(20, ABSTAIN)
     two[[17, 18]] = 1  # never fewer than small_class_fires (3), however small the class
     lone = run_gate([], empty, {}, [(annotator, two, score_annotator("S", two, y))], y, K)
-    assert "fires 2 < 3 (as many as its class has dev rows)" in reasons(lone, "S")
+    assert "fires 2 < 3 (its class has 3 dev rows)" in reasons(lone, "S")
+    mixed = small.copy()
+    mixed[[1, 2, 3]] = 0  # also votes the big class (17 rows): five fires, as for any class that big
+    both = run_gate([], empty, {}, [(annotator, mixed, score_annotator("S", mixed, y))], y, K,
+                    config=GateConfig(min_fires=7))
+    assert "fires 6 < 7" in reasons(both, "S") and "its class has" not in reasons(both, "S")
+
+
+def test_the_small_class_rule_reads_the_biggest_class_an_annotator_votes_and_label_sets_too():
+    from engine.score import voted_class_rows
+
+    y = np.array([0] * 12 + [1] * 2 + [2] * 6)
+    assert voted_class_rows(np.array([1, 1, 1] + [ABSTAIN] * 17), y, 3) == 2
+    assert voted_class_rows(np.array([1, 1, 1, 0] + [ABSTAIN] * 16), y, 3) == 12  # not the mean of 2 and 12
+    assert voted_class_rows(np.full(20, ABSTAIN), y, 3) == 0
+    sets = np.zeros((20, 3), dtype=int)
+    sets[:4, 1] = 1
+    sets[:, 0] = 1
+    assert voted_class_rows(np.array([1] * 3 + [ABSTAIN] * 17), sets, 3) == 4  # rows whose set holds the class
 
 
 def test_near_copy_of_a_pool_member_is_rejected_by_jaccard():

@@ -156,11 +156,19 @@ def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_un
     assert "Saved the description of SPAM" in texts(at)
     shown = table_with(at, "description")
     assert shown.to_dict("records") == [{"label": "SPAM", "description": "links, channel plugs, requests to subscribe"}]
+    assert at.text_area(key="describe_text_SPAM").value == "links, channel plugs, requests to subscribe"
     undo = at.button(key="describe_undo")
     assert "no description" in undo.label
     undo.click().run()
     assert not store.load_task().label_descriptions
     assert not [b for b in at.button if b.key == "describe_undo"]  # one undo per save
+    assert at.text_area(key="describe_text_SPAM").value == ""  # the box shows the description undone, not the draft
+    assert at.button(key="describe_save").disabled
+    at.text_area(key="describe_text_SPAM").input("plugs").run()
+    at.button(key="describe_save").click().run()
+    store.describe_label("SPAM", "changed elsewhere")  # e.g. by `evopool describe`: the undo no longer applies
+    at.run()
+    assert not [b for b in at.button if b.key == "describe_undo"]
 
 
 def test_empty_home_offers_the_demo_and_one_click_loads_it(tmp_path, monkeypatch):

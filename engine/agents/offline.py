@@ -171,8 +171,9 @@ class OfflineProposer:
 
     def _workspace(self, context: ProposalContext) -> OfflineWorkspace:
         """Index dev and the pool sample once per distinct context data (roles share it)."""
-        key = (context.task.name, context.task.labels, tuple(ex.id for ex in context.dev),
-               tuple(ex.id for ex in context.pool_sample[: self.pool_rows]))
+        # the descriptions too: an expert may describe a label between two generations of one run (label seeds)
+        key = (context.task.name, context.task.labels, tuple(sorted(context.task.label_descriptions.items())),
+               tuple(ex.id for ex in context.dev), tuple(ex.id for ex in context.pool_sample[: self.pool_rows]))
         if key not in self._cache:
             dev_inputs = [ex.as_input() for ex in context.dev]
             fields = _fields(context)

@@ -174,9 +174,18 @@ def test_improver_sees_weak_classes_and_word_clusters():
     # uncovered but 3 of 12 overall: (2/8)/(4/13) < 1; nothing else is shared by two uncovered rows.
     assert prompts.word_clusters(context, uncovered) == [prompts.WordCluster(("free",), (6, 8, 9, 10, 11))]
     text = prompts.improver_messages(context, np.random.default_rng(0), 2)[1]["content"]
-    assert '"spam": 0.25 (weak)' in text and '"ham": 0.50\n' in text
+    assert '"spam": 0.25 (weak), 6 dev rows (few)' in text and '"ham": 0.50, 6 dev rows (few)\n' in text
+    assert 'Labels with few dev rows ("ham", "spam") are too rare in dev' in text
     assert "group sharing free (5 rows; gold: spam x5)" in text
     assert 'fix the weak labels ("spam")' in text
+
+
+def test_the_improver_points_the_llm_at_the_meaning_of_labels_with_few_dev_rows_only():
+    plenty = tuple(Example(f"d{copy}-{i}", text, "dev", label) for copy in range(4)
+                   for i, (text, label) in enumerate(DEV_ROWS))  # 24 rows of each label
+    text = prompts.improver_messages(context_for([MEETING, CALL], generation=2, dev=plenty),
+                                     np.random.default_rng(0), 2)[1]["content"]
+    assert ", 24 dev rows\n" in text and "(few)" not in text and "Labels with few dev rows" not in text
 
 
 def test_refiner_targets_are_precise_but_narrow():

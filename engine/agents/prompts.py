@@ -16,8 +16,9 @@ import numpy as np
 
 from engine.agents.base import ProposalContext
 from engine.domain import ABSTAIN, Annotator, Example, Task
+from engine.explain import THIN_CLASS_ROWS
 from engine.sandbox.checks import ALLOWED_IMPORTS
-from engine.score import majority_vote, per_class_f1
+from engine.score import class_shares, majority_vote, per_class_f1
 
 MAX_TEXT_CHARS = 280
 WEAK_F1 = 0.40
@@ -250,8 +251,11 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
+    rows = np.rint(class_shares(context.dev_labels, len(task.labels)) * len(context.dev)).astype(int)
+    thin = [c for c in range(len(task.labels)) if rows[c] < THIN_CLASS_ROWS]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
+              + f", {rows[c]} dev row{'s' if rows[c] != 1 else ''}" + (" (few)" if c in thin else "")
               for c, label in enumerate(task.labels)]
     for a in context.annotators[:12]:
         s = context.scores.get(a.id)
@@ -278,6 +282,13 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     else:
         target = f"that cover {where}, or cue the labels with the lowest F1 in new ways"
     parts.append("\n" + _ask(n, target, mode) + " Do not repeat the existing annotators' cues.")
+    if thin and label is None:
+        # dev cannot show such a class's cues; the label's meaning and the domain can (the gate asks as many fires
+        # as the class has dev rows, GateConfig.small_class_fires)
+        parts.append("Labels with few dev rows (" + ", ".join(json.dumps(task.labels[c]) for c in thin) + ") are "
+                     "too rare in dev to find their cues there: for them, take the words and phrases that signal "
+                     "the label from its name, its description and what you know of the domain, and keep them "
+                     "precise.")
     return [system_message(task, mode, views),
             {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
 

@@ -267,7 +267,7 @@ def fires_needed(min_fires: int, class_rows: int, small_class_fires: int) -> int
     `small_class_fires` (0: off). Five fires cannot show a class dev holds three rows of: ChemProt's Cofactor word
     "cofactor" fires on 3 fitness rows, 2 of them Cofactor, and on 37 pool rows, 24 of them Cofactor (of 35; read
     ad hoc on seed 0)."""
-    if small_class_fires <= 0:
+    if small_class_fires <= 0 or class_rows <= 0:  # no dev row of its class: nothing to excuse fewer fires by
         return min_fires
     return int(min(min_fires, max(small_class_fires, class_rows)))
 

@@ -19,7 +19,13 @@ def descriptions_table(task: Task) -> None:
 
 
 def _text_key(label: str) -> str:
-    return state.DESCRIBE_TEXT + label
+    """The description box's key, new after each save or undo: a fresh widget shows what is stored (deleting a
+    widget's state does not reach the browser, which would send the old draft back)."""
+    return f"{state.DESCRIBE_TEXT}{state.get(state.DESCRIBE_VERSION, 0)}_{label}"
+
+
+def _fresh_boxes() -> None:
+    state.put(state.DESCRIBE_VERSION, state.get(state.DESCRIBE_VERSION, 0) + 1)
 
 
 def describe_labels(store: Store, task: Task) -> None:
@@ -35,7 +41,7 @@ def describe_labels(store: Store, task: Task) -> None:
         if st.button("Save description", key="describe_save", disabled=text.strip() == current.strip()):
             previous = store.describe_label(label, text)
             state.put(state.DESCRIBE_UNDO, (str(store.path), label, previous, text.strip()))
-            st.session_state.pop(_text_key(label), None)  # the box shows what is stored from now on
+            _fresh_boxes()
             state.flash(f"Saved the description of {label}: the agents read it from their next generation on.")
             st.rerun()
         undo = state.get(state.DESCRIBE_UNDO)
@@ -47,5 +53,5 @@ def describe_labels(store: Store, task: Task) -> None:
             if st.button(f"Undo: give {undo_label} {shown} again", key="describe_undo"):
                 store.describe_label(undo_label, previous)
                 state.pop(state.DESCRIBE_UNDO)
-                st.session_state.pop(_text_key(undo_label), None)
+                _fresh_boxes()
                 st.rerun()

@@ -27,7 +27,8 @@ FLASH = "flash"  # a message to show once after a rerun
 ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
 DESCRIBE_UNDO = "describe_last_save"  # (workspace path, label, the description it replaced, the one it saved)
-DESCRIBE_TEXT = "describe_text_"  # + a label: its description box
+DESCRIBE_TEXT = "describe_text_"  # + DESCRIBE_VERSION + "_" + a label: its description box
+DESCRIBE_VERSION = "describe_version"  # bumped by a save, an undo or a workspace switch: fresh boxes
 
 
 def get(key: str, default: Any = None) -> Any:
@@ -56,8 +57,7 @@ def select_workspace(name: str | None) -> None:
         st.query_params[QP_WORKSPACE] = name
     elif QP_WORKSPACE in st.query_params:
         del st.query_params[QP_WORKSPACE]
-    for key in [k for k in st.session_state if str(k).startswith(DESCRIBE_TEXT)]:  # another workspace's drafts
-        del st.session_state[key]
+    st.session_state[DESCRIBE_VERSION] = st.session_state.get(DESCRIBE_VERSION, 0) + 1  # drop the drafts' boxes
     for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:

@@ -133,12 +133,14 @@ def test_a_class_with_fewer_dev_rows_than_min_fires_asks_as_many_fires_as_it_has
 
 
 def test_the_small_class_rule_reads_the_biggest_class_an_annotator_votes_and_label_sets_too():
-    from engine.score import voted_class_rows
+    from engine.score import fires_needed, voted_class_rows
 
     y = np.array([0] * 12 + [1] * 2 + [2] * 6)
     assert voted_class_rows(np.array([1, 1, 1] + [ABSTAIN] * 17), y, 3) == 2
     assert voted_class_rows(np.array([1, 1, 1, 0] + [ABSTAIN] * 16), y, 3) == 12  # not the mean of 2 and 12
     assert voted_class_rows(np.full(20, ABSTAIN), y, 3) == 0
+    assert fires_needed(5, 2, 3) == 3 and fires_needed(5, 0, 3) == 5  # a class dev lacks excuses nothing
+    assert fires_needed(5, 2, 0) == 5 and fires_needed(5, 40, 3) == 5
     sets = np.zeros((20, 3), dtype=int)
     sets[:4, 1] = 1
     sets[:, 0] = 1

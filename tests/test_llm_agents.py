@@ -186,6 +186,15 @@ def test_the_improver_points_the_llm_at_the_meaning_of_labels_with_few_dev_rows_
     text = prompts.improver_messages(context_for([MEETING, CALL], generation=2, dev=plenty),
                                      np.random.default_rng(0), 2)[1]["content"]
     assert ", 24 dev rows\n" in text and "(few)" not in text and "Labels with few dev rows" not in text
+    few = context_for([MEETING, CALL], generation=2)  # 6 rows of each label
+    aimed = prompts.improver_messages(few, np.random.default_rng(0), 2, mode="spec", label="spam",
+                                      words=("free",))[1]["content"]
+    assert "(few)" in aimed and "Labels with few dev rows" not in aimed  # a call aimed at one label asks for it only
+    sets = np.eye(2, dtype=np.int64)[few.dev_labels]
+    sets[np.flatnonzero(few.dev_labels == 0)[:3], 1] = 1  # a multi-label dev: spam in 9 rows' sets, first in 6
+    multi = dataclasses.replace(few, dev_label_sets=sets)
+    lines = prompts.improver_messages(multi, np.random.default_rng(0), 2)[1]["content"].splitlines()
+    assert ", 9 dev rows (few)" in next(x for x in lines if x.startswith('- "spam"'))
 
 
 def test_refiner_targets_are_precise_but_narrow():

@@ -93,6 +93,21 @@ def test_descriptions_add_cues_the_name_lacks():
     assert with_desc >= without
 
 
+def test_a_description_saved_between_two_generations_reaches_the_offline_seeds():
+    from dataclasses import replace
+
+    from engine.agents.offline import OfflineProposer
+
+    ws = _workspace()
+    dev = tuple(Example(f"d{i}", text, "dev", int(y)) for i, ((text, _), y) in enumerate(zip(ROWS, ws.y, strict=True)))
+    before = ProposalContext(task=ws.task, dev=dev, pool_sample=(), annotators=(), scores={},
+                             dev_votes=np.zeros((len(dev), 0), dtype=np.int64), generation=1, seed=0)
+    after = replace(before, task=replace(ws.task, label_descriptions={"refund": "money back"}), generation=2)
+    proposer = OfflineProposer()
+    cues = [{spec.cues for _, spec in seeded_specs(proposer._workspace(context))} for context in (before, after)]
+    assert ("money*",) in cues[1] - cues[0]
+
+
 def test_relation_tasks_seed_the_label_words_between_the_mentions_near_and_at_any_distance():
     task = Task(name="rel", labels=("Agonist", "Antagonist"), fields=("entity1", "entity2", "span1", "span2"))
     text = "drug D is an agonist of receptor R"

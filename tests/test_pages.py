@@ -146,25 +146,30 @@ def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_un
     store = Store.open(home / "describe-me")
     import_path(store, DEMO, IngestOptions())
     at = run("describe-me")
+
+    def box():  # the description box of SPAM (a new key after each save or undo: a fresh box in the browser too)
+        return next(t for t in at.text_area if t.key.startswith("describe_text_") and t.key.endswith("_SPAM"))
+
     assert not store.load_task().label_descriptions
     at.selectbox(key="describe_label").set_value("SPAM").run()
     assert at.button(key="describe_save").disabled  # nothing typed yet
-    at.text_area(key="describe_text_SPAM").input("links, channel plugs, requests to subscribe").run()
+    box().input("links, channel plugs, requests to subscribe").run()
     at.button(key="describe_save").click().run()
     assert not at.exception
     assert dict(store.load_task().label_descriptions) == {"SPAM": "links, channel plugs, requests to subscribe"}
     assert "Saved the description of SPAM" in texts(at)
     shown = table_with(at, "description")
     assert shown.to_dict("records") == [{"label": "SPAM", "description": "links, channel plugs, requests to subscribe"}]
-    assert at.text_area(key="describe_text_SPAM").value == "links, channel plugs, requests to subscribe"
+    assert box().value == "links, channel plugs, requests to subscribe"
     undo = at.button(key="describe_undo")
     assert "no description" in undo.label
+    first_key = box().key
     undo.click().run()
     assert not store.load_task().label_descriptions
     assert not [b for b in at.button if b.key == "describe_undo"]  # one undo per save
-    assert at.text_area(key="describe_text_SPAM").value == ""  # the box shows the description undone, not the draft
+    assert box().key != first_key and box().value == ""  # the box shows the description undone, not the draft
     assert at.button(key="describe_save").disabled
-    at.text_area(key="describe_text_SPAM").input("plugs").run()
+    box().input("plugs").run()
     at.button(key="describe_save").click().run()
     store.describe_label("SPAM", "changed elsewhere")  # e.g. by `evopool describe`: the undo no longer applies
     at.run()

@@ -251,11 +251,12 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
-    rows = np.rint(class_shares(context.dev_labels, len(task.labels)) * len(context.dev)).astype(int)
-    thin = [c for c in range(len(task.labels)) if rows[c] < THIN_CLASS_ROWS]
+    gold = context.dev_label_sets if context.dev_label_sets is not None else context.dev_labels
+    class_rows = np.rint(class_shares(gold, len(task.labels)) * len(context.dev)).astype(int)
+    thin = [c for c in range(len(task.labels)) if class_rows[c] < THIN_CLASS_ROWS]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
-              + f", {rows[c]} dev row{'s' if rows[c] != 1 else ''}" + (" (few)" if c in thin else "")
+              + f", {class_rows[c]} dev row{'s' if class_rows[c] != 1 else ''}" + (" (few)" if c in thin else "")
               for c, label in enumerate(task.labels)]
     for a in context.annotators[:12]:
         s = context.scores.get(a.id)

@@ -24,20 +24,26 @@ def _text_key(label: str) -> str:
     return f"{state.DESCRIBE_TEXT}{state.get(state.DESCRIBE_VERSION, 0)}_{label}"
 
 
+def _in_use() -> None:
+    state.put(state.DESCRIBE_OPEN, True)
+
+
 def _fresh_boxes() -> None:
     state.put(state.DESCRIBE_VERSION, state.get(state.DESCRIBE_VERSION, 0) + 1)
 
 
 def describe_labels(store: Store, task: Task) -> None:
     """Pick a label, write what it means, save; the last save can be undone while it stands."""
-    with st.expander("Describe a label", icon=":material/edit_note:"):
+    # open once in use: the browser folded it on the rerun that choosing a label makes
+    with st.expander("Describe a label", icon=":material/edit_note:", expanded=bool(state.get(state.DESCRIBE_OPEN))):
         st.caption("What the label means, in the words its rows use (\"an allosteric or otherwise indirect "
                    "modulator of the protein\"). The offline agents try the first words of the name and the "
                    "description as cues, the LLM agents read it in their prompt; both from their next generation "
                    "on. Worth most for a class with few dev rows.")
-        label = st.selectbox("Label", task.labels, key="describe_label")
+        label = st.selectbox("Label to describe", task.labels, key="describe_label", on_change=_in_use)
         current = str(task.label_descriptions.get(label, ""))
-        text = st.text_area("Description", value=current, key=_text_key(label), placeholder="blank: no description")
+        text = st.text_area("Description", value=current, key=_text_key(label), placeholder="blank: no description",
+                            on_change=_in_use)
         if st.button("Save description", key="describe_save", disabled=text.strip() == current.strip()):
             previous = store.describe_label(label, text)
             state.put(state.DESCRIBE_UNDO, (str(store.path), label, previous, text.strip()))

@@ -28,6 +28,7 @@ ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
 DESCRIBE_UNDO = "describe_last_save"  # (workspace path, label, the description it replaced, the one it saved)
 DESCRIBE_TEXT = "describe_text_"  # + DESCRIBE_VERSION + "_" + a label: its description box
+DESCRIBE_OPEN = "describe_open"  # the expert has used "Describe a label": keep it open across reruns
 DESCRIBE_VERSION = "describe_version"  # bumped by a save, an undo or a workspace switch: fresh boxes
 
 
@@ -58,7 +59,7 @@ def select_workspace(name: str | None) -> None:
     elif QP_WORKSPACE in st.query_params:
         del st.query_params[QP_WORKSPACE]
     st.session_state[DESCRIBE_VERSION] = st.session_state.get(DESCRIBE_VERSION, 0) + 1  # drop the drafts' boxes
-    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO):
+    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

@@ -1,6 +1,6 @@
 """End to end in a real headless Chromium: the expert's whole job through the browser.
 
-Load the demo, run one generation, reject an annotator against the gate (with a reason), edit one and
+Load the demo, describe a label and undo it, run one generation, reject an annotator against the gate (with a reason), edit one and
 save it, compute soft labels and download the CSV. Screenshots of every screen go to
 test-output/screenshots/ for a reviewer. Needs Debian's /usr/bin/chromium (`make browser`).
 """
@@ -123,6 +123,45 @@ def _wait_until_the_run_is_over(page, next_run: str) -> None:
     _idle(page)
 
 
+def _choose(page, label: str, option: str) -> None:
+    """Choose `option` exactly in a selectbox by keyboard (retried: here a click may only focus the box)."""
+    from playwright.sync_api import expect
+
+    box = page.get_by_role("combobox", name=label)
+    for _ in range(3):
+        box.click()
+        page.wait_for_timeout(300)
+        if box.get_attribute("aria-expanded") != "true":
+            page.keyboard.press("ArrowDown")
+        choice = page.get_by_role("option", name=option, exact=True)
+        try:
+            choice.click(timeout=5_000)
+        except Exception:  # noqa: BLE001 - the list closed under a rerun: try again
+            page.keyboard.press("Escape")
+            continue
+        _idle(page)
+        expect(box).to_have_value(option, timeout=5_000)
+        return
+    raise AssertionError(f"could not choose {option!r} in {label!r}")
+
+
+def _description_box(page):
+    """The description box, once the rerun has replaced the old one (each save or undo makes a new one)."""
+    from playwright.sync_api import expect
+
+    _open_describe(page)
+    box = page.get_by_role("textbox", name="Description")
+    expect(box).to_have_count(1)
+    return box
+
+
+def _open_describe(page) -> None:
+    """Unfold the Project screen's "Describe a label" unless it is open (a rerun may keep or fold it)."""
+    if not page.get_by_role("textbox", name="Description").first.is_visible():
+        page.get_by_test_id("stExpander").filter(has_text="Describe a label").locator("summary").click()
+        page.get_by_role("textbox", name="Description").first.wait_for(state="visible")
+
+
 def _goto(page, title: str) -> None:
     page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
     page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
@@ -147,6 +186,26 @@ def test_expert_journey(studio_url, tmp_path):
             expect(page.get_by_text("Imported 2,056 rows")).to_be_visible()
             _idle(page)
             _shot(page, "2-project")
+
+            # 1b. describe a label after import, then undo: the box shows what is stored, in the browser too
+            _open_describe(page)
+            _choose(page, "Label to describe", "SPAM")
+            box = _description_box(page)
+            expect(box).to_have_value(re.compile("^self-promotion"))  # the demo's own description of SPAM
+            demo_words = box.input_value()
+            box.fill("links, channel plugs, requests to subscribe")
+            box.press("Control+Enter")
+            _idle(page)
+            page.get_by_role("button", name="Save description").click()
+            expect(page.get_by_text("Saved the description of SPAM")).to_be_visible()
+            _idle(page)
+            expect(_description_box(page)).to_have_value("links, channel plugs, requests to subscribe")
+            undo = page.get_by_role("button", name=re.compile("^Undo: give SPAM"))
+            undo.click()
+            expect(undo).to_have_count(0)  # the rerun after the undo has drawn the page
+            _idle(page)
+            expect(_description_box(page)).to_have_value(demo_words)  # not the undone draft
+            expect(page.get_by_role("button", name="Save description")).to_be_disabled()
 
             # 2. one generation in the background, watched live
             _goto(page, "Evolve")

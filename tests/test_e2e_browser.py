@@ -1,7 +1,7 @@
 """End to end in a real headless Chromium: the expert's whole job through the browser.
 
-Load the demo, describe a label and undo it, run one generation, reject an annotator against the gate (with a reason), edit one and
-save it, compute soft labels and download the CSV. Screenshots of every screen go to
+Load the demo, describe a label and undo it, run one generation, reject an annotator against the gate (with a
+reason), edit one and save it, compute soft labels and download the CSV. Screenshots of every screen go to
 test-output/screenshots/ for a reviewer. Needs Debian's /usr/bin/chromium (`make browser`).
 """
 from __future__ import annotations

@@ -309,16 +309,17 @@ def cmd_describe(args: argparse.Namespace) -> dict:
         raise UsageError("--remove takes a LABEL and no TEXT")
     if args.text is not None and not args.text.strip():
         raise UsageError("TEXT is blank: to remove a description, use --remove")
-    if args.remove or args.text is not None:
+    task = store.load_task()
+    if args.label is not None:
         try:
-            out["previous"] = store.describe_label(args.label, "" if args.remove else args.text)
+            task.check_label(args.label)
         except ValueError as err:
             raise UsageError(str(err)) from err
+    if args.remove or args.text is not None:
+        out["previous"] = store.describe_label(args.label, "" if args.remove else args.text)
         print(f"{args.label}: {'removed' if args.remove else 'described'}"
               + (f" (was: {out['previous']})" if out["previous"] else " (had none)"), file=sys.stderr)
-    task = store.load_task()
-    if args.label is not None and args.label not in task.labels:
-        raise UsageError(f"unknown label {args.label!r}; the labels are {', '.join(task.labels)}")
+        task = store.load_task()
     shown = task.labels if args.label is None else (args.label,)
     return {"labels": {label: task.label_descriptions.get(label, "") for label in shown}, **out}
 

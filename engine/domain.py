@@ -34,6 +34,11 @@ class Task:
     def label_index(self, name: str) -> int:
         return self.labels.index(name)
 
+    def check_label(self, name: str) -> None:
+        """ValueError naming the labels when `name` is not one of them."""
+        if name not in self.labels:
+            raise ValueError(f"unknown label {name!r}; the labels are {', '.join(self.labels)}")
+
 
 @dataclass(frozen=True)
 class Example:

@@ -31,7 +31,6 @@ from engine.score import (
     fires_needed,
     pool_macro_f1,
     score_annotator,
-    small_class_note,
     voted_class_rows,
     wilson_lower,
 )
@@ -108,9 +107,14 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum(a & b)) / union if union else 0.0
 
 
+def _small_class_note(needed: int, cfg: GateConfig, class_rows: int) -> str:
+    """What a fires verdict adds when the small-class rule set the count (engine/explain.py reads it back)."""
+    return f" (its class has {class_rows} dev rows)" if needed < cfg.min_fires else ""
+
+
 def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
                chance: float = 0.0, evidence: tuple[float, float] | None = None,
-               class_rows: int | None = None) -> tuple[bool, list[str]]:
+               class_rows: int = 0) -> tuple[bool, list[str]]:
     min_p = cfg.min_precision(role)
     fails = []
     if cfg.min_lift > 0 and score.fires and score.precision <= chance * cfg.min_lift + _TOL:
@@ -118,10 +122,9 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
                      f"the share of dev its classes hold" + (f" x {cfg.min_lift:g}" if cfg.min_lift != 1 else ""))
     if score.faults > n_dev / 2:
         fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
-    rows = cfg.min_fires if class_rows is None else class_rows
-    needed = fires_needed(cfg.min_fires, rows, cfg.small_class_fires) if score.fires else cfg.min_fires
+    needed = fires_needed(cfg.min_fires, class_rows, cfg.small_class_fires)
     if score.fires < needed:
-        fails.append(f"fires {score.fires} < {needed}" + small_class_note(needed, cfg.min_fires, rows))
+        fails.append(f"fires {score.fires} < {needed}" + _small_class_note(needed, cfg, class_rows))
     # a precision seen on few fires is partly chance (5 of 5 is not 1.0): judge its lower confidence bound
     lower = wilson_lower(round(score.precision * score.fires), score.fires, cfg.precision_z)
     shown = (f"precision {score.precision:.2f}, lower bound {lower:.2f} over {score.fires} fires"
@@ -140,7 +143,7 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
         return False, fails
     return True, [(f"viable: {shown}: {_cmp(lower, '>=', min_p)} ({role}), " if cfg.precision_z > 0 else
                    f"viable: precision {_cmp(score.precision, '>=', min_p)} ({role}), ")
-                  + f"fires {score.fires} >= {needed}" + small_class_note(needed, cfg.min_fires, rows)
+                  + f"fires {score.fires} >= {needed}" + _small_class_note(needed, cfg, class_rows)
                   + (f", precision {score.precision:.2f} vs chance {chance:.2f}" if chance > 0 else "")]
 
 
@@ -231,11 +234,11 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
 
 
 def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0,
-                    evidence: tuple[float, float] | None = None, class_rows: int | None = None) -> None:
+                    evidence: tuple[float, float] | None = None, class_rows: int = 0) -> None:
     """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows, better
     than chance (`chance`: the precision its votes would get on random rows). `evidence`: (precision estimate,
     weight in rows) from the pool sample's pseudo-labels (engine/pseudo_labels.py), pooled with dev's counts.
-    `class_rows`: dev rows of the biggest class it votes (`voted_class_rows`; None: min_fires applies as is)."""
+    `class_rows`: dev rows of the biggest class it votes (`voted_class_rows`; 0: min_fires applies as is)."""
     ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance, evidence, class_rows)
     record.decide("accept" if ok else "reject", *why)
     record.in_play = ok

@@ -227,14 +227,18 @@ def wilson_lower(correct: float, n: float, z: float = 1.0) -> float:
     return float((centre - spread) / (1 + z * z / n))
 
 
+def class_counts(y: np.ndarray, n_classes: int) -> np.ndarray:
+    """(k,) dev rows of each class ((n, k) label sets: rows whose set holds it); unlabeled rows (-1) count for none."""
+    y = np.asarray(y, dtype=np.int64)
+    if y.ndim == 2:
+        return (y > 0).sum(axis=0).astype(np.int64)
+    return np.bincount(y[y >= 0], minlength=n_classes)[:n_classes]
+
+
 def class_shares(y: np.ndarray, n_classes: int) -> np.ndarray:
     """(k,) share of dev rows of each class ((n, k) label sets: share of rows whose set holds it)."""
-    y = np.asarray(y, dtype=np.int64)
-    if y.shape[0] == 0:
-        return np.zeros(n_classes)
-    if y.ndim == 2:
-        return (y > 0).mean(axis=0).astype(np.float64)
-    return np.bincount(y[y >= 0], minlength=n_classes)[:n_classes] / y.shape[0]
+    n_rows = np.asarray(y).shape[0]
+    return class_counts(y, n_classes) / n_rows if n_rows else np.zeros(n_classes)
 
 
 def chance_precision(votes: np.ndarray, y: np.ndarray, n_classes: int) -> float:
@@ -258,7 +262,7 @@ def voted_class_rows(votes: np.ndarray, y: np.ndarray, n_classes: int) -> int:
     fired = np.unique(v[v != ABSTAIN])
     if not fired.size:
         return 0
-    return int(round(float(class_shares(y, n_classes)[fired].max()) * np.asarray(y).shape[0]))
+    return int(class_counts(y, n_classes)[fired].max())
 
 
 def fires_needed(min_fires: int, class_rows: int, small_class_fires: int) -> int:
@@ -270,8 +274,3 @@ def fires_needed(min_fires: int, class_rows: int, small_class_fires: int) -> int
     if small_class_fires <= 0 or class_rows <= 0:  # no dev row of its class: nothing to excuse fewer fires by
         return min_fires
     return int(min(min_fires, max(small_class_fires, class_rows)))
-
-
-def small_class_note(needed: int, min_fires: int, class_rows: int) -> str:
-    """What a fires verdict adds when the small-class rule set the count (engine/explain.py reads it back)."""
-    return f" (its class has {class_rows} dev rows)" if needed < min_fires else ""

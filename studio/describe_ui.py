@@ -3,6 +3,8 @@ the LLM agents' prompts, from their next generation on. For a class with few dev
 cues dev is too small to find (the thin-class note on the review screens points here)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 
@@ -18,18 +20,23 @@ def descriptions_table(task: Task) -> None:
                      hide_index=True)
 
 
+@dataclass(frozen=True)
+class LastSave:
+    """What the last save can undo: in `workspace` only, and while `label` still reads `saved`."""
+
+    workspace: str
+    label: str
+    previous: str
+    saved: str
+
+
 def _text_key(label: str) -> str:
-    """The description box's key, new after each save or undo: a fresh widget shows what is stored (deleting a
-    widget's state does not reach the browser, which would send the old draft back)."""
+    """The description box's key, new after each save or undo (`state.new_describe_boxes`)."""
     return f"{state.DESCRIBE_TEXT}{state.get(state.DESCRIBE_VERSION, 0)}_{label}"
 
 
 def _in_use() -> None:
     state.put(state.DESCRIBE_OPEN, True)
-
-
-def _fresh_boxes() -> None:
-    state.put(state.DESCRIBE_VERSION, state.get(state.DESCRIBE_VERSION, 0) + 1)
 
 
 def describe_labels(store: Store, task: Task) -> None:
@@ -46,18 +53,16 @@ def describe_labels(store: Store, task: Task) -> None:
                             on_change=_in_use)
         if st.button("Save description", key="describe_save", disabled=text.strip() == current.strip()):
             previous = store.describe_label(label, text)
-            state.put(state.DESCRIBE_UNDO, (str(store.path), label, previous, text.strip()))
-            _fresh_boxes()
+            state.put(state.DESCRIBE_UNDO, LastSave(str(store.path), label, previous, text.strip()))
+            state.new_describe_boxes()
             state.flash(f"Saved the description of {label}: the agents read it from their next generation on.")
             st.rerun()
-        undo = state.get(state.DESCRIBE_UNDO)
-        # only in the workspace saved in, and only while that save still stands
-        if undo is not None and undo[0] == str(store.path) and undo[1] in task.labels \
-                and str(task.label_descriptions.get(undo[1], "")) == undo[3]:
-            _, undo_label, previous, _ = undo
-            shown = f"“{previous}”" if previous else "no description"
-            if st.button(f"Undo: give {undo_label} {shown} again", key="describe_undo"):
-                store.describe_label(undo_label, previous)
+        undo: LastSave | None = state.get(state.DESCRIBE_UNDO)
+        if undo is not None and undo.workspace == str(store.path) and undo.label in task.labels \
+                and str(task.label_descriptions.get(undo.label, "")) == undo.saved:
+            shown = f"“{undo.previous}”" if undo.previous else "no description"
+            if st.button(f"Undo: give {undo.label} {shown} again", key="describe_undo"):
+                store.describe_label(undo.label, undo.previous)
                 state.pop(state.DESCRIBE_UNDO)
-                _fresh_boxes()
+                state.new_describe_boxes()
                 st.rerun()

@@ -26,7 +26,7 @@ PLAIN_EDITOR = "plain_editor"
 FLASH = "flash"  # a message to show once after a rerun
 ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
-DESCRIBE_UNDO = "describe_last_save"  # (workspace path, label, the description it replaced, the one it saved)
+DESCRIBE_UNDO = "describe_last_save"  # studio.describe_ui.LastSave: what the last save can undo
 DESCRIBE_TEXT = "describe_text_"  # + DESCRIBE_VERSION + "_" + a label: its description box
 DESCRIBE_OPEN = "describe_open"  # the expert has used "Describe a label": keep it open across reruns
 DESCRIBE_VERSION = "describe_version"  # bumped by a save, an undo or a workspace switch: fresh boxes
@@ -44,6 +44,12 @@ def pop(key: str, default: Any = None) -> Any:
     return st.session_state.pop(key, default)
 
 
+def new_describe_boxes() -> None:
+    """New keys for the description boxes: fresh widgets show what is stored (deleting a widget's state does not
+    reach the browser, which would send the old draft back)."""
+    st.session_state[DESCRIBE_VERSION] = st.session_state.get(DESCRIBE_VERSION, 0) + 1
+
+
 def workspace_name() -> str | None:
     """The selected workspace: session first, then the URL (kept in the session: page links drop the URL's)."""
     name = st.session_state.get(WORKSPACE)
@@ -58,7 +64,7 @@ def select_workspace(name: str | None) -> None:
         st.query_params[QP_WORKSPACE] = name
     elif QP_WORKSPACE in st.query_params:
         del st.query_params[QP_WORKSPACE]
-    st.session_state[DESCRIBE_VERSION] = st.session_state.get(DESCRIBE_VERSION, 0) + 1  # drop the drafts' boxes
+    new_describe_boxes()  # another workspace's drafts go
     for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:

@@ -73,7 +73,7 @@ class SelectConfig:
 
     min_fires: int = 5
     # the gate's small-class rule (GateConfig.small_class_fires) for unmined proposals (label seeds) too; 0: off. Off:
-    # at 3, ChemProt's seeded cofact* joined every pool (2 of 3 fitness rows right, 24 of 37 pool rows) and the pool's
+    # at 3, ChemProt's seeded cofact* joined every pool (2 of 3 fitness rows right) and the pool's
     # majority vote on test rose 0.447 -> 0.480, but test holds the word twice, so its fitness figure rose more and the
     # gap fitness -> test grew 0.106 -> 0.137 (`auto` 0.545 -> 0.549; bench/results/quality_small_class_fires.md)
     small_class_fires: int = 0

@@ -18,7 +18,7 @@ from engine.agents.base import ProposalContext
 from engine.domain import ABSTAIN, Annotator, Example, Task
 from engine.explain import THIN_CLASS_ROWS
 from engine.sandbox.checks import ALLOWED_IMPORTS
-from engine.score import class_shares, majority_vote, per_class_f1
+from engine.score import class_counts, majority_vote, per_class_f1
 
 MAX_TEXT_CHARS = 280
 WEAK_F1 = 0.40
@@ -252,7 +252,7 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     task, f1 = context.task, dev_class_f1(context)
     weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
     gold = context.dev_label_sets if context.dev_label_sets is not None else context.dev_labels
-    class_rows = np.rint(class_shares(gold, len(task.labels)) * len(context.dev)).astype(int)
+    class_rows = class_counts(gold, len(task.labels))
     thin = [c for c in range(len(task.labels)) if class_rows[c] < THIN_CLASS_ROWS]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")

@@ -51,8 +51,7 @@ class ExamplesMixin:
         task = self.load_task()
         if task is None:
             raise ValueError("this workspace has no task yet: import data first")
-        if label not in task.labels:
-            raise ValueError(f"unknown label {label!r}; the labels are {', '.join(task.labels)}")
+        task.check_label(label)
         descriptions = dict(task.label_descriptions)
         previous = str(descriptions.pop(label, ""))
         if description.strip():

@@ -131,6 +131,20 @@ def save_embedding_cache(store: Store, path: Path) -> None:
         os.replace(partial, path)
 
 
+def imported(workdir: Path, name: str, seed: int, fresh: bool = False,
+             audit_fraction: float = IngestOptions.audit_fraction) -> Store:
+    """The workspace at `workdir` holding `name` imported as every quality bench imports it, with the dataset's
+    embeddings cached beside it (`<workdir's parent>/embeddings-<name>.npz`): imported now if new or `fresh`, else
+    as it stands, evolved or not."""
+    if fresh:
+        shutil.rmtree(workdir, ignore_errors=True)
+    store = Store.open(workdir)
+    if not store.has_data():
+        import_dataset(store, name, seed, audit_fraction)
+        load_embedding_cache(store, workdir.parent / f"embeddings-{name}.npz")
+    return store
+
+
 def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
     """The pool's majority-vote macro-F1 on fitness (where it was chosen), audit and test rows."""
     from engine.evolve import ensure_votes
@@ -153,13 +167,8 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
                 reuse: bool = False, raw_estimates: bool = False, select: dict | None = None,
                 gate: dict | None = None, compiled: bool = True) -> dict:
     folder = SHARED / name
-    if workdir.exists() and not reuse:
-        shutil.rmtree(workdir)
-    store = Store.open(workdir)
+    store = imported(workdir, name, seed, fresh=not reuse, audit_fraction=audit_fraction)
     cache = workdir.parent / f"embeddings-{name}.npz"
-    if not store.has_data():
-        import_dataset(store, name, seed, audit_fraction)
-        load_embedding_cache(store, cache)
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()

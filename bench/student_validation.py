@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +40,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import import_dataset, load_embedding_cache, save_embedding_cache  # noqa: E402
+from bench.quality import imported, save_embedding_cache  # noqa: E402
 from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
@@ -75,13 +74,7 @@ def evolved_inputs(name: str, seed: int, generations: int, prefix: str = "valida
     """The rows, votes, text features and label names of a dataset's workspace, imported and evolved as
     bench/quality.py does (this bench's workspaces, reused when there unless `fresh`; bench/vote_weight.py reads them
     too; another bench names its own with `prefix`)."""
-    workdir = TMP / f"{prefix}-{name}-s{seed}"
-    if fresh:
-        shutil.rmtree(workdir, ignore_errors=True)
-    store = Store.open(workdir)
-    if not store.has_data():
-        import_dataset(store, name, seed)
-        load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    store = imported(TMP / f"{prefix}-{name}-s{seed}", name, seed, fresh)
     labels = store.load_task().labels
     with CompiledExecutor() as executor:
         if store.last_complete_generation() < generations:
@@ -98,10 +91,7 @@ def fresh_evolved(name: str, seed: int, workdir: Path, select: SelectConfig, gen
     """A new workspace of `name` at `workdir`, imported as bench/quality.py does, evolved `generations` by the offline
     agents under `select`: (the store, the executor it ran on, the evolve's seconds), the executor open until the end
     of the block."""
-    shutil.rmtree(workdir, ignore_errors=True)
-    store = Store.open(workdir)
-    import_dataset(store, name, seed)
-    load_embedding_cache(store, TMP / f"embeddings-{name}.npz")
+    store = imported(workdir, name, seed, fresh=True)
     with CompiledExecutor() as executor:
         started = time.monotonic()
         evolve(store, OfflineProposer(select=select, min_fires=select.min_fires), executor, generations,

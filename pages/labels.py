@@ -69,6 +69,9 @@ if task.multi_label:  # a class is predicted where its probability reaches the t
 labels_ui.summary_metrics(result)
 if not result.comparison.empty:
     st.subheader("Aggregators compared on dev (out-of-fold)")
+    verdict = labels_ui.pool_verdict(result.comparison)
+    if verdict is not None:
+        (st.success if verdict[0] else st.info)(verdict[1])
     st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True)
 dev_probs, dev_gold = labels_ui.dev_parts(store, result)
 plots = labels_ui.plot_inputs(result, dev_probs, dev_gold, len(task.labels))

@@ -31,7 +31,7 @@ def built(tmp_path_factory) -> dict:
     _, out = evopool("run", str(DEMO_CSV), "--workdir", ws, "--generations", "2", "--seed", "0")
     assert out.returncode == 0, out.stderr
     facts = {"home": home}
-    for aggregator in ("mv", "auto"):
+    for aggregator in ("mv", "auto", "auto-text"):
         facts[aggregator], out = evopool("eval", "--workdir", ws, "--split", "dev", "--aggregator", aggregator)
         assert out.returncode == 0, out.stderr
     lines = subprocess.run([sys.executable, "-m", "engine.cli", "pool", "--workdir", ws], capture_output=True,
@@ -106,3 +106,45 @@ def test_annotator_screen_shows_the_precision_and_fires_evopool_pool_prints(buil
         shown = metrics(at)
         assert shown["Precision (dev)"] == f"{member['precision']:.2f}"
         assert shown["Fires"] == str(member["fires"])
+
+
+def test_labels_screen_says_whether_the_pool_earns_its_place_with_the_figures_eval_gives(built):
+    """The comparison's verdict: auto against auto-text, each with the dev macro-F1 `evopool eval` prints."""
+    text = built["auto-text"]
+    job = start_labels(built["home"] / WS, "mv", compare=True)  # its own saved file: auto's stays as the others read it
+    assert job.wait(600) and job.status == "done", job.error
+    at = render("pages/labels.py")
+    at.selectbox(key="aggregator").select("mv").run()
+    assert not at.exception, [e.value for e in at.exception]
+    auto = built["auto"]
+    said = [box.value for box in (at.success if auto["uses_pool"] else at.info) if "auto-text" in box.value]
+    assert len(said) == 1, [box.value for box in list(at.success) + list(at.info)]
+    assert f"{auto['macro_f1']:.3f} dev macro-F1 (out-of-fold) against {text['macro_f1']:.3f}" in said[0]
+    assert f"(auto-text: {text['chosen']})" in said[0]
+    assert ("earns its place here" in said[0]) == auto["uses_pool"]
+
+
+def _comparison(auto: dict, text: dict) -> "pd.DataFrame":
+    import pandas as pd
+
+    return pd.DataFrame.from_records([{"aggregator": "mv", "macro_f1": 0.5}, {"aggregator": "auto", **auto},
+                                      {"aggregator": "auto-text", **text}])
+
+
+def test_pool_verdict_reads_which_way_auto_chose_and_warns_without_audit_rows():
+    from studio.labels_ui import pool_verdict
+
+    text = {"macro_f1": 0.81, "chosen": "student<embedding-only>", "uses_pool": False, "chosen_on": "audit"}
+    earns, said = pool_verdict(_comparison({"macro_f1": 0.8449, "chosen": "student<evoagg[embedding]>",
+                                            "uses_pool": True, "chosen_on": "audit"}, text))
+    assert earns and "0.845 dev macro-F1 (out-of-fold) against 0.810" in said and "lean optimistic" not in said
+    earns, said = pool_verdict(_comparison({"macro_f1": 0.85, "chosen": "evoagg[embedding]", "uses_pool": True,
+                                            "chosen_on": "dev"}, text))
+    assert earns and "lean optimistic" in said
+    earns, said = pool_verdict(_comparison({"macro_f1": 0.81, "chosen": "student<embedding-only>",
+                                            "uses_pool": False, "chosen_on": "audit"}, text))
+    assert not earns and "text alone does as well" in said and "describe the weak classes" in said
+    assert pool_verdict(_comparison({"macro_f1": 0.8}, text).iloc[:2]) is None  # no auto-text row
+    import pandas as pd
+
+    assert pool_verdict(pd.DataFrame()) is None

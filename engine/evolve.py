@@ -54,6 +54,14 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
     ids = frame["id"].tolist()  # once: a list per annotator cost 0.2 s each at 100K rows
     for annotator, result in zip(missing, results, strict=False):
         store.save_votes(annotator.id, split, ids, result.votes, result.faults, result.first_error, result.seconds)
+    # rows that joined the split while the sandbox ran (the expert labels pool rows into dev from the studio): the
+    # runs just saved left them abstaining and are recorded as done, so vote on them now
+    joined = sorted(set(store.example_ids(split)) - set(ids))
+    if joined:
+        late = store.examples_frame(split, ids=joined)
+        inputs = [{**f, "text": t} for f, t in zip(late["fields"].tolist(), late["text"].tolist(), strict=True)]
+        for annotator, result in zip(missing, executor.run(missing, inputs, list(task.labels)), strict=True):
+            store.add_votes(annotator.id, late["id"].tolist(), result.votes)
 
 
 def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:
@@ -171,6 +179,16 @@ def pool_evidence(executor: Executor, context: ProposalContext,
     return {a.id: context.pseudo.evidence_of_votes(np.asarray(r.votes)) for a, r in zip(judged, results, strict=True)}
 
 
+def fitness_rows(store: Store) -> tuple[list[str], np.ndarray]:
+    """The fitness rows' ids and gold labels, read as one state: rows may join dev between two reads (the studio
+    labels rows into dev while a generation runs), so read again until the ids before and after agree."""
+    while True:
+        ids = store.example_ids(FITNESS)
+        gold = store.gold(FITNESS)
+        if store.example_ids(FITNESS) == ids:
+            return ids, gold
+
+
 def run_generation(store: Store, proposer: Proposer, executor: Executor, number: int,
                    config: EvolveConfig = EvolveConfig(), on_event: EventSink = quiet) -> Generation:
     started = time.monotonic()
@@ -178,11 +196,13 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     on_event(EventKind.GENERATION_STARTED, {"generation": number})
     task = store.load_task()
     n_classes = len(task.labels)
-    y_dev = store.gold(FITNESS)  # (n,) labels, or (n, k) label sets on a multi-label task
+    # the fitness rows stay these for the whole generation: rows the expert labels into dev meanwhile (the Labels
+    # screen) join the next one, or the candidates' votes would outnumber these labels
+    fitness_ids, y_dev = fitness_rows(store)  # y_dev: (n,) labels, or (n, k) label sets on a multi-label task
     context = build_context(store, number, config)
     pool_ids = [a.id for a in context.annotators]
     ensure_votes(store, executor, pool_ids, "dev", on_event)
-    pool_votes = store.vote_matrix(pool_ids, FITNESS).votes
+    pool_votes = store.vote_matrix(pool_ids, FITNESS, example_ids=fitness_ids).votes
 
     try:
         fresh = _check_candidates(store, proposer, context, number, config, on_event)
@@ -191,7 +211,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
         on_event(EventKind.STOPPED, {"generation": number, "reason": str(starved)})
         raise
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
-    candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS).votes
+    candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS, example_ids=fitness_ids).votes
     candidates = []
     for j, annotator in enumerate(fresh):
         run = store.voted_splits(annotator.id)["dev"]

@@ -135,3 +135,71 @@ def test_human_verdicts_hold_in_later_generations(demo_store, executor):
     assert demo_store.human_locked() == {pool[0]: "reject", rare: "approve"}
     assert current_dev_macro_f1(demo_store) == pytest.approx(
         pool_macro_f1(demo_store.vote_matrix(after, FITNESS).votes, demo_store.label_indices(FITNESS), 2))
+
+
+class _LabelsRowsMidGeneration:
+    """The offline agents, while the expert labels pool rows into dev from the studio once the generation began."""
+
+    def __init__(self, store: Store, executor, rows: dict[str, str]):
+        self.inner, self.store, self.executor, self.rows = OfflineProposer(), store, executor, rows
+
+    def propose(self, role, context):
+        if self.rows:
+            from engine.expert_rows import label_rows
+
+            label_rows(self.store, self.executor, self.rows, by="maria")
+            self.rows = {}
+        return self.inner.propose(role, context)
+
+
+def test_rows_labeled_into_dev_during_a_generation_join_the_next_one(demo_store, executor):
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    before = demo_store.example_ids(FITNESS)
+    pool = demo_store.examples_frame("pool", limit=4)
+    rows = dict(zip(pool["id"], ["SPAM", "HAM", "SPAM", "HAM"], strict=True))
+    proposer = _LabelsRowsMidGeneration(demo_store, executor, rows)
+    done = evolve(demo_store, proposer, executor, 3)  # crashed on the candidates' votes outnumbering the labels
+    assert [g.number for g in done] == [2, 3] and not proposer.rows
+    grown = demo_store.example_ids(FITNESS)
+    assert len(grown) == len(before) + 4
+    # generation 2 scored its pool on the rows it began with, generation 3 on the grown ones
+    members = list(done[0].pool_ids)
+    old = demo_store.vote_matrix(members, FITNESS, example_ids=before).votes
+    gold_old = demo_store.gold(FITNESS)[[grown.index(i) for i in before]]
+    assert pool_macro_f1(old, gold_old, 2) == pytest.approx(done[0].dev_macro_f1_after)
+    now = demo_store.vote_matrix(list(done[1].pool_ids), FITNESS).votes
+    assert pool_macro_f1(now, demo_store.gold(FITNESS), 2) == pytest.approx(done[1].dev_macro_f1_after)
+
+
+class _LabelsRowsDuringDevRun:
+    """A sandbox over which the expert labels pool rows into dev just as a run over dev's rows begins."""
+
+    def __init__(self, inner, store: Store, rows: dict[str, str]):
+        self.inner, self.store, self.rows = inner, store, rows
+
+    def run(self, annotators, inputs, labels, **kw):
+        if self.rows and len(inputs) == self.store.count_examples("dev"):
+            from engine.expert_rows import label_rows
+
+            label_rows(self.store, self.inner, self.rows, by="maria")
+            self.rows = {}
+        return self.inner.run(annotators, inputs, labels, **kw)
+
+
+def test_rows_labeled_into_dev_while_the_candidates_run_get_their_votes(demo_store, executor):
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    pool = demo_store.examples_frame("pool", limit=40)  # enough rows for the candidates to fire on some
+    moving = {i: ("SPAM", "HAM")[k % 2] for k, i in enumerate(pool["id"])}
+    sandbox = _LabelsRowsDuringDevRun(executor, demo_store, moving)
+    done = evolve(demo_store, OfflineProposer(), sandbox, 2)
+    assert [g.number for g in done] == [1 + 1] and not sandbox.rows
+    # each of generation 2's candidates votes on the moved rows as a fresh sandbox run does (not a left abstain)
+    candidates = [d.annotator_id for d in done[0].decisions]
+    stored = demo_store.vote_matrix(candidates, "dev", example_ids=list(moving)).votes
+    frame = demo_store.examples_frame("dev", ids=list(moving))
+    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
+    fresh = {r.annotator_id: r.votes for r in executor.run(demo_store.annotators(candidates), inputs,
+                                                           list(demo_store.load_task().labels))}
+    order = [list(frame["id"]).index(i) for i in moving]
+    expected = [[int(fresh[c][k]) for c in candidates] for k in order]
+    assert stored.tolist() == expected and (stored != -1).any()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import DEMO_CSV
 from streamlit.testing.v1 import AppTest
@@ -124,9 +125,7 @@ def test_labels_screen_says_whether_the_pool_earns_its_place_with_the_figures_ev
     assert ("earns its place here" in said[0]) == auto["uses_pool"]
 
 
-def _comparison(auto: dict, text: dict) -> "pd.DataFrame":
-    import pandas as pd
-
+def _comparison(auto: dict, text: dict) -> pd.DataFrame:
     return pd.DataFrame.from_records([{"aggregator": "mv", "macro_f1": 0.5}, {"aggregator": "auto", **auto},
                                       {"aggregator": "auto-text", **text}])
 
@@ -145,6 +144,4 @@ def test_pool_verdict_reads_which_way_auto_chose_and_warns_without_audit_rows():
                                             "uses_pool": False, "chosen_on": "audit"}, text))
     assert not earns and "text alone does as well" in said and "describe the weak classes" in said
     assert pool_verdict(_comparison({"macro_f1": 0.8}, text).iloc[:2]) is None  # no auto-text row
-    import pandas as pd
-
     assert pool_verdict(pd.DataFrame()) is None

@@ -10,6 +10,7 @@ from scipy import sparse
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
+from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.registry import (
     AGGREGATORS,
     AutoAggregator,
@@ -628,3 +629,18 @@ def test_tfidf_transform_analyses_each_distinct_text_once_and_gives_every_row_it
     assert abs(together - one_by_one).max() == 0
     np.testing.assert_array_equal(together[0].toarray(), together[2].toarray())
     assert features.transform([]).shape[0] == 0
+
+
+def test_auto_on_an_empty_pool_chooses_from_the_text_and_evoagg_of_silent_votes_answers_the_prior():
+    # right after import, or once the expert rejected every member: `evopool eval` and `export` default to auto
+    rng = np.random.default_rng(0)
+    n = 60
+    y = rng.integers(0, 2, n)
+    X = {"embedding": rng.normal(size=(n, 8)) + 2 * y[:, None]}
+    auto = AutoAggregator(2, seed=0).fit(np.zeros((n, 0), dtype=int), y, X, audit=np.arange(n) < 25)
+    assert not reads_votes(auto.chosen_) and not auto.uses_votes_
+    assert auto.predict_proba(np.zeros((n, 0), dtype=int), X).argmax(axis=1).tolist() != [0] * n
+    silent = np.full((n, 1), -1)
+    silent[0, 0] = 1  # fires on one row only: a fold's training rows may hold no vote at all
+    proba = EvoAgg(2, feature=None).fit(silent[1:], y[1:]).predict_proba(silent)
+    assert np.allclose(proba, proba[0]) and proba[0].sum() == pytest.approx(1.0)

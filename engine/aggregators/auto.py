@@ -288,6 +288,8 @@ class AutoAggregator(BaseAggregator):
         board = _Board()
         self.C_, self.left_out_, self.demoted_ = {}, [], []
         candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
+        if v.shape[1] == 0 and feats:  # an empty pool (just imported, or every member rejected): only text to read
+            candidates = [c for c in candidates if c.reads_text]
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
         ordered = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
         ranked = ordered

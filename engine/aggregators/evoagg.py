@@ -54,6 +54,10 @@ class _Linear:
         # sparse columns empty on the training rows (TF-IDF terms of other rows) get no weight under L2 but
         # cost lbfgs time per class: fit and predict on the others (50k-term vocabularies, 500 dev rows)
         self.columns = np.unique(F.indices) if sparse.issparse(F) and F.format == "csr" else None
+        if self.columns is not None and F.shape[1] and not len(self.columns):
+            # nothing on these rows to read (votes alone, and none fired on a fold's training rows): the prior
+            self.constant = class_prior(y, n_classes)
+            return
         # one BLAS thread: on small dev matrices, thread contention made lbfgs ~100x slower on a busy machine
         with warnings.catch_warnings(), threadpool_limits(limits=1):
             warnings.simplefilter("ignore", ConvergenceWarning)

@@ -338,6 +338,10 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
     """Quality on a labeled split. Every row counts: a row that gets no label is wrong."""
     if split not in ("test", "dev"):
         raise ValueError("evaluate on 'test' or 'dev'")
+    if not store.count_examples(split):  # every labeled row went to dev (no more than the dev size): nothing to score
+        raise ValueError(f"the workspace has no {split} rows to score" + (
+            ": every labeled row went to dev; import more labeled rows, or score dev (--split dev)"
+            if split == "test" else ""))
     splits = ("dev",) if split == "dev" else ("dev", split)
     # dev rows must be out-of-fold only when dev is the split being scored
     result = fit_and_predict(store, executor, aggregator, splits, seed, on_event, score_dev=split == "dev",

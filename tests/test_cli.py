@@ -220,3 +220,20 @@ def result_name(path: Path) -> str:
     from engine.sandbox.checks import make_annotator
 
     return make_annotator(Candidate(path.read_text(), "human"), 0, author="human").name
+
+
+def test_eval_on_test_when_every_labeled_row_went_to_dev_says_so(tmp_path, demo_csv):
+    frame = pd.read_csv(demo_csv, keep_default_na=False)
+    labeled = frame[frame["label"] != ""].head(40)
+    small = pd.concat([labeled, frame[frame["label"] == ""].head(200)])[["id", "text", "label"]]
+    data = tmp_path / "small.csv"
+    small.to_csv(data, index=False)  # 40 labeled rows, no split column: all 40 go to dev (fewer than its size)
+    ws = str(tmp_path / "ws")
+    _, out = evopool("run", str(data), "--workdir", ws, "--generations", "1")
+    assert out.returncode == 0, out.stderr
+    result, out = evopool("eval", "--workdir", ws, "--aggregator", "mv")  # --split test by default
+    assert out.returncode == 1 and result is None, out.stdout  # was exit 0 with "coverage": NaN
+    assert out.stderr.strip().splitlines() == ["error: the workspace has no test rows to score: every labeled row "
+                                               "went to dev; import more labeled rows, or score dev (--split dev)"]
+    result, out = evopool("eval", "--workdir", ws, "--aggregator", "mv", "--split", "dev")
+    assert out.returncode == 0 and result["n"] == 40, out.stderr

@@ -28,15 +28,32 @@ def read_upload(raw: bytes, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
     return read_rows(raw, name)
 
 
-@st.cache_data(show_spinner="Reading…", max_entries=4)
 def read_location(path: str) -> tuple[pd.DataFrame, tuple[str, ...] | None, list[RowProblem]]:
-    """A file path (CSV / JSONL / Parquet) or a WRENCH folder; WRENCH also gives its label names."""
+    """A file path (CSV / JSONL / Parquet) or a WRENCH folder; WRENCH also gives its label names. Read again
+    when a file changed (the expert fixed the rows the preview named), else from the cache."""
     location = Path(path).expanduser()
     if not location.exists():
         raise IngestError(f"{location} does not exist")
-    if location.is_dir():
-        return *read_wrench(location), []
-    frame, problems = read_rows(location)
+    return _read_location(str(location), _stamp(location))
+
+
+def _stamp(location: Path) -> tuple:
+    """What says a file or a WRENCH folder's files changed: each one's size and modification time."""
+    files = sorted(p for p in location.iterdir() if p.is_file()) if location.is_dir() else [location]
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+
+
+@st.cache_data(show_spinner="Reading…", max_entries=4)
+def _read_location(path: str, stamp: tuple) -> tuple[pd.DataFrame, tuple[str, ...] | None, list[RowProblem]]:
+    location = Path(path)
+    try:
+        if location.is_dir():
+            return *read_wrench(location), []
+        frame, problems = read_rows(location)
+    except IngestError:
+        raise
+    except (ValueError, KeyError, AttributeError, TypeError, OSError) as err:  # a malformed or unreadable file
+        raise IngestError(f"{location.name} could not be read: {type(err).__name__}: {err}") from err
     return frame, None, problems
 
 

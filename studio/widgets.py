@@ -67,7 +67,10 @@ def _task_name(name: str) -> str | None:
     """The open workspace's task name, for the banner (None before data is imported)."""
     if not workspace.exists(name):
         return None
-    store = workspace.open_store(name)
+    try:
+        store = workspace.open_store(name)
+    except WorkspaceLocked:  # another process has it: the page's own store check says so, in words
+        return None
     return store.load_task().name if store.has_data() else None
 
 

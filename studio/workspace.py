@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.ingest.importer import ImportReport, IngestOptions, import_path
-from engine.store.workspace import DB_NAME, Store
+from engine.store.workspace import DB_NAME, Store, WorkspaceLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"
@@ -60,10 +60,18 @@ def open_store(name: str) -> Store:
 def fresh_name(base: str) -> str:
     """`base`, or `base-2`, `base-3`… whichever is not a workspace with data yet."""
     name, n = base, 1
-    while exists(name) and open_store(name).has_data():
+    while exists(name) and _taken(name):
         n += 1
         name = f"{base}-{n}"
     return name
+
+
+def _taken(name: str) -> bool:
+    """Whether an existing workspace is no place for a fresh import: it holds data, or another process has it."""
+    try:
+        return open_store(name).has_data()
+    except WorkspaceLocked:
+        return True
 
 
 def demo_options() -> IngestOptions:

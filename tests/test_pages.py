@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -705,3 +706,45 @@ def workspace_names() -> list[str]:
     from studio import workspace
 
     return workspace.list_workspaces()
+
+
+def test_a_file_fixed_after_the_preview_named_its_bad_rows_is_read_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "fix"))
+    Store.open(tmp_path / "fix" / "clauses")
+    data = tmp_path / "clauses.jsonl"
+    data.write_text('{"text": "venue lies in Paris", "label": "venue"}\n{"text": broken\n')
+    at = run("clauses")
+    at.radio(key="import_source").set_value("A path on the server (file or WRENCH folder)").run()
+    at.text_input(key="import_path").input(str(data)).run()
+    assert not at.exception and any("1 row(s) of the file cannot be read" in w.value for w in at.warning)
+    data.write_text('{"text": "venue lies in Paris", "label": "venue"}\n{"text": "fees are due", "label": "fees"}\n')
+    at.run()  # the same path: the cached read was keyed on it alone, and kept showing the bad row
+    assert not at.exception and not any("cannot be read" in w.value for w in at.warning)
+    assert "2 rows" in texts(at)
+
+
+def test_a_malformed_wrench_folder_and_a_locked_workspace_are_messages_not_tracebacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "bad"))
+    Store.open(tmp_path / "bad" / "w")
+    folder = tmp_path / "wrench"
+    folder.mkdir()
+    (folder / "label.json").write_text("{not json")
+    (folder / "train.json").write_text("{}")
+    at = run("w")
+    at.radio(key="import_source").set_value("A path on the server (file or WRENCH folder)").run()
+    at.text_input(key="import_path").input(str(folder)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(e.value.startswith("wrench could not be read") or "label.json" in e.value for e in at.error), \
+        [e.value for e in at.error]
+    # another process (an `evopool run`) holds a workspace the expert opens
+    script = ("import sys, time; from engine.store.workspace import Store; "
+              f"Store.open({str(tmp_path / 'bad' / 'busy')!r}); print('open', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        at = run("busy")
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("in use by another process" in e.value for e in at.error), [e.value for e in at.error]
+    finally:
+        holder.kill()
+        holder.wait()

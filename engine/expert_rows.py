@@ -106,9 +106,23 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
         inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
         for annotator, result in zip(unvoted, executor.run(unvoted, inputs, list(task.labels)), strict=True):
             store.add_votes(annotator.id, list(frame["id"]), result.votes)
+    _rescore(store, annotators)
+    return ids
+
+
+def unlabel_rows(store: Store, example_ids: Sequence[str]) -> list[str]:
+    """Undo `label_rows`: these rows go back to the unlabeled pool (label and record dropped) and dev scores are
+    recomputed without them. Only rows the expert labeled into dev move. Returns the ids that moved."""
+    moved = store.move_back_to_pool(example_ids)
+    if moved:
+        _rescore(store, store.annotators_with_votes("dev"))
+    return moved
+
+
+def _rescore(store: Store, annotators: Sequence[str]) -> None:
+    """Each annotator's stored score recomputed on the fitness rows as they now stand."""
     gold = store.gold(FITNESS)
-    votes = store.vote_matrix(annotators, FITNESS).votes
+    votes = store.vote_matrix(list(annotators), FITNESS).votes
     for j, annotator_id in enumerate(annotators):
         faults = store.voted_splits(annotator_id)["dev"]["faults"]
         store.save_score(score_annotator(annotator_id, votes[:, j], gold, faults=faults))
-    return ids

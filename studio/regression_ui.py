@@ -2,18 +2,21 @@
 labeling those rows into dev (who and when recorded), so the classes the labels miss grow."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pandas as pd
 import streamlit as st
 
-from engine.expert_rows import label_rows, regression_rows, similar_rows
+from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
 from studio import editor, state
 
 EXPERT_NAME = "expert_name"
 NOT_LABELED = "(leave unlabeled)"
+UNDO_OPEN = "expert_rows_open"  # keeps the expander open after a return's rerun
+RETURN_BOX = "return_rows_version"  # the row chooser's key changes after each return (its old choice is gone)
 
 
 def regression_list(store: Store, result: SavedLabels) -> pd.DataFrame:
@@ -33,11 +36,14 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> No
     """The regression table; for the selected row, unlabeled rows like it in an editor with a label column."""
     if wrong.empty:
         return
+    # keyed by the list itself: a selection is a position, which must not carry over to another list (another
+    # aggregator, a recompute, rows added to dev) where it names another row or none
+    listed = hashlib.sha1("\n".join(map(str, wrong["id"])).encode()).hexdigest()[:12]
     picked = st.dataframe(wrong, hide_index=True, on_select="rerun", selection_mode="single-row",
-                          key="regression_table", column_config={
+                          key=f"regression_table_{listed}", column_config={
                               "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                             format="%.2f")})
-    if not picked.selection.rows:
+    if not picked.selection.rows or picked.selection.rows[0] >= len(wrong):
         return
     row = wrong.iloc[picked.selection.rows[0]]
     like = similar_rows(store, row["text"])
@@ -74,11 +80,31 @@ def add_to_dev(store: Store, chosen: dict[str, str], who: str, note: str) -> Non
 
 
 def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
-    """Every row the expert labeled into dev, with who and when."""
+    """Every row the expert labeled into dev, with who and when; the last batch, or any rows chosen, can go back to
+    the unlabeled pool (a wrong label there would otherwise stay gold for every later score and generation)."""
     record = store.expert_labels()
     if record.empty:
         return
-    with st.expander(f"Rows labeled into dev in the studio ({len(record)})"):
+    with st.expander(f"Rows labeled into dev in the studio ({len(record)})", expanded=UNDO_OPEN in st.session_state):
         st.dataframe(pd.DataFrame({"when": record["labeled_at"].astype(str).str[:19], "by": record["labeled_by"],
                                    "id": record["example_id"], "label": [labels[int(v)] for v in record["label"]],
                                    "text": record["text"], "note": record["note"]}), hide_index=True)
+        last = record[record["labeled_at"] == record["labeled_at"].max()]
+        left, right = st.columns(2)
+        if left.button(f"Undo the last addition ({len(last)} row(s))", icon=":material/undo:", key="undo_last_rows",
+                       help="they go back to the unlabeled pool, their labels dropped; dev scores are recomputed"):
+            return_to_pool(store, list(last["example_id"]))
+        chosen = right.multiselect("Return rows to the unlabeled pool", list(record["example_id"]),
+                                   key=f"return_rows_{st.session_state.get(RETURN_BOX, 0)}",
+                                   placeholder="choose rows by id")
+        if chosen and right.button(f"Return {len(chosen)} row(s)", key="return_rows_go", icon=":material/undo:"):
+            return_to_pool(store, chosen)
+
+
+def return_to_pool(store: Store, ids: list[str]) -> None:
+    moved = unlabel_rows(store, ids)
+    st.session_state[UNDO_OPEN] = True
+    st.session_state[RETURN_BOX] = st.session_state.get(RETURN_BOX, 0) + 1  # a fresh chooser, no stale choice
+    state.flash(f"{len(moved)} row(s) went back to the unlabeled pool, their labels dropped; dev scores are "
+                "recomputed. Recompute the soft labels to leave them out.")
+    st.rerun()

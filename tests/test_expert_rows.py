@@ -8,7 +8,7 @@ import pytest
 from engine.agents.offline import OfflineProposer
 from engine.domain import ABSTAIN, FITNESS
 from engine.evolve import evolve
-from engine.expert_rows import label_rows, regression_rows, similar_rows
+from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
 from engine.ingest.importer import import_path
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -96,3 +96,26 @@ def test_the_record_survives_reopening(tmp_path, demo_csv):
     again = Store.open(tmp_path / "ws")
     assert list(again.expert_labels()["labeled_by"]) == ["li"]
     Store.close_all()
+
+
+def test_unlabeling_returns_the_rows_to_the_pool_and_every_score_to_what_it_was(evolved):
+    store, executor = evolved
+    members = store.pool_ids()
+    before = {m: store.scores([m])[m] for m in members}
+    fitness_before, imported_dev = store.count_examples(FITNESS), store.example_ids("dev")
+    pool = store.examples_frame("pool", limit=6)
+    first = label_rows(store, executor, dict(zip(pool["id"][:4], ["SPAM", "HAM"] * 2, strict=True)), by="maria")
+    second = label_rows(store, executor, dict(zip(pool["id"][4:], ["HAM", "SPAM"], strict=True)), by="maria")
+    assert store.count_examples(FITNESS) == fitness_before + 6
+    # an imported dev row is not the expert's to return; a row returned twice moves once
+    assert unlabel_rows(store, [*second, imported_dev[0]]) == second
+    assert unlabel_rows(store, second) == []
+    assert set(store.expert_labels()["example_id"]) == set(first)
+    assert unlabel_rows(store, first) == first
+    assert store.example_ids("dev") == imported_dev and store.count_examples(FITNESS) == fitness_before
+    assert set(pool["id"]) <= set(store.example_ids("pool")) and store.expert_labels().empty
+    assert (store.examples_frame("pool", ids=list(pool["id"]))["label"].isna()).all()
+    for member in members:
+        after = store.scores([member])[member]
+        assert (after.fires, after.correct) == (before[member].fires, before[member].correct)
+        assert after.precision == pytest.approx(before[member].precision)

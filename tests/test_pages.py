@@ -9,6 +9,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -748,3 +749,32 @@ def test_a_malformed_wrench_folder_and_a_locked_workspace_are_messages_not_trace
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(home):
+    from engine.expert_rows import label_rows
+
+    store = seed(home, "undo-me", generations=1)
+    dev_before = store.example_ids("dev")
+    pool = store.examples_frame("pool", limit=5)
+    with SandboxExecutor() as executor:
+        first = label_rows(store, executor, dict(zip(pool["id"][:3], ["SPAM", "HAM", "SPAM"], strict=True)), "ana")
+        time.sleep(0.01)  # a later batch: labeled_at is the batch's time
+        last = label_rows(store, executor, dict(zip(pool["id"][3:], ["HAM", "SPAM"], strict=True)), "ana")
+    job = start_labels(home / "undo-me", "mv", compare=False)
+    assert job.wait(180) and job.status == "done", job.error
+    at = run("undo-me", "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("mv").run()
+    assert "Rows labeled into dev in the studio (5)" in texts(at)
+    at.button(key="undo_last_rows").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert set(store_of(home, "undo-me").example_ids("pool")) >= set(last)
+    assert "2 row(s) went back to the unlabeled pool" in texts(at)
+    assert "Rows labeled into dev in the studio (3)" in texts(at)
+    chooser = next(m for m in at.multiselect if m.label == "Return rows to the unlabeled pool")
+    chooser.set_value([first[1]]).run()
+    at.button(key="return_rows_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    now = store_of(home, "undo-me")
+    assert set(now.example_ids("dev")) == set(dev_before) | {first[0], first[2]}
+    assert "Rows labeled into dev in the studio (2)" in texts(at)

@@ -120,6 +120,22 @@ class ExamplesMixin:
                 self._bump_rows_version()
         return len(in_pool)
 
+    def move_back_to_pool(self, example_ids: Sequence[str]) -> list[str]:
+        """Undo `move_to_dev` for these rows: back to the unlabeled pool, their label and record gone. Only rows the
+        expert labeled into dev from the pool move (imported dev rows stay). Returns the ids that moved."""
+        ids = [str(i) for i in example_ids]
+        moving = [r[0] for r in self._q(
+            "SELECT e.example_id FROM expert_labels e JOIN examples x ON x.id = e.example_id "
+            "WHERE e.from_split = 'pool' AND x.split = 'dev' AND e.example_id IN (SELECT unnest(?)) "
+            "ORDER BY x.ord", [ids])]
+        if moving:
+            with self.transaction():
+                self._q("UPDATE examples SET split = 'pool', audit = FALSE, label = NULL, label_set = NULL "
+                        "WHERE id IN (SELECT unnest(?))", [moving])
+                self._q("DELETE FROM expert_labels WHERE example_id IN (SELECT unnest(?))", [moving])
+                self._bump_rows_version()
+        return moving
+
     # ---- which rows a split holds, cached until rows move ----------------------------------------
     def _bump_rows_version(self) -> None:
         self._q("INSERT OR REPLACE INTO meta VALUES (?, ?)", [ROWS_VERSION, json.dumps(uuid.uuid4().hex)])

@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.jobs import REGISTRY, cluster_command, start_corpus_label
+from studio import widgets
 from studio.refresh import AppRefresh
 
 
@@ -19,8 +20,8 @@ def corpus_panel(workdir: Path, aggregator: str) -> None:
         left, mid, right = st.columns([3, 3, 1])
         corpus = left.text_input("Corpus: a file, a folder or a glob", key="corpus_input",
                                  placeholder="/data/comments/*.parquet")
-        output = mid.text_input("Output folder (empty, or this run's to resume it)", key="corpus_output",
-                                value=str(workdir / "corpus_labels"))
+        widgets.default_from("corpus_output", str(workdir), str(workdir / "corpus_labels"))  # this workspace's
+        output = mid.text_input("Output folder (empty, or this run's to resume it)", key="corpus_output")
         batch = int(right.number_input("Rows per shard", 100, 1_000_000, 10_000, step=1000, key="corpus_batch"))
         running = REGISTRY.running(workdir, "corpus")
         if st.button("Label the corpus here", disabled=running is not None or not corpus.strip(),

@@ -13,7 +13,7 @@ from engine.ingest.importer import ImportReport, IngestOptions, plan_import
 from engine.ingest.readers import read_rows, read_wrench
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
-from studio import state, workspace
+from studio import state, widgets, workspace
 from studio.refresh import AppRefresh
 
 NONE = "(none)"
@@ -120,7 +120,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
     columns = [str(c) for c in frame.columns]
     left, right = st.columns(2)
     with left:
-        task_name = st.text_input("Task name", dataset, key="map_task_name", help="shown in every screen's banner")
+        widgets.default_from("map_task_name", dataset, dataset)
+        task_name = st.text_input("Task name", key="map_task_name", help="shown in every screen's banner")
         chosen = choose_text_column(frame)
         text_col = st.selectbox("Text column", columns, index=columns.index(chosen) if chosen in columns else 0,
                                 key="map_text", help="the text the annotators read; chosen by content (the column "
@@ -138,13 +139,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         extra = [c for c in columns if c not in reserved]
         fields = st.multiselect("Extra fields the annotators may read", extra, default=extra, key="map_fields")
         multi, sep_col = st.columns([1, 1])
-        multi_label = multi.checkbox("Multi-label", key="map_multi", on_change=_relist_labels,
+        multi_label = multi.checkbox("Multi-label", key="map_multi",
                                      help="a label cell may hold several labels (JSONL: a list)")
         separator = sep_col.text_input("Label separator", "|", key="map_sep", disabled=not multi_label,
-                                       on_change=_relist_labels,
                                        help="between the labels of one cell, e.g. sports|politics")
         found = wrench_labels or _labels_in(frame, label_col, separator if multi_label else None)
-        label_text = st.text_input("Label set (comma separated, in order)", ", ".join(found), key="map_labels")
+        # read from the file again when what it was read from changes (another file, label column or separator)
+        widgets.default_from("map_labels", (dataset, len(frame), label_col, multi_label, separator, wrench_labels),
+                             ", ".join(found))
+        label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
         labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
         size_col, audit_col = st.columns([1, 1])
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
@@ -167,11 +170,6 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
                          instructions=instructions.strip(), dev_size=int(dev_size), audit_fraction=float(audit),
                          skip_bad_rows=skip,
                          multi_label=multi_label, label_separator=separator or "|")
-
-
-def _relist_labels() -> None:
-    """Multi-label or its separator changed: forget the label set field so it is read from the file again."""
-    st.session_state.pop("map_labels", None)
 
 
 def _labels_in(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> tuple[str, ...]:

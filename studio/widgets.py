@@ -214,3 +214,13 @@ def secrets() -> dict:
         return {k: st.secrets[k] for k in st.secrets}
     except Exception:  # no secrets.toml: Streamlit raises on first access
         return {}
+
+
+def default_from(key: str, source: object, default: str) -> None:
+    """Give the text box `key` the value `default` whenever `source` (what the default was worked out from) differs
+    from last time: a keyed box keeps what it holds, so a default passed as `value=` never reaches it again (another
+    file's label set, another workspace's folder). Call before the box, and create the box without `value=`."""
+    mark = f"{key}__default_from"
+    if key not in st.session_state or st.session_state.get(mark) != source:
+        st.session_state[key] = default
+        st.session_state[mark] = source

@@ -778,3 +778,25 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
     now = store_of(home, "undo-me")
     assert set(now.example_ids("dev")) == set(dev_before) | {first[0], first[2]}
     assert "Rows labeled into dev in the studio (2)" in texts(at)
+
+
+def test_the_import_form_reads_the_label_set_and_task_name_again_for_another_column_or_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "follow"))
+    Store.open(tmp_path / "follow" / "mine")
+    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'},{'pos' if i % 3 else 'neg'}" for i in range(40)]
+    at = run("mine")
+    at.file_uploader(key="upload").upload("comments.csv", "\n".join(["id,text,label,tone", *rows]).encode(),
+                                          "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "HAM, SPAM"
+    assert at.text_input(key="map_task_name").value == "comments"
+    at.text_input(key="map_labels").input("HAM, SPAM, OTHER").run()  # the curator's own set stays while nothing moves
+    at.selectbox(key="map_text").set_value("text").run()
+    assert at.text_input(key="map_labels").value == "HAM, SPAM, OTHER"
+    at.selectbox(key="map_label").set_value("tone").run()  # another label column: its labels, not the old set
+    assert at.text_input(key="map_labels").value == "neg, pos"
+    at.file_uploader(key="upload").upload("reviews.csv", "\n".join(["id,text,label", *[r.rsplit(",", 1)[0] for r in
+                                                                                     rows]]).encode(), "text/csv")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.text_input(key="map_task_name").value == "reviews"  # the new file's name, not the first one's

@@ -7,6 +7,8 @@ from engine.llm.costs import Budget
 from studio import figures, progress, queries, review_ui, widgets
 from studio.refresh import AppRefresh
 
+DEFAULT_MAX_CALLS, DEFAULT_MAX_USD = 200, 2.0  # a first LLM run's limits, where the workspace has none yet
+
 widgets.header("Evolve", "agents propose annotators, the sandbox runs them, the gate decides")
 store = widgets.require_data()
 
@@ -31,10 +33,17 @@ with st.container(border=True):
             a, b = st.columns(2)
             llm = {"base_url": a.text_input("Base URL (blank: from env / secrets)", key="llm_url"),
                    "model": b.text_input("Model (blank: from env / secrets)", key="llm_model")}
-            budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, 10_000, 200, key="llm_calls"),
-                      "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, 1000.0, 2.0, key="llm_usd")}
+            # the workspace's own limits (an `evopool run --max-calls` one too), else a first run's safety default:
+            # Run stores what the fields hold, so a fixed default would overwrite a limit set elsewhere
+            now = Budget.for_workspace(store, save=False)
+            calls = now.max_calls if now.max_calls is not None else DEFAULT_MAX_CALLS
+            usd = now.max_usd if now.max_usd is not None else DEFAULT_MAX_USD
+            budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, max(10_000, calls), calls,
+                                                  key=f"llm_calls_{workdir.name}"),
+                      "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, max(1000.0, usd), float(usd),
+                                                key=f"llm_usd_{workdir.name}")}
             st.caption("The budget is the workspace's: every HTTP attempt (retries too) counts, across runs. "
-                       f"Now: {Budget.for_workspace(store, save=False).describe()}.")
+                       f"Now: {now.describe()}.")
     start, stop_soft, stop_hard = st.columns(3)
     if start.button(f"Run {more} generation{'s' if more > 1 else ''} (to {until})", type="primary",
                     disabled=job is not None,

@@ -800,3 +800,18 @@ def test_the_import_form_reads_the_label_set_and_task_name_again_for_another_col
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.text_input(key="map_task_name").value == "reviews"  # the new file's name, not the first one's
+
+
+def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home):
+    from engine.llm.costs import Budget
+
+    store = seed(home, "budgeted", generations=0)
+    Budget.for_workspace(store, max_calls=1000, max_usd=-1)  # as `evopool run --max-calls 1000` leaves it
+    at = run("budgeted", "pages/evolve.py")
+    at.radio(key="evolve_agents").set_value("llm").run()
+    assert at.number_input(key="llm_calls_budgeted").value == 1000  # was 200, which Run then stored over it
+    assert at.number_input(key="llm_usd_budgeted").value == 2.0  # no dollar limit stored: the first-run default
+    seed(home, "unbudgeted", generations=0)
+    at = run("unbudgeted", "pages/evolve.py")
+    at.radio(key="evolve_agents").set_value("llm").run()
+    assert at.number_input(key="llm_calls_unbudgeted").value == 200

@@ -97,16 +97,22 @@ def plot_inputs(result: SavedLabels, dev_probs: np.ndarray, dev_gold: np.ndarray
     return out
 
 
+def voted_splits(store: Store) -> tuple[str, ...]:
+    """The splits every pool member has voted on (a labels job votes on the rest)."""
+    pool = store.pool_ids()
+    return tuple(split for split in ("pool", "dev", "test") if all(split in store.voted_splits(a) for a in pool))
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
-def _disagreement(name: str, version: tuple) -> pd.Series:
-    """Vote entropy per example id over every split the pool has voted on (0 where unknown)."""
+def _disagreement(name: str, version: tuple, splits: tuple[str, ...]) -> pd.Series:
+    """Vote entropy per example id over `splits` (those the pool has voted on: in the key, so a labels job that
+    votes on the rest is seen; the workspace's version does not move for votes)."""
     store = workspace.open_store(name)
     pool = store.pool_ids()
     out = []
-    for split in ("pool", "dev", "test"):
-        if all(split in store.voted_splits(a) for a in pool):
-            matrix = store.vote_matrix(pool, split)
-            out.append(pd.Series(score.disagreement(matrix.votes), index=list(matrix.example_ids)))
+    for split in splits:
+        matrix = store.vote_matrix(pool, split)
+        out.append(pd.Series(score.disagreement(matrix.votes), index=list(matrix.example_ids)))
     return pd.concat(out) if out else pd.Series(dtype=float)
 
 
@@ -130,7 +136,7 @@ def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]
     if split != "all":
         mask &= frame["split"] == split
     if only_disputed:
-        entropy = _disagreement(name, workspace.version(store))
+        entropy = _disagreement(name, workspace.version(store), voted_splits(store))
         mask &= frame["id"].map(entropy).fillna(0).to_numpy() > 0
     hits = frame[mask]
     pages = max(1, -(-len(hits) // BROWSE_PAGE))

@@ -815,3 +815,21 @@ def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home
     at = run("unbudgeted", "pages/evolve.py")
     at.radio(key="evolve_agents").set_value("llm").run()
     assert at.number_input(key="llm_calls_unbudgeted").value == 200
+
+
+def test_the_disagreement_filter_sees_the_pool_rows_once_a_labels_job_voted_on_them(home):
+    store = seed(home, "disputed", generations=1)
+    job = start_labels(home / "disputed", "mv", compare=False)
+    assert job.wait(180) and job.status == "done", job.error
+    with SandboxExecutor() as executor:  # a new generation: its members have not voted on the pool rows yet
+        evolve(store, OfflineProposer(), executor, 2)
+    at = run("disputed", "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("mv").run()
+    at.toggle(key="browse_disputed").set_value(True).run()
+    at.selectbox(key="browse_split").set_value("pool").run()
+    assert "0 matching rows" in " ".join(n.label for n in at.number_input)  # nothing known about the pool yet
+    job = start_labels(home / "disputed", "mv", compare=False)  # votes every member on every row
+    assert job.wait(180) and job.status == "done", job.error
+    at.run()
+    matching = next(n.label for n in at.number_input if "matching rows" in n.label)
+    assert "; 0 matching rows" not in matching, matching  # the cached empty answer was kept before

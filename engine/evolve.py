@@ -223,8 +223,9 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                             "coverage": score.coverage, "faults": score.faults,
                             "first_error": run["first_error"]})
 
+    evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
     outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
-                       store.human_locked(), pool_evidence(executor, context, fresh))
+                       store.human_locked(), evidence)
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})

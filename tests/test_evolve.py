@@ -203,3 +203,22 @@ def test_rows_labeled_into_dev_while_the_candidates_run_get_their_votes(demo_sto
     order = [list(frame["id"]).index(i) for i in moving]
     expected = [[int(fresh[c][k]) for c in candidates] for k in order]
     assert stored.tolist() == expected and (stored != -1).any()
+
+
+def test_a_verdict_the_expert_gives_while_the_gate_weighs_a_candidate_wins(demo_store, executor, monkeypatch):
+    import engine.evolve as evolve_module
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    judged = {}
+    weigh = evolve_module.pool_evidence
+
+    def expert_meanwhile(executor, context, fresh):  # the sandbox run before the gate, as the expert clicks
+        judged["id"] = fresh[0].id
+        reject(demo_store, fresh[0].id, "a wrong cue for our guideline")
+        return weigh(executor, context, fresh)
+
+    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    run_generation(demo_store, OfflineProposer(), executor, 2)
+    assert demo_store.latest_verdicts()[judged["id"]] == ("reject", "human")  # the gate's later row had won
+    assert judged["id"] not in demo_store.pool_ids()
+    assert "gate" not in set(demo_store.verdicts(judged["id"])["decided_by"])

@@ -194,9 +194,12 @@ class PoolMixin:
     def complete_generation(self, number: int, decisions: Sequence[GateDecision], *, f1_before: float,
                             f1_after: float, n_candidates: int, pool_size: int, reverted: bool,
                             seconds: float) -> None:
-        """Write a generation's verdicts and mark it complete, atomically."""
-        n_accepted = sum(d.verdict == "accept" for d in decisions)
+        """Write a generation's verdicts and mark it complete, atomically. A gate verdict on an annotator the expert
+        judged while the generation ran is not written: human verdicts win, and a later row would outrank it."""
         with self.transaction():
+            judged = self.human_locked()
+            decisions = [d for d in decisions if not (d.decided_by == "gate" and d.annotator_id in judged)]
+            n_accepted = sum(d.verdict == "accept" for d in decisions)
             for d in decisions:
                 self._insert_verdict(d, number)
             self._q(

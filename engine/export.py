@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from engine.atomic import write_atomically
 from engine.domain import ABSTAIN, SoftLabels
 from engine.store.workspace import Store
 
@@ -133,20 +133,6 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) ->
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, data)
     return out
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write beside `path` under a temporary name, flush it to disk, then rename: a run killed midway leaves
-    no file at `path` that looks complete (at most a hidden `.<name>.partial-<pid>`)."""
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with open(partial, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None,

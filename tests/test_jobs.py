@@ -176,6 +176,18 @@ def test_saved_soft_labels_round_trip_and_know_their_pool(workdir):
     assert saved.comparison["aggregator"].tolist() == ["mv", "ds"]
     assert saved.pool_key == key
     assert load_labels(workdir, "ds") is None
+    # a reader between a recompute's two writes, or of a half-written file, gets nothing rather than a wrong pair
+    labels_dir = Path(workdir) / "labels"
+    first_json = (labels_dir / "auto.json").read_bytes()
+    save_labels(workdir, "auto", Result(), comparison[:1], key)
+    (labels_dir / "auto.json").write_bytes(first_json)
+    assert load_labels(workdir, "auto") is None
+    save_labels(workdir, "auto", Result(), comparison[:1], key)
+    assert load_labels(workdir, "auto").comparison["aggregator"].tolist() == ["mv"]
+    whole = (labels_dir / "auto.npz").read_bytes()
+    (labels_dir / "auto.npz").write_bytes(whole[: len(whole) // 2])
+    assert load_labels(workdir, "auto") is None
+    assert not [p.name for p in labels_dir.iterdir() if "partial" in p.name]
     registry = JobRegistry()
     job = start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry)
     assert job.wait(120) and job.status == DONE

@@ -29,7 +29,7 @@ def test_random_kills_of_run_and_export_lose_nothing_and_the_rerun_resumes(tmp_p
 
 def test_an_export_killed_while_writing_leaves_no_file_at_its_name(tmp_path):
     out = tmp_path / "labels.csv"
-    script = ("import sys\nfrom pathlib import Path\nfrom engine.export import write_atomically\n"
+    script = ("import sys\nfrom pathlib import Path\nfrom engine.atomic import write_atomically\n"
               "print('writing', flush=True)\nwrite_atomically(Path(sys.argv[1]), b'x' * (1 << 30))\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"

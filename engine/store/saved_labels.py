@@ -9,7 +9,10 @@ the saved labels are stale. Background jobs (`engine.jobs.start_labels`) write t
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import uuid
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.atomic import write_atomically
 from engine.domain import DevScores
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
@@ -57,13 +61,17 @@ def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: A
     base = _labels_base(Path(workdir), aggregator)
     base.parent.mkdir(parents=True, exist_ok=True)
     soft = result.soft
-    np.savez_compressed(base.with_suffix(".npz"), probs=soft.probs, hard=np.asarray(result.hard),
-                        n_votes=np.asarray(result.n_votes), example_ids=np.asarray(soft.example_ids, dtype=str))
+    batch = uuid.uuid4().hex  # in both files: a reader between the two writes sees a mismatch, not a wrong pair
+    arrays = io.BytesIO()
+    np.savez_compressed(arrays, probs=soft.probs, hard=np.asarray(result.hard), n_votes=np.asarray(result.n_votes),
+                        example_ids=np.asarray(soft.example_ids, dtype=str), batch=np.asarray(batch))
     meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
             "dev_scores": result.dev_scores.to_dict(),
             "comparison": _records(comparison),
-            "created_at": utc_now().isoformat(timespec="seconds")}
-    base.with_suffix(".json").write_text(json.dumps(meta, default=_json_default))
+            "created_at": utc_now().isoformat(timespec="seconds"), "batch": batch}
+    # the .json first: the studio caches on the .npz's time, so the pair it caches is the finished one
+    write_atomically(base.with_suffix(".json"), json.dumps(meta, default=_json_default).encode("utf-8"))
+    write_atomically(base.with_suffix(".npz"), arrays.getvalue())
     return base
 
 
@@ -90,10 +98,12 @@ def load_labels(workdir: str | Path, aggregator: str) -> SavedLabels | None:
     try:
         meta = json.loads(base.with_suffix(".json").read_text())
         with np.load(base.with_suffix(".npz")) as arrays:
+            if "batch" in arrays and str(arrays["batch"]) != meta.get("batch"):
+                return None  # read between a recompute's two writes
             return SavedLabels(aggregator, meta["resolved"], arrays["probs"], tuple(arrays["example_ids"].tolist()),
                                arrays["hard"], arrays["n_votes"],
                                DevScores.from_dict(meta.get("dev_scores")),
                                pd.DataFrame.from_records(meta.get("comparison", [])), meta["pool_key"],
                                meta.get("created_at", ""))
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None

@@ -62,11 +62,13 @@ with code_col:
             note = st.text_input("What did you change, and why? (logged)", key="edit_note")
             if st.form_submit_button("Save as a new version", type="primary", icon=":material/save:"):
                 try:
+                    parent_in_pool = annotator.id in store.pool_ids()
                     saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,
                                              note.strip() or "edited by hand")
                     state.select_annotator(saved.id)
                     state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
-                                "pool and the old version was retired. Restore the old one any time.")
+                                "pool" + (" and the old version was retired. Restore the old one any time."
+                                          if parent_in_pool else "; the old version was not in it and stays out."))
                     st.rerun()
                 except CodeRejected as err:
                     st.error(f"Not saved: {err.reason}")

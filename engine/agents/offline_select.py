@@ -138,8 +138,9 @@ class _Scorer:
         self.gold, self.n_classes = gold, n_classes
         self.parts = halves(gold) if cross_fit and len(gold) >= 20 else ()
 
-    def score(self, counts: np.ndarray) -> tuple[float, float]:
-        """(macro-F1 on all dev, robust score): robust is the sum of the halves' scores, or the full one."""
+    def score(self, counts: np.ndarray) -> tuple[float, float | tuple[float, ...]]:
+        """(macro-F1 on all dev, each half's macro-F1 as a tuple; without halves, the full score again): `gain`
+        takes the smaller half's gain as the robust one."""
         full = pool_score(self.gold, counts, self.n_classes)
         if not self.parts:
             return full, full

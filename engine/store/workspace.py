@@ -10,8 +10,8 @@ and its pages can share a workspace.
 
 `Store` itself holds the connection, the migrations, the SQL helpers (`_q`, `_df`, `transaction`) and the
 meta table; what it stores is read and written by mixins that never touch duckdb: `ExamplesMixin`
-(`store_examples.py`: task, examples, gold labels, which rows each split holds), `PoolMixin` (`store_pool.py`:
-annotators, scores, votes packed by `vote_codes.py`, generations, verdicts) and `LogsMixin` (`store_logs.py`:
+(`examples.py`: task, examples, gold labels, which rows each split holds), `PoolMixin` (`pool.py`:
+annotators, scores, votes packed by `vote_codes.py`, generations, verdicts) and `LogsMixin` (`logs.py`:
 events, LLM calls, embeddings, jobs).
 """
 from __future__ import annotations

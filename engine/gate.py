@@ -310,6 +310,26 @@ def check_marginal_contribution(state: GenerationState, kept: Sequence[Candidate
     return current
 
 
+def check_restored_copies(state: GenerationState, current: Sequence[CandidateRecord],
+                          cfg: GateConfig) -> list[CandidateRecord]:
+    """After check 3: a pool member pruned by a newcomer that did not stay is back, and check 2 compared later
+    newcomers with its pruner, not with it. Reject a staying newcomer that is a near copy of such a member (until
+    no rejection brings another one back). Returns the newcomers that stay."""
+    current = list(current)
+    fired = {**{k: v != ABSTAIN for k, v in state.columns.items()}, **{r.id: r.votes != ABSTAIN for r in current}}
+    while True:
+        staying = {r.id for r in current}
+        back = [p for p, by in state.pruned_by.items() if by not in staying]
+        copy = next(((r, p, _jaccard(fired[r.id], fired[p])) for r in current if not r.forced for p in back
+                     if _jaccard(fired[r.id], fired[p]) > cfg.max_jaccard + _TOL), None)
+        if copy is None:
+            return current
+        record, member, similarity = copy
+        record.reject(f"fired dev rows too similar to {member} (kept: the newcomer that would replace it did not "
+                      f"stay): Jaccard {_cmp(similarity, '>', cfg.max_jaccard)}")
+        current.remove(record)
+
+
 def check_do_no_harm(state: GenerationState, current: Sequence[CandidateRecord],
                      cfg: GateConfig) -> tuple[list[CandidateRecord], bool]:
     """Check 4: revert the generation (keeping only human-approved newcomers) if the pool would end more than
@@ -359,6 +379,7 @@ def run_gate(
 
     kept = check_diversity(state, config)
     current = check_marginal_contribution(state, kept, config)
+    current = check_restored_copies(state, current, config)
     current, reverted = check_do_no_harm(state, current, config)
 
     members, matrix = state.members([r.id for r in current], allow_prunes=not reverted)

@@ -271,3 +271,26 @@ def test_pool_evidence_can_sink_a_candidate_that_dev_alone_would_keep():
     # evidence that agrees with dev keeps it, and an annotator without evidence is judged on dev alone
     agreed = gate({}, [cand("L", lucky), cand("R", R)], pool_evidence={"L": (0.95, 100.0)})
     assert decision(agreed, "L").verdict == "accept" and decision(agreed, "R").verdict == "accept"
+
+
+def test_a_copy_of_a_member_whose_replacer_is_dropped_is_rejected():
+    # C1 covers pool member P with higher precision, so check 2 lets it replace P and compares the later C2 (P's
+    # exact copy) with C1, not P; check 3 then drops C1, P stays, and C2 would have joined as P's copy
+    y = np.zeros(200, dtype=int)
+    y[0:12] = 1
+    y[20:73] = 1
+
+    def fires(rows: range, label: int) -> np.ndarray:
+        out = np.full(200, ABSTAIN)
+        out[list(rows)] = label
+        return out
+
+    pool = {"P": fires(range(0, 20), 1), "Q": fires(range(100, 200), 0)}
+    made = [(Annotator(id=c, name=c, source="", agent="generator", generation=1), v, score_annotator(c, v, y))
+            for c, v in (("C1", fires(range(0, 100), 1)), ("C3", fires(range(20, 73), 1)),
+                         ("C2", fires(range(0, 20), 1)))]
+    out = run_gate(list(pool), np.column_stack(list(pool.values())), {}, made, y, 2)
+    by_id = {d.annotator_id: d for d in out.decisions}
+    assert by_id["C1"].verdict == "reject" and "P" in out.pool_ids  # dropped at the margin: P is not pruned
+    assert by_id["C2"].verdict == "reject" and "too similar to P" in by_id["C2"].reasons[-1]
+    assert "C2" not in out.pool_ids and "C3" in out.pool_ids

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
-from engine.evolve import ensure_votes
+from engine.evolve import EvolveConfig, build_context, ensure_votes, pool_evidence
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
@@ -169,9 +169,10 @@ def thin_classes(store: Store, votes: np.ndarray | None = None,
 
 def submit(store: Store, executor: Executor, source: str, name: str = "", approve_anyway: bool = False,
            gate: GateConfig | None = None) -> dict:
-    """The editor's path, headless (`evopool pool add`): check, run on every dev row in the sandbox, score,
-    ask the gate for its verdict on this one candidate against the pool, and save it the way the editor does
-    when the gate accepts or the expert overrides a rejection (`approve_anyway`); else nothing is saved."""
+    """`evopool pool add`: check, run on the fitness rows in the sandbox, score, ask the gate for its verdict on
+    this one candidate against the pool (with the pool-sample evidence a generation would weigh), and save it as the
+    editor saves when the gate accepts or the expert overrides a rejection (`approve_anyway`); else nothing is
+    saved."""
     preview = preview_edit(store, executor, source, name=name)
     if preview.annotator is None or preview.score is None or preview.votes is None:
         return {"added": False, "verdict": "refused", "reasons": [preview.error], "id": None, "name": name}
@@ -179,9 +180,13 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     task = store.load_task()
     pool_ids = [i for i in store.pool_ids() if i != annotator.id]
     ensure_votes(store, executor, pool_ids, "dev")
+    # the pool-sample evidence a generation weighs for every candidate (the sample the next one would draw), so
+    # `pool add` and a generation give one annotator the same verdict
+    context = build_context(store, store.last_complete_generation() + 1, EvolveConfig())
+    evidence = pool_evidence(executor, context, [annotator])
     outcome = run_gate(pool_ids, store.vote_matrix(pool_ids, FITNESS).votes, store.scores(pool_ids),
                        [(annotator, preview.votes, score)], store.gold(FITNESS), len(task.labels), gate or GateConfig(),
-                       store.human_locked())
+                       store.human_locked(), evidence)
     decision = next(d for d in outcome.decisions if d.annotator_id == annotator.id)
     accepted = decision.verdict in ("accept", "approve")
     added = accepted or approve_anyway

@@ -237,3 +237,28 @@ def test_eval_on_test_when_every_labeled_row_went_to_dev_says_so(tmp_path, demo_
                                                "went to dev; import more labeled rows, or score dev (--split dev)"]
     result, out = evopool("eval", "--workdir", ws, "--aggregator", "mv", "--split", "dev")
     assert out.returncode == 0 and result["n"] == 40, out.stderr
+
+
+def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, demo_csv, monkeypatch):
+    import engine.review as review
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.ingest.importer import import_path
+
+    store = Store.open(tmp_path / "ws")
+    import_path(store, demo_csv)
+    seen = {}
+    real = review.pool_evidence
+
+    def says_it_is_mostly_wrong(executor, context, fresh):  # the evidence a generation would pass, then its verdict
+        seen["evidence"] = real(executor, context, fresh)
+        seen["sample"] = len(context.pool_sample)
+        return {a.id: (0.05, 1000.0) for a in fresh}
+
+    monkeypatch.setattr(review, "pool_evidence", says_it_is_mostly_wrong)
+    source = ('import re\n\ndef annotate(example):\n    return "SPAM" if re.search(r"\\bsubscribe\\b", '
+              'example["text"], re.I) else None\n')
+    with CompiledExecutor() as executor:
+        result = review.submit(store, executor, source, name="subscribe")
+    assert seen["sample"] > 0  # the pool sample the next generation would draw
+    assert result["verdict"] == "reject" and not result["added"]  # accepted on dev alone before
+    assert any("on the unlabeled sample" in reason for reason in result["reasons"]), result["reasons"]

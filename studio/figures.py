@@ -18,16 +18,16 @@ def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
 
 
 def timeline(generations: pd.DataFrame, audit: dict[int, float] | None = None,
-             fitness: dict[int, float] | None = None) -> go.Figure:
+             fitness: dict[int, float] | None = None, partial: bool = False) -> go.Figure:
     """Pool size (bars) and dev macro-F1 (line) per complete generation; with audit rows, the fitness figure
     the gate optimised and, dashed, the same pool on the audit rows it never saw. `fitness`: the fitness figure
-    on the classes the audit rows hold, drawn instead where given (some class has no audit row), so that the two
-    lines compare like with like."""
+    of the same pools and rows as `audit`, drawn instead of the stored one where given, so that the two lines
+    compare like with like; `partial`: both are over the classes the audit rows hold (some class has none)."""
     done = generations[generations["status"] == "complete"]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_bar(x=done["number"], y=done["pool_size"], name="pool size", marker_color="#b7d7cd", width=0.5)
     line = [(fitness or {}).get(int(n), f) for n, f in zip(done["number"], done["dev_macro_f1_after"], strict=True)]
-    name = ("fitness macro-F1" + (" (classes with audit rows)" if fitness else "")) if audit else "dev macro-F1"
+    name = ("fitness macro-F1" + (" (classes with audit rows)" if partial else "")) if audit else "dev macro-F1"
     fig.add_scatter(x=done["number"], y=line, name=name, mode="lines+markers",
                     line={"color": "#2f6f5e", "width": 3}, secondary_y=True)
     if audit:

@@ -112,30 +112,32 @@ def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float]]:
+def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float], bool]:
     store = workspace.open_store(name)
     task = store.load_task()
     k, audit_gold, fitness_gold = len(task.labels), store.gold(AUDIT), store.gold(FITNESS)
-    audit, fitness = {}, {}
+    audit, fitness, partial = {}, {}, False
     for number in store.generations().query("status == 'complete'")["number"]:
         members = store.pool_ids(int(number))
-        audit_votes = store.vote_matrix(members, AUDIT).votes
+        audit_votes, fitness_votes = store.vote_matrix(members, AUDIT).votes, store.vote_matrix(members, FITNESS).votes
         if task.multi_label:
             audit[int(number)] = score.pool_macro_f1(audit_votes, audit_gold, k)
+            fitness[int(number)] = score.pool_macro_f1(fitness_votes, fitness_gold, k)
             continue
-        audit[int(number)], same_classes, judged = score.audit_and_fitness_f1(
-            audit_votes, audit_gold, store.vote_matrix(members, FITNESS).votes, fitness_gold, k)
-        if not judged.all():
-            fitness[int(number)] = same_classes
-    return audit, fitness
+        audit[int(number)], fitness[int(number)], judged = score.audit_and_fitness_f1(
+            audit_votes, audit_gold, fitness_votes, fitness_gold, k)
+        partial = partial or not judged.all()
+    return audit, fitness, partial
 
 
-def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float]]:
-    """Per generation, the pool's macro-F1 on the audit rows as it stood then ({} without audit rows): the honest
-    line beside the fitness figure the gate optimised; and, where the audit rows hold no row of some class, the
-    fitness figure on the classes they do hold, the one to compare with (`score.audit_and_fitness_f1`)."""
+def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float], bool]:
+    """Per generation, the pool as it stood then (human verdicts given since count from the generation last complete
+    when given) scored on the audit rows ({} without audit rows): the honest line; and the same pool on the fitness
+    rows as they are now, the line to compare it with (a generation's stored figure may predate verdicts and rows
+    added to dev). Where the audit rows hold no row of some class, both are over the classes they do hold
+    (`score.audit_and_fitness_f1`), and the third value says so."""
     if not store.count_examples(AUDIT):
-        return {}, {}
+        return {}, {}, False
     return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 

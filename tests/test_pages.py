@@ -833,3 +833,23 @@ def test_the_disagreement_filter_sees_the_pool_rows_once_a_labels_job_voted_on_t
     at.run()
     matching = next(n.label for n in at.number_input if "matching rows" in n.label)
     assert "; 0 matching rows" not in matching, matching  # the cached empty answer was kept before
+
+
+def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_pool(home):
+    from engine.review import reject
+
+    store = seed(home, "judged", generations=2, options=IngestOptions(audit_fraction=0.5))
+    first = store.pool_ids()[0]
+    reject(store, first, "not our guideline")  # counts from generation 2: the stored figure predates it
+    members = store.pool_ids()
+    fitness = score.pool_macro_f1(store.vote_matrix(members, FITNESS).votes, store.label_indices(FITNESS), 2)
+    audit = score.pool_macro_f1(store.vote_matrix(members, AUDIT).votes, store.label_indices(AUDIT), 2)
+    at = run("judged", "pages/analytics.py")
+    metric = next(m for m in at.metric if m.label == "Audit macro-F1")
+    assert metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    lines = {t.get("name"): t for c in charts if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
+    assert lines["fitness macro-F1"]["y"][-1] == pytest.approx(fitness)  # was the stored, pre-verdict figure
+    assert lines["audit macro-F1"]["y"][-1] == pytest.approx(audit)
+    stored = store.generations()["dev_macro_f1_after"].iloc[-1]
+    assert stored != pytest.approx(fitness), "the rejection should move the fitness figure for this test to bite"

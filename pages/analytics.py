@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import score
+from engine import export, score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
 from studio import figures, queries, review_ui, state, widgets
 
@@ -17,11 +17,11 @@ names = dict(zip(table["id"], table["name"], strict=True))
 
 splits = queries.splits_with_votes(store) or ["dev"]
 split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_split",
-                             help="dev: the labeled fitness split; pool: every unlabeled row (after soft labels "
-                                  "were computed once)") or splits[0]
-votes, gold, pool = queries.pool_votes(store, split)
+                             help="dev: every labeled dev row (the fitness rows the gate judges on and any "
+                                  "audit rows); pool: every unlabeled row (after soft labels were computed once)"
+                             ) or splits[0]
+votes, _, pool = queries.pool_votes(store, split)
 short = [queries.short(a, names) for a in pool]
-dev_gold = store.label_indices("dev")
 fitness_votes, fitness_gold = queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS)  # what the gate judged
 
 cols = st.columns(4)
@@ -54,7 +54,7 @@ else:
 review_ui.thin_class_note(store)
 left, right = st.columns(2)
 with left:
-    dev_share = np.bincount(dev_gold[dev_gold >= 0], minlength=k) / max(1, (dev_gold >= 0).sum())
+    dev_share = score.class_shares(store.gold("dev"), k)  # label sets on a multi-label task, as the Labels screen
     st.plotly_chart(figures.coverage_per_class(task.labels, score.coverage_per_class(votes, k), dev_share),
                     key="coverage")
 with right:
@@ -98,8 +98,10 @@ else:
                           "disagreement (bits)": entropy[top].round(3)})
     for c, label in enumerate(task.labels):
         shown[f"votes {label}"] = counts[:, c]
-    if split == "dev":
-        shown["gold"] = [task.labels[g] for g in gold[top]]
+    if split == "dev":  # each row's whole label set on a multi-label task, not its first label
+        golds = store.gold("dev")
+        shown["gold"] = [export.label_separator(store).join(task.labels[c] for c in np.flatnonzero(golds[i]))
+                         if golds.ndim == 2 else task.labels[golds[i]] for i in top]
     st.dataframe(shown, hide_index=True)
 
 st.subheader("Where the pool is weak")

@@ -567,6 +567,15 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     assert metrics(at)["Rows labeled"] == f"{strict:,} / 120" and strict < (saved.probs >= 0.5).any(axis=1).sum()
     at = run("topics", "pages/analytics.py")
     assert "Dev macro-F1" in metrics(at)
+    # the dev share of each class counts label sets, as the Labels screen's class balance does (not first labels)
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    bars = next(t for c in charts for t in c["data"] if t.get("name") == "share of the class in dev")
+    store = Store.open(workdir)
+    shares = bars["y"]
+    if isinstance(shares, dict):  # plotly's typed array
+        shares = np.frombuffer(base64.b64decode(shares["bdata"]), dtype=shares["dtype"]).tolist()
+    assert shares == pytest.approx(list(score.class_shares(store.gold("dev"), 3)))
+    assert sum(shares) > 1.0  # rows with two labels count for both
 
 
 # ---- safe markdown ------------------------------------------------------------------------------------

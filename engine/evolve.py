@@ -224,8 +224,9 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                             "first_error": run["first_error"]})
 
     evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
+    ran = {a.id: int(store.voted_splits(a.id)["dev"]["n"]) for a in fresh}  # their faults are over all of dev
     outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
-                       store.human_locked(), evidence)
+                       store.human_locked(), evidence, ran)
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})

@@ -112,7 +112,7 @@ def _small_class_note(needed: int, cfg: GateConfig, class_rows: int) -> str:
     return f" (its class has {class_rows} dev rows)" if needed < cfg.min_fires else ""
 
 
-def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
+def _viability(score: AnnotatorScore, role: str, n_run: int, cfg: GateConfig,
                chance: float = 0.0, evidence: tuple[float, float] | None = None,
                class_rows: int = 0) -> tuple[bool, list[str]]:
     min_p = cfg.min_precision(role)
@@ -120,8 +120,8 @@ def _viability(score: AnnotatorScore, role: str, n_dev: int, cfg: GateConfig,
     if cfg.min_lift > 0 and score.fires and score.precision <= chance * cfg.min_lift + _TOL:
         fails.append(f"no better than chance: precision {score.precision:.2f} <= {chance * cfg.min_lift:.2f}, "
                      f"the share of dev its classes hold" + (f" x {cfg.min_lift:g}" if cfg.min_lift != 1 else ""))
-    if score.faults > n_dev / 2:
-        fails.append(f"faults on {score.faults} of {n_dev} dev rows (more than half)")
+    if score.faults > n_run / 2:
+        fails.append(f"faults on {score.faults} of {n_run} dev rows (more than half)")
     needed = fires_needed(cfg.min_fires, class_rows, cfg.small_class_fires)
     if score.fires < needed:
         fails.append(f"fires {score.fires} < {needed}" + _small_class_note(needed, cfg, class_rows))
@@ -233,13 +233,14 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
     return records
 
 
-def check_viability(record: CandidateRecord, n_dev: int, cfg: GateConfig, chance: float = 0.0,
+def check_viability(record: CandidateRecord, n_run: int, cfg: GateConfig, chance: float = 0.0,
                     evidence: tuple[float, float] | None = None, class_rows: int = 0) -> None:
     """Check 1: enough precision for the proposer's role, enough fires, not faulting on most dev rows, better
     than chance (`chance`: the precision its votes would get on random rows). `evidence`: (precision estimate,
     weight in rows) from the pool sample's pseudo-labels (engine/pseudo_labels.py), pooled with dev's counts.
-    `class_rows`: dev rows of the biggest class it votes (`voted_class_rows`; 0: min_fires applies as is)."""
-    ok, why = _viability(record.score, record.annotator.agent, n_dev, cfg, chance, evidence, class_rows)
+    `class_rows`: dev rows of the biggest class it votes (`voted_class_rows`; 0: min_fires applies as is).
+    `n_run`: the rows its fault count is over."""
+    ok, why = _viability(record.score, record.annotator.agent, n_run, cfg, chance, evidence, class_rows)
     record.decide("accept" if ok else "reject", *why)
     record.in_play = ok
 
@@ -356,12 +357,15 @@ def run_gate(
     config: GateConfig = GateConfig(),
     human_locked: Mapping[str, str] | None = None,
     pool_evidence: Mapping[str, tuple[float, float]] | None = None,
+    rows_run: Mapping[str, int] | None = None,
 ) -> GateOutcome:
     """Judge one generation's candidates against the pool on the dev split (votes: (n_dev, m) / (n_dev,)).
 
     y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/score.py).
     pool_evidence: candidate id -> (precision estimate, weight in rows) on the unlabeled pool sample, pooled with
     the dev counts in the viability check (none: dev alone).
+    rows_run: candidate id -> the rows its fault count is over, when its sandbox run covered more than the fitness
+    rows (a generation runs candidates on all of dev, audit rows too); default: the fitness rows.
     """
     y = np.asarray(y_dev, dtype=np.int64)
     n = y.shape[0]
@@ -373,7 +377,8 @@ def run_gate(
     records = _intake(candidates, pool_ids, locked, n)
     for record in records:
         if not record.verdict:
-            check_viability(record, n, config, chance_precision(record.votes, y, n_classes),
+            check_viability(record, (rows_run or {}).get(record.id, n), config,
+                            chance_precision(record.votes, y, n_classes),
                             (pool_evidence or {}).get(record.id), voted_class_rows(record.votes, y, n_classes))
     state = GenerationState(y, n_classes, pool_ids, pv, precision, records, locked)
 

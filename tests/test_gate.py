@@ -294,3 +294,13 @@ def test_a_copy_of_a_member_whose_replacer_is_dropped_is_rejected():
     assert by_id["C1"].verdict == "reject" and "P" in out.pool_ids  # dropped at the margin: P is not pruned
     assert by_id["C2"].verdict == "reject" and "too similar to P" in by_id["C2"].reasons[-1]
     assert "C2" not in out.pool_ids and "C3" in out.pool_ids
+
+
+def test_faults_are_weighed_against_the_rows_the_annotator_ran_on():
+    # a generation runs a candidate on all of dev (audit rows too) but judges it on the fitness rows: 12 faults
+    # over 40 rows run is under half, though more than half of the 20 fitness rows
+    flaky = cand("F", R, faults=12)
+    assert "faults on 12 of 20" in reasons(gate({}, [flaky]), "F")
+    judged = gate({}, [flaky], rows_run={"F": 40})
+    assert decision(judged, "F").verdict == "accept" and "faults" not in reasons(judged, "F")
+    assert "faults on 25 of 40" in reasons(gate({}, [cand("F", R, faults=25)], rows_run={"F": 40}), "F")

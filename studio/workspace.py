@@ -109,6 +109,7 @@ def summary(name: str) -> dict:
 
 
 def version(store: Store) -> tuple:
-    """A cheap token that changes whenever verdicts, generations or the data change: the cache key."""
-    return (store.count_examples(), store.count_examples("dev"), store.last_complete_generation(),
+    """A cheap token that changes whenever verdicts, generations or the data change: the cache key. Rows moved
+    between splits change `rows_version` (dev's count alone can come back with other rows after an undo)."""
+    return (store.count_examples(), store.count_examples("dev"), store.rows_version(), store.last_complete_generation(),
             len(store.latest_verdicts()), tuple(store.pool_ids()))

@@ -119,3 +119,16 @@ def test_unlabeling_returns_the_rows_to_the_pool_and_every_score_to_what_it_was(
         after = store.scores([member])[member]
         assert (after.fires, after.correct) == (before[member].fires, before[member].correct)
         assert after.precision == pytest.approx(before[member].precision)
+
+
+def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cache(evolved):
+    from engine.store.saved_labels import pool_key
+    from studio.workspace import version
+
+    store, executor = evolved
+    a, b = store.examples_frame("pool", limit=2)["id"]
+    label_rows(store, executor, {a: "SPAM"}, by="maria")
+    after_a = (pool_key(store), version(store))
+    unlabel_rows(store, [a])
+    label_rows(store, executor, {b: "SPAM"}, by="maria")
+    assert store.count_examples("dev") and pool_key(store) != after_a[0] and version(store) != after_a[1]

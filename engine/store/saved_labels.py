@@ -46,9 +46,11 @@ class SavedLabels:
 
 
 def pool_key(store: Store) -> str:
-    """Fingerprint of what soft labels depend on: the pool, the number of rows and of dev rows (the expert may
-    label rows into dev)."""
-    text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")])
+    """Fingerprint of what soft labels depend on: the pool, the number of rows and of dev rows, and which rows dev
+    holds once the expert moved any (labeled into dev, or returned: a count can come back with other rows)."""
+    moved = store.rows_version()
+    text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")]
+                      + ([moved] if moved is not None else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

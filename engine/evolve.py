@@ -225,8 +225,11 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
 
     evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
     ran = {a.id: int(store.voted_splits(a.id)["dev"]["n"]) for a in fresh}  # their faults are over all of dev
-    outcome = run_gate(pool_ids, pool_votes, context.scores, candidates, y_dev, n_classes, config.gate,
-                       store.human_locked(), evidence, ran)
+    locked = store.human_locked()
+    # a member the expert rejected since the generation began is out of the pool the candidates are judged against
+    kept = [j for j, member in enumerate(pool_ids) if locked.get(member) != "reject"]
+    outcome = run_gate([pool_ids[j] for j in kept], pool_votes[:, kept], context.scores, candidates, y_dev, n_classes,
+                       config.gate, locked, evidence, ran)
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})

@@ -221,4 +221,27 @@ def test_a_verdict_the_expert_gives_while_the_gate_weighs_a_candidate_wins(demo_
     run_generation(demo_store, OfflineProposer(), executor, 2)
     assert demo_store.latest_verdicts()[judged["id"]] == ("reject", "human")  # the gate's later row had won
     assert judged["id"] not in demo_store.pool_ids()
-    assert "gate" not in set(demo_store.verdicts(judged["id"])["decided_by"])
+    rows = demo_store.verdicts(judged["id"])
+    assert "gate" not in set(rows["decided_by"])
+    assert rows["note"].iloc[-1] == "a wrong cue for our guideline"  # the reason the agents are shown, not an echo's
+
+
+def test_a_member_the_expert_rejects_while_a_generation_runs_is_out_of_the_pool_it_judges(demo_store, executor,
+                                                                                           monkeypatch):
+    import engine.evolve as evolve_module
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    member = demo_store.pool_ids()[0]
+    weigh = evolve_module.pool_evidence
+
+    def expert_meanwhile(executor, context, fresh):
+        reject(demo_store, member, "too broad")
+        return weigh(executor, context, fresh)
+
+    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    done = run_generation(demo_store, OfflineProposer(), executor, 2)
+    pool = demo_store.pool_ids()
+    assert member not in pool and member not in done.pool_ids
+    stored = demo_store.generations().iloc[-1]
+    assert stored["pool_size"] == len(pool)  # was counted with the rejected member
+    assert stored["dev_macro_f1_after"] == pytest.approx(current_dev_macro_f1(demo_store))

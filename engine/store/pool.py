@@ -194,11 +194,12 @@ class PoolMixin:
     def complete_generation(self, number: int, decisions: Sequence[GateDecision], *, f1_before: float,
                             f1_after: float, n_candidates: int, pool_size: int, reverted: bool,
                             seconds: float) -> None:
-        """Write a generation's verdicts and mark it complete, atomically. A gate verdict on an annotator the expert
-        judged while the generation ran is not written: human verdicts win, and a later row would outrank it."""
+        """Write a generation's verdicts and mark it complete, atomically. No verdict is written on an annotator whose
+        latest verdict is the expert's (given before or while the generation ran): it stands as the expert gave it,
+        reason included; a later row, the gate's or an echo of the lock without the reason, would outrank it."""
         with self.transaction():
             judged = self.human_locked()
-            decisions = [d for d in decisions if not (d.decided_by == "gate" and d.annotator_id in judged)]
+            decisions = [d for d in decisions if d.annotator_id not in judged]
             n_accepted = sum(d.verdict == "accept" for d in decisions)
             for d in decisions:
                 self._insert_verdict(d, number)

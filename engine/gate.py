@@ -245,6 +245,21 @@ def check_viability(record: CandidateRecord, n_run: int, cfg: GateConfig, chance
     record.in_play = ok
 
 
+def _prune_reason(member: np.ndarray, newcomer: np.ndarray, newcomer_id: str, member_precision: float,
+                  newcomer_precision: float, cfg: GateConfig) -> str | None:
+    """Why a newcomer (fired rows `newcomer`) replaces a pool member (fired rows `member`): it fires on at least
+    `prune_cover` of the member's rows with precision higher by `prune_precision_margin`; None when it does not."""
+    size = int(member.sum())
+    if size == 0:
+        return None
+    cover = float(np.sum(member & newcomer)) / size
+    if (cover >= cfg.prune_cover - _TOL
+            and newcomer_precision - member_precision >= cfg.prune_precision_margin - _TOL):
+        return (f"covered by {newcomer_id}: {_cmp(cover, '>=', cfg.prune_cover)} of its fired dev rows, precision "
+                f"{_cmp(newcomer_precision, '>=', member_precision)} + {cfg.prune_precision_margin:g}")
+    return None
+
+
 def check_diversity(state: GenerationState, cfg: GateConfig) -> list[CandidateRecord]:
     """Check 2, in candidate order: reject a near-copy (Jaccard of fired dev rows) of a pool member or of a
     newcomer kept so far; record the pool members a kept newcomer replaces. Returns the kept newcomers."""
@@ -257,15 +272,11 @@ def check_diversity(state: GenerationState, cfg: GateConfig) -> list[CandidateRe
         cid = record.id
         prunable: dict[str, str] = {}
         for pid in active:
-            size = int(fired[pid].sum())
-            if state.locked.get(pid) == "approve" or size == 0:
+            if state.locked.get(pid) == "approve":
                 continue
-            cover = float(np.sum(fired[pid] & fired[cid])) / size
-            if (cover >= cfg.prune_cover - _TOL
-                    and precision[cid] - precision[pid] >= cfg.prune_precision_margin - _TOL):
-                prunable[pid] = (f"covered by {cid}: {_cmp(cover, '>=', cfg.prune_cover)} of its fired dev "
-                                 f"rows, precision {_cmp(precision[cid], '>=', precision[pid])} + "
-                                 f"{cfg.prune_precision_margin:g}")
+            reason = _prune_reason(fired[pid], fired[cid], cid, precision[pid], precision[cid], cfg)
+            if reason is not None:
+                prunable[pid] = reason
         if not record.forced:
             others = [p for p in active if p not in prunable] + [k.id for k in kept]
             sims = [(_jaccard(fired[cid], fired[o]), o) for o in others]
@@ -314,8 +325,9 @@ def check_marginal_contribution(state: GenerationState, kept: Sequence[Candidate
 def check_restored_copies(state: GenerationState, current: Sequence[CandidateRecord],
                           cfg: GateConfig) -> list[CandidateRecord]:
     """After check 3: a pool member pruned by a newcomer that did not stay is back, and check 2 compared later
-    newcomers with its pruner, not with it. Reject a staying newcomer that is a near copy of such a member (until
-    no rejection brings another one back). Returns the newcomers that stay."""
+    newcomers with its pruner, not with it. A staying newcomer that is a near copy of such a member replaces it when
+    it passes check 2's prune test against it (covers it, more precise), else is rejected (until no rejection brings
+    another member back). Returns the newcomers that stay."""
     current = list(current)
     fired = {**{k: v != ABSTAIN for k, v in state.columns.items()}, **{r.id: r.votes != ABSTAIN for r in current}}
     while True:
@@ -326,6 +338,11 @@ def check_restored_copies(state: GenerationState, current: Sequence[CandidateRec
         if copy is None:
             return current
         record, member, similarity = copy
+        replaces = _prune_reason(fired[member], fired[record.id], record.id, state.pool_precision[member],
+                                 record.score.precision, cfg)
+        if replaces is not None and state.locked.get(member) != "approve":
+            state.pruned_by[member], state.prune_reasons[member] = record.id, replaces
+            continue
         record.reject(f"fired dev rows too similar to {member} (kept: the newcomer that would replace it did not "
                       f"stay): Jaccard {_cmp(similarity, '>', cfg.max_jaccard)}")
         current.remove(record)

@@ -294,6 +294,15 @@ def test_a_copy_of_a_member_whose_replacer_is_dropped_is_rejected():
     assert by_id["C1"].verdict == "reject" and "P" in out.pool_ids  # dropped at the margin: P is not pruned
     assert by_id["C2"].verdict == "reject" and "too similar to P" in by_id["C2"].reasons[-1]
     assert "C2" not in out.pool_ids and "C3" in out.pool_ids
+    # a copy that is right where P is wrong passes check 2's prune test against P: it replaces P instead
+    better = fires(range(0, 20), 1)
+    better[12:20] = 0
+    made[2] = (made[2][0], better, score_annotator("C2", better, y))
+    out = run_gate(list(pool), np.column_stack(list(pool.values())), {}, made, y, 2)
+    by_id = {d.annotator_id: d for d in out.decisions}
+    assert by_id["C2"].verdict == "accept" and by_id["P"].verdict == "prune"
+    assert "covered by C2" in by_id["P"].reasons[0]
+    assert "P" not in out.pool_ids and {"C2", "C3", "Q"} <= set(out.pool_ids)
 
 
 def test_faults_are_weighed_against_the_rows_the_annotator_ran_on():

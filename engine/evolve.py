@@ -19,6 +19,7 @@ import numpy as np
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
+from engine.expert_rows import rescore_on_fitness
 from engine.gate import GateConfig, run_gate
 from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
@@ -55,13 +56,14 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
     for annotator, result in zip(missing, results, strict=False):
         store.save_votes(annotator.id, split, ids, result.votes, result.faults, result.first_error, result.seconds)
     # rows that joined the split while the sandbox ran (the expert labels pool rows into dev from the studio): the
-    # runs just saved left them abstaining and are recorded as done, so vote on them now
-    joined = sorted(set(store.example_ids(split)) - set(ids))
-    if joined:
+    # runs just saved left them abstaining and are recorded as done, so vote on them now, and on any joining meanwhile
+    done = set(ids)
+    while joined := sorted(set(store.example_ids(split)) - done):
         late = store.examples_frame(split, ids=joined)
         inputs = [{**f, "text": t} for f, t in zip(late["fields"].tolist(), late["text"].tolist(), strict=True)]
         for annotator, result in zip(missing, executor.run(missing, inputs, list(task.labels)), strict=True):
             store.add_votes(annotator.id, late["id"].tolist(), result.votes)
+        done.update(joined)
 
 
 def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:
@@ -233,6 +235,8 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})
+    if store.example_ids(FITNESS) != fitness_ids:  # rows joined dev meanwhile: the stored scores the screens read
+        rescore_on_fitness(store, [a.id for a in fresh])  # are on the rows as they are now (the gate's stand above)
     seconds = time.monotonic() - started
     store.complete_generation(number, outcome.decisions, f1_before=outcome.f1_before, f1_after=outcome.f1_after,
                               n_candidates=len(fresh), pool_size=len(outcome.pool_ids),

@@ -106,7 +106,7 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
         inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
         for annotator, result in zip(unvoted, executor.run(unvoted, inputs, list(task.labels)), strict=True):
             store.add_votes(annotator.id, list(frame["id"]), result.votes)
-    _rescore(store, annotators)
+    rescore_on_fitness(store, annotators)
     return ids
 
 
@@ -115,12 +115,13 @@ def unlabel_rows(store: Store, example_ids: Sequence[str]) -> list[str]:
     recomputed without them. Only rows the expert labeled into dev move. Returns the ids that moved."""
     moved = store.move_back_to_pool(example_ids)
     if moved:
-        _rescore(store, store.annotators_with_votes("dev"))
+        rescore_on_fitness(store, store.annotators_with_votes("dev"))
     return moved
 
 
-def _rescore(store: Store, annotators: Sequence[str]) -> None:
-    """Each annotator's stored score recomputed on the fitness rows as they now stand."""
+def rescore_on_fitness(store: Store, annotators: Sequence[str]) -> None:
+    """Each annotator's stored score recomputed on the fitness rows as they now stand (its dev votes already
+    cover them)."""
     gold = store.gold(FITNESS)
     votes = store.vote_matrix(list(annotators), FITNESS).votes
     for j, annotator_id in enumerate(annotators):

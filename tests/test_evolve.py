@@ -155,13 +155,13 @@ class _LabelsRowsMidGeneration:
 def test_rows_labeled_into_dev_during_a_generation_join_the_next_one(demo_store, executor):
     evolve(demo_store, OfflineProposer(), executor, 1)
     before = demo_store.example_ids(FITNESS)
-    pool = demo_store.examples_frame("pool", limit=4)
-    rows = dict(zip(pool["id"], ["SPAM", "HAM", "SPAM", "HAM"], strict=True))
+    pool = demo_store.examples_frame("pool", limit=40)  # enough rows for the candidates to fire on some
+    rows = {i: ("SPAM", "HAM")[k % 2] for k, i in enumerate(pool["id"])}
     proposer = _LabelsRowsMidGeneration(demo_store, executor, rows)
     done = evolve(demo_store, proposer, executor, 3)  # crashed on the candidates' votes outnumbering the labels
     assert [g.number for g in done] == [2, 3] and not proposer.rows
     grown = demo_store.example_ids(FITNESS)
-    assert len(grown) == len(before) + 4
+    assert len(grown) == len(before) + 40
     # generation 2 scored its pool on the rows it began with, generation 3 on the grown ones
     members = list(done[0].pool_ids)
     old = demo_store.vote_matrix(members, FITNESS, example_ids=before).votes
@@ -169,6 +169,12 @@ def test_rows_labeled_into_dev_during_a_generation_join_the_next_one(demo_store,
     assert pool_macro_f1(old, gold_old, 2) == pytest.approx(done[0].dev_macro_f1_after)
     now = demo_store.vote_matrix(list(done[1].pool_ids), FITNESS).votes
     assert pool_macro_f1(now, demo_store.gold(FITNESS), 2) == pytest.approx(done[1].dev_macro_f1_after)
+    # generation 2's candidates were gated on the rows it began with, but their stored scores (what the screens and
+    # `evopool pool` show) are on the grown rows
+    candidates = [d.annotator_id for d in done[0].decisions if d.decided_by == "gate" and d.verdict != "prune"]
+    votes = demo_store.vote_matrix(candidates, FITNESS).votes
+    for j, candidate in enumerate(candidates):
+        assert demo_store.scores([candidate])[candidate].fires == int((votes[:, j] != -1).sum())
 
 
 class _LabelsRowsDuringDevRun:

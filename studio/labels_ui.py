@@ -163,27 +163,34 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
 
 def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
     """Does the pool earn its place? From the comparison's `auto` and `auto-text` rows (each its dev out-of-fold
-    macro-F1, the column the table shows): (whether auto's choice reads the pool's votes, the sentence saying so);
-    None when the comparison lacks either row (multi-label tasks compare neither)."""
+    macro-F1, the column the table shows): (whether auto's choice reads the pool's votes and leads there, the
+    sentence saying so); None when the comparison lacks either row (multi-label tasks compare neither)."""
     if comparison.empty or "aggregator" not in comparison:
         return None
     rows = comparison.set_index("aggregator")
     if not {"auto", "auto-text"} <= set(rows.index):
         return None
     auto, text = rows.loc["auto"], rows.loc["auto-text"]
-    uses_pool = bool(auto.get("uses_pool"))
+    uses_pool = auto.get("uses_pool") is True or auto.get("uses_pool") == 1
     ours, theirs = float(auto["macro_f1"]), float(text["macro_f1"])
     versus = f"{ours:.3f} dev macro-F1 (out-of-fold) against {theirs:.3f} for the best model without the pool " \
              f"(auto-text: {text.get('chosen', '')})"
-    if uses_pool:
-        said = f"The pool earns its place here: auto's choice reads its votes, {versus}."
-        if auto.get("chosen_on") != "audit":
-            said += (" No audit rows here: the pool was chosen on these dev rows, so figures that read its votes "
-                     "lean optimistic.")
-        return True, said
-    return False, (f"The text alone does as well here: auto chose a model that reads no votes, {versus}. The pool "
-                   "earns its place by adding what the text misses: describe the weak classes (Project screen), label "
-                   "more of their rows, or write or edit annotators for them, then evolve again.")
+    advice = ("describe the weak classes (Project screen), label more of their rows, or write or edit annotators for "
+              "them, then evolve again.")
+    if not uses_pool:
+        return False, (f"The text alone does as well here: auto chose a model that reads no votes, {versus}. The pool "
+                       f"earns its place by adding what the text misses: {advice}")
+    if ours <= theirs:
+        return False, (f"Auto's choice reads the pool's votes (chosen on the rows that judge what reads them), yet "
+                       f"{versus}: on dev the pool does not lead yet. To make it lead: {advice}")
+    said = f"The pool earns its place here: auto's choice reads its votes, {versus}."
+    if auto.get("chosen_on") != "audit":
+        audit_rows = auto.get("n_audit")
+        few = (f"too few audit rows ({int(audit_rows)}) to judge it" if audit_rows == audit_rows and audit_rows
+               else "no audit rows")
+        said += (f" There are {few}: the pool was chosen on these dev rows, so figures that read its votes lean "
+                 "optimistic.")
+    return True, said
 
 
 def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str:

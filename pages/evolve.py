@@ -3,6 +3,7 @@ import streamlit as st
 
 from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
+from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
 from studio import figures, progress, queries, review_ui, widgets
 from studio.refresh import AppRefresh
@@ -33,11 +34,12 @@ with st.container(border=True):
             a, b = st.columns(2)
             llm = {"base_url": a.text_input("Base URL (blank: from env / secrets)", key="llm_url"),
                    "model": b.text_input("Model (blank: from env / secrets)", key="llm_model")}
-            # the workspace's own limits (an `evopool run --max-calls` one too), else a first run's safety default:
-            # Run stores what the fields hold, so a fixed default would overwrite a limit set elsewhere
+            # the workspace's own limits (set by `evopool run --max-calls` too; none stored there: 0, no limit), and a
+            # first run's safety defaults only where no budget was ever set: Run stores what the fields hold
             now = Budget.for_workspace(store, save=False)
-            calls = now.max_calls if now.max_calls is not None else DEFAULT_MAX_CALLS
-            usd = now.max_usd if now.max_usd is not None else DEFAULT_MAX_USD
+            fresh = store.get_meta(BUDGET_KEY) is None
+            calls = now.max_calls if now.max_calls is not None else (DEFAULT_MAX_CALLS if fresh else 0)
+            usd = now.max_usd if now.max_usd is not None else (DEFAULT_MAX_USD if fresh else 0.0)
             budget = {"max_calls": a.number_input("Max calls (0: no limit)", 0, max(10_000, calls), calls,
                                                   key=f"llm_calls_{workdir.name}"),
                       "max_usd": b.number_input("Max dollars (0: no limit)", 0.0, max(1000.0, usd), float(usd),

@@ -144,9 +144,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         separator = sep_col.text_input("Label separator", "|", key="map_sep", disabled=not multi_label,
                                        help="between the labels of one cell, e.g. sports|politics")
         found = wrench_labels or _labels_in(frame, label_col, separator if multi_label else None)
-        # read from the file again when what it was read from changes (another file, label column or separator)
-        widgets.default_from("map_labels", (dataset, len(frame), label_col, multi_label, separator, wrench_labels),
-                             ", ".join(found))
+        # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
+        widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
         labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
         size_col, audit_col = st.columns([1, 1])

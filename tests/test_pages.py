@@ -731,6 +731,10 @@ def test_a_file_fixed_after_the_preview_named_its_bad_rows_is_read_again(tmp_pat
     at.run()  # the same path: the cached read was keyed on it alone, and kept showing the bad row
     assert not at.exception and not any("cannot be read" in w.value for w in at.warning)
     assert "2 rows" in texts(at)
+    assert at.text_input(key="map_labels").value == "fees, venue"  # the labels the fixed file holds
+    data.write_text('{"text": "venue lies in Paris", "label": "venue"}\n{"text": "fees are due", "label": "fee"}\n')
+    at.run()  # a typo in a label cell: same name, same row count, other labels
+    assert at.text_input(key="map_labels").value == "fee, venue"
 
 
 def test_a_malformed_wrench_folder_and_a_locked_workspace_are_messages_not_tracebacks(tmp_path, monkeypatch):
@@ -819,7 +823,7 @@ def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home
     at = run("budgeted", "pages/evolve.py")
     at.radio(key="evolve_agents").set_value("llm").run()
     assert at.number_input(key="llm_calls_budgeted").value == 1000  # was 200, which Run then stored over it
-    assert at.number_input(key="llm_usd_budgeted").value == 2.0  # no dollar limit stored: the first-run default
+    assert at.number_input(key="llm_usd_budgeted").value == 0.0  # its dollar limit removed: none, not $2
     seed(home, "unbudgeted", generations=0)
     at = run("unbudgeted", "pages/evolve.py")
     at.radio(key="evolve_agents").set_value("llm").run()

@@ -181,6 +181,14 @@ def pool_evidence(executor: Executor, context: ProposalContext,
     return {a.id: context.pseudo.evidence_of_votes(np.asarray(r.votes)) for a, r in zip(judged, results, strict=True)}
 
 
+EVOLVE_SEED = "evolve_seed"  # meta key: the seed of the workspace's last evolve run
+
+
+def next_generation_config(store: Store) -> EvolveConfig:
+    """The config a next generation of this workspace would run with, as far as the store knows (its seed)."""
+    return EvolveConfig(seed=int(store.get_meta(EVOLVE_SEED, 0) or 0))
+
+
 def fitness_rows(store: Store) -> tuple[list[str], np.ndarray]:
     """The fitness rows' ids and gold labels, read as one state: rows may join dev between two reads (the studio
     labels rows into dev while a generation runs), so read again until the ids before and after agree."""
@@ -258,6 +266,7 @@ def evolve(store: Store, proposer: Proposer, executor: Executor, generations: in
     A generation starved by the LLM budget ends the run early (recorded, not complete: see `BudgetStarved`).
     """
     done: list[Generation] = []
+    store.set_meta(EVOLVE_SEED, config.seed)  # the pool sample a next generation draws: `evopool pool add` draws it too
     for number in range(store.last_complete_generation() + 1, generations + 1):
         if should_stop():
             on_event(EventKind.STOPPED, {"generation": number})

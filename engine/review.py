@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
-from engine.evolve import EvolveConfig, build_context, ensure_votes, pool_evidence
+from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
@@ -182,7 +182,7 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     ensure_votes(store, executor, pool_ids, "dev")
     # the pool-sample evidence a generation weighs for every candidate (the sample the next one would draw), so
     # `pool add` and a generation give one annotator the same verdict
-    context = build_context(store, store.last_complete_generation() + 1, EvolveConfig())
+    context = build_context(store, store.last_complete_generation() + 1, next_generation_config(store))
     evidence = pool_evidence(executor, context, [annotator])
     outcome = run_gate(pool_ids, store.vote_matrix(pool_ids, FITNESS).votes, store.scores(pool_ids),
                        [(annotator, preview.votes, score)], store.gold(FITNESS), len(task.labels), gate or GateConfig(),

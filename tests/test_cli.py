@@ -244,6 +244,9 @@ def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, 
     from engine.agents.compiled_executor import CompiledExecutor
     from engine.ingest.importer import import_path
 
+    from engine.agents.offline import OfflineProposer
+    from engine.evolve import EvolveConfig, evolve
+
     store = Store.open(tmp_path / "ws")
     import_path(store, demo_csv)
     seen = {}
@@ -251,14 +254,17 @@ def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, 
 
     def says_it_is_mostly_wrong(executor, context, fresh):  # the evidence a generation would pass, then its verdict
         seen["evidence"] = real(executor, context, fresh)
-        seen["sample"] = len(context.pool_sample)
+        seen["sample"], seen["seed"] = len(context.pool_sample), context.seed
         return {a.id: (0.05, 1000.0) for a in fresh}
+
+    with CompiledExecutor() as executor:  # the workspace's runs use seed 7: so does the sample pool add draws
+        evolve(store, OfflineProposer(), executor, 1, EvolveConfig(seed=7))
 
     monkeypatch.setattr(review, "pool_evidence", says_it_is_mostly_wrong)
     source = ('import re\n\ndef annotate(example):\n    return "SPAM" if re.search(r"\\bsubscribe\\b", '
               'example["text"], re.I) else None\n')
     with CompiledExecutor() as executor:
         result = review.submit(store, executor, source, name="subscribe")
-    assert seen["sample"] > 0  # the pool sample the next generation would draw
+    assert seen["sample"] > 0 and seen["seed"] == 7  # the pool sample the next generation would draw
     assert result["verdict"] == "reject" and not result["added"]  # accepted on dev alone before
     assert any("on the unlabeled sample" in reason for reason in result["reasons"]), result["reasons"]

@@ -56,6 +56,7 @@ corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
     st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
             "you can keep working on other screens).")
+    regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
 if stale:
     st.warning("The pool changed since these soft labels were computed: recompute to include the changes.")

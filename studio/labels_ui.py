@@ -15,7 +15,7 @@ from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
 from engine.store.saved_labels import SavedLabels, load_labels
 from engine.store.workspace import Store
-from studio import workspace
+from studio import queries, workspace
 
 BROWSE_PAGE = 25
 MIME = {"csv": "text/csv", "jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet"}
@@ -97,12 +97,6 @@ def plot_inputs(result: SavedLabels, dev_probs: np.ndarray, dev_gold: np.ndarray
     return out
 
 
-def voted_splits(store: Store) -> tuple[str, ...]:
-    """The splits every pool member has voted on (a labels job votes on the rest)."""
-    pool = store.pool_ids()
-    return tuple(split for split in ("pool", "dev", "test") if all(split in store.voted_splits(a) for a in pool))
-
-
 @st.cache_data(show_spinner=False, max_entries=8)
 def _disagreement(name: str, version: tuple, splits: tuple[str, ...]) -> pd.Series:
     """Vote entropy per example id over `splits` (those the pool has voted on: in the key, so a labels job that
@@ -136,7 +130,8 @@ def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]
     if split != "all":
         mask &= frame["split"] == split
     if only_disputed:
-        entropy = _disagreement(name, workspace.version(store), voted_splits(store))
+        entropy = _disagreement(name, workspace.version(store),
+                                tuple(queries.splits_with_votes(store, ("pool", "dev", "test"))))
         mask &= frame["id"].map(entropy).fillna(0).to_numpy() > 0
     hits = frame[mask]
     pages = max(1, -(-len(hits) // BROWSE_PAGE))

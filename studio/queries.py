@@ -141,11 +141,12 @@ def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float
     return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 
-def splits_with_votes(store: Store) -> list[str]:
-    """Splits on which every pool annotator has votes: dev once evolved, pool after labeling. Never test."""
+def splits_with_votes(store: Store, splits: tuple[str, ...] = ("dev", "pool")) -> list[str]:
+    """Of `splits`, those on which every pool annotator has votes: dev once evolved, pool after labeling (test:
+    only when asked for); none for an empty pool."""
     pool = store.pool_ids()
     voted = [set(store.voted_splits(a)) for a in pool]
-    return [s for s in ("dev", "pool") if voted and all(s in v for v in voted)]
+    return [s for s in splits if voted and all(s in v for v in voted)]
 
 
 def short(annotator_id: str, names: dict[str, str]) -> str:

@@ -13,10 +13,7 @@ from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
 from studio import editor, state
 
-EXPERT_NAME = "expert_name"
 NOT_LABELED = "(leave unlabeled)"
-UNDO_OPEN = "expert_rows_open"  # keeps the expander open after a return's rerun
-RETURN_BOX = "return_rows_version"  # the row chooser's key changes after each return (its old choice is gone)
 
 
 def regression_list(store: Store, result: SavedLabels) -> pd.DataFrame:
@@ -56,8 +53,8 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> No
         edited = st.data_editor(like, hide_index=True, key=f"like_{row['id']}", disabled=["id", "text", "similarity"],
                                 column_config={"your label": st.column_config.SelectboxColumn(
                                     options=[NOT_LABELED, *labels], required=True)})
-        who = st.text_input("Your name (recorded with the labels)", key=EXPERT_NAME,
-                            value=st.session_state.get(EXPERT_NAME) or os.environ.get("USER", ""))
+        who = st.text_input("Your name (recorded with the labels)", key=state.EXPERT_NAME,
+                            value=state.get(state.EXPERT_NAME) or os.environ.get("USER", ""))
         submitted = st.form_submit_button("Add the labeled rows to dev", icon=":material/add_task:")
     if submitted:
         chosen = {i: label for i, label in zip(edited["id"], edited["your label"], strict=True)
@@ -85,7 +82,8 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
     record = store.expert_labels()
     if record.empty:
         return
-    with st.expander(f"Rows labeled into dev in the studio ({len(record)})", expanded=UNDO_OPEN in st.session_state):
+    with st.expander(f"Rows labeled into dev in the studio ({len(record)})",
+                     expanded=state.get(state.RETURN_OPEN, False)):
         st.dataframe(pd.DataFrame({"when": record["labeled_at"].astype(str).str[:19], "by": record["labeled_by"],
                                    "id": record["example_id"], "label": [labels[int(v)] for v in record["label"]],
                                    "text": record["text"], "note": record["note"]}), hide_index=True)
@@ -95,7 +93,7 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
                        help="they go back to the unlabeled pool, their labels dropped; dev scores are recomputed"):
             return_to_pool(store, list(last["example_id"]))
         chosen = right.multiselect("Return rows to the unlabeled pool", list(record["example_id"]),
-                                   key=f"return_rows_{st.session_state.get(RETURN_BOX, 0)}",
+                                   key=f"return_rows_{state.get(state.RETURN_VERSION, 0)}",
                                    placeholder="choose rows by id")
         if chosen and right.button(f"Return {len(chosen)} row(s)", key="return_rows_go", icon=":material/undo:"):
             return_to_pool(store, chosen)
@@ -103,8 +101,8 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
 
 def return_to_pool(store: Store, ids: list[str]) -> None:
     moved = unlabel_rows(store, ids)
-    st.session_state[UNDO_OPEN] = True
-    st.session_state[RETURN_BOX] = st.session_state.get(RETURN_BOX, 0) + 1  # a fresh chooser, no stale choice
+    state.put(state.RETURN_OPEN, True)
+    state.put(state.RETURN_VERSION, state.get(state.RETURN_VERSION, 0) + 1)
     state.flash(f"{len(moved)} row(s) went back to the unlabeled pool, their labels dropped; dev scores are "
                 "recomputed. Recompute the soft labels to leave them out.")
     st.rerun()

@@ -30,6 +30,9 @@ DESCRIBE_UNDO = "describe_last_save"  # studio.describe_ui.LastSave: what the la
 DESCRIBE_TEXT = "describe_text_"  # + DESCRIBE_VERSION + "_" + a label: its description box
 DESCRIBE_OPEN = "describe_open"  # the expert has used "Describe a label": keep it open across reruns
 DESCRIBE_VERSION = "describe_version"  # bumped by a save, an undo or a workspace switch: fresh boxes
+EXPERT_NAME = "expert_name"  # who labels rows into dev (recorded with them)
+RETURN_OPEN = "expert_rows_open"  # rows were returned to the pool: keep their record open across the rerun
+RETURN_VERSION = "return_rows_version"  # bumped by each return: a fresh row chooser (its old choice is gone)
 
 
 def get(key: str, default: Any = None) -> Any:

@@ -774,6 +774,9 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
         first = label_rows(store, executor, dict(zip(pool["id"][:3], ["SPAM", "HAM", "SPAM"], strict=True)), "ana")
         time.sleep(0.01)  # a later batch: labeled_at is the batch's time
         last = label_rows(store, executor, dict(zip(pool["id"][3:], ["HAM", "SPAM"], strict=True)), "ana")
+    at = run("undo-me", "pages/labels.py")
+    assert "No soft labels for this aggregator yet" in texts(at)
+    assert "Rows labeled into dev in the studio (5)" in texts(at)  # undo needs no soft labels
     job = start_labels(home / "undo-me", "mv", compare=False)
     assert job.wait(180) and job.status == "done", job.error
     at = run("undo-me", "pages/labels.py")

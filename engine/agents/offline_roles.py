@@ -194,7 +194,7 @@ def _label_free_widenings(ws: OfflineWorkspace, spec: AnnotatorSpec) -> list[tup
         out.append((replace(spec, view="sentence", also=(), unless=(), unless_view="sentence"),
                     f"anywhere in the text, not only {spec.view}"))
     stemmed = tuple(sorted({s for cue in spec.cues if "*" not in cue and " " not in cue for s in stems(cue)}
-                           | {c for c in spec.cues}, key=len))
+                           | {c for c in spec.cues}, key=lambda c: (len(c), c)))  # ties by name: not set order
     if stemmed != spec.cues and len(stemmed) <= 10:
         out.append((replace(spec, cues=_dedupe_prefixes(stemmed)), "word stems instead of exact words"))
     company = cooccurring_words(ws, spec)

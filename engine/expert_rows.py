@@ -96,9 +96,10 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
     moving = [e for e in entries if e[0] in set(pool_rows["id"])]
     if not moving:
         return []
+    store.move_to_dev(moving, by.strip(), note)
+    # read after the move: a dev run saved meanwhile is either in this list or voted on the rows by its own catch-up
     annotators = store.annotators_with_votes("dev")
     unvoted = [a for a in store.annotators(annotators) if "pool" not in store.voted_splits(a.id)]
-    store.move_to_dev(moving, by.strip(), note)
     ids = [e[0] for e in moving]
     if unvoted:
         task = store.load_task()

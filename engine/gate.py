@@ -342,6 +342,8 @@ def check_restored_copies(state: GenerationState, current: Sequence[CandidateRec
                                  record.score.precision, cfg)
         if replaces is not None and state.locked.get(member) != "approve":
             state.pruned_by[member], state.prune_reasons[member] = record.id, replaces
+            record.reasons.append(f"replaces {member}, back in the pool when the newcomer that would have replaced "
+                                  "it did not stay")
             continue
         record.reject(f"fired dev rows too similar to {member} (kept: the newcomer that would replace it did not "
                       f"stay): Jaccard {_cmp(similarity, '>', cfg.max_jaccard)}")

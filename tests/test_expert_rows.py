@@ -127,8 +127,10 @@ def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cach
 
     store, executor = evolved
     a, b = store.examples_frame("pool", limit=2)["id"]
+    before = pool_key(store)
     label_rows(store, executor, {a: "SPAM"}, by="maria")
     after_a = (pool_key(store), version(store))
     unlabel_rows(store, [a])
+    assert pool_key(store) == before  # the same rows as before: labels saved then are current again
     label_rows(store, executor, {b: "SPAM"}, by="maria")
     assert store.count_examples("dev") and pool_key(store) != after_a[0] and version(store) != after_a[1]

@@ -827,7 +827,8 @@ def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home
     at.radio(key="evolve_agents").set_value("llm").run()
     assert at.number_input(key="llm_calls_budgeted").value == 1000  # was 200, which Run then stored over it
     assert at.number_input(key="llm_usd_budgeted").value == 0.0  # its dollar limit removed: none, not $2
-    seed(home, "unbudgeted", generations=0)
+    fresh = seed(home, "unbudgeted", generations=0)
+    Budget.for_workspace(fresh)  # what an offline run (or `evopool run` without --max-*) does: sets no budget
     at = run("unbudgeted", "pages/evolve.py")
     at.radio(key="evolve_agents").set_value("llm").run()
     assert at.number_input(key="llm_calls_unbudgeted").value == 200

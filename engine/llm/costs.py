@@ -77,8 +77,9 @@ class Budget:
 
     @classmethod
     def for_workspace(cls, store: Store, *, save: bool = True, **limits: int | float | None) -> Budget:
-        """The workspace's budget: its stored limits overlaid with the given ones (stored again when `save`;
-        a negative value removes a limit), and what its call log says was already spent."""
+        """The workspace's budget: its stored limits overlaid with the given ones (stored again when `save` and some
+        limit is given; a negative value removes a limit), and what its call log says was already spent. A run that
+        gives none (offline agents, `evopool run` without `--max-*`) stores nothing: no budget was set by it."""
         stored = dict(store.get_meta(META_KEY, {}) or {})
         for name, value in limits.items():
             if name not in LIMITS:
@@ -86,7 +87,7 @@ class Budget:
             if value is not None:
                 stored[name] = None if value < 0 else value
         stored = {k: v for k, v in stored.items() if v is not None}
-        if save:
+        if save and any(value is not None for value in limits.values()):
             store.set_meta(META_KEY, stored)
         spent = store.llm_spent()
         return cls(**stored, spent_calls=int(spent["calls"]), spent_tokens=int(spent["tokens"]),

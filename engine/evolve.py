@@ -236,10 +236,17 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
     ran = {a.id: int(store.voted_splits(a.id)["dev"]["n"]) for a in fresh}  # their faults are over all of dev
     locked = store.human_locked()
-    # a member the expert rejected since the generation began is out of the pool the candidates are judged against
+    # the pool the candidates are judged against is the one the expert has now: a member rejected since the
+    # generation began is out, an annotator approved meanwhile (an edit, a restore, `pool add`) is in
     kept = [j for j, member in enumerate(pool_ids) if locked.get(member) != "reject"]
-    outcome = run_gate([pool_ids[j] for j in kept], pool_votes[:, kept], context.scores, candidates, y_dev, n_classes,
-                       config.gate, locked, evidence, ran)
+    joined = [a for a, verdict in locked.items() if verdict == "approve" and a not in pool_ids
+              and a not in {c.id for c in fresh}]
+    ensure_votes(store, executor, joined, "dev", on_event)
+    judged_ids = [pool_ids[j] for j in kept] + joined
+    judged_votes = np.column_stack([pool_votes[:, kept],
+                                    store.vote_matrix(joined, FITNESS, example_ids=fitness_ids).votes])
+    outcome = run_gate(judged_ids, judged_votes, context.scores, candidates, y_dev, n_classes, config.gate, locked,
+                       evidence, ran)
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})

@@ -242,10 +242,9 @@ def test_eval_on_test_when_every_labeled_row_went_to_dev_says_so(tmp_path, demo_
 def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, demo_csv, monkeypatch):
     import engine.review as review
     from engine.agents.compiled_executor import CompiledExecutor
-    from engine.ingest.importer import import_path
-
     from engine.agents.offline import OfflineProposer
     from engine.evolve import EvolveConfig, evolve
+    from engine.ingest.importer import import_path
 
     store = Store.open(tmp_path / "ws")
     import_path(store, demo_csv)

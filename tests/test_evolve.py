@@ -251,3 +251,25 @@ def test_a_member_the_expert_rejects_while_a_generation_runs_is_out_of_the_pool_
     stored = demo_store.generations().iloc[-1]
     assert stored["pool_size"] == len(pool)  # was counted with the rejected member
     assert stored["dev_macro_f1_after"] == pytest.approx(current_dev_macro_f1(demo_store))
+
+
+def test_an_annotator_the_expert_approves_while_a_generation_runs_is_in_the_pool_it_judges(demo_store, executor,
+                                                                                           monkeypatch):
+    import engine.evolve as evolve_module
+
+    evolve(demo_store, _WithRareCandidate(), executor, 1)
+    rare = next(a.id for a in demo_store.annotators() if a.name == "two_rows_by_heart")
+    assert rare not in demo_store.pool_ids()  # rejected by the gate in generation 1
+    weigh = evolve_module.pool_evidence
+
+    def expert_meanwhile(executor, context, fresh):
+        approve(demo_store, rare, "we want it")
+        return weigh(executor, context, fresh)
+
+    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    done = run_generation(demo_store, OfflineProposer(), executor, 2)
+    pool = demo_store.pool_ids()
+    assert rare in pool and rare in done.pool_ids
+    stored = demo_store.generations().iloc[-1]
+    assert stored["pool_size"] == len(pool)  # was counted without the approved annotator
+    assert stored["dev_macro_f1_after"] == pytest.approx(current_dev_macro_f1(demo_store))

@@ -418,3 +418,23 @@ def test_make_proposer_builds_each_choice_and_refuses_others(server, store):
     assert set(AGENT_CHOICES) == {"offline", "llm", "mixed"}
     with pytest.raises(ValueError, match="agents must be one of"):
         make_proposer("oracle")
+
+
+def test_a_failed_repair_keeps_the_good_code_of_the_first_reply(server):
+    server.reply(fenced(FREE, IMPORT_OS))  # one good block, one rejected: a repair goes out, and fails
+    server.fail(503)
+    server.fail(503)
+    proposer = LLMProposer(client_for(server), n_per_role=1, parallel=1)
+    assert [c.source for c in proposer.propose("generator", context_for([]))] == [check_source(FREE)]  # raised
+    assert proposer.last_dropped[0][1].startswith("rejected, repair call failed: block 2: imports 'os'")
+
+
+def test_an_untagged_example_after_the_code_is_prose_not_a_block_to_repair(server):
+    reply = (fenced(FREE) + "\nExample:\n```\n>>> annotate({'text': 'free prize'})\n'SPAM'\n```\n"
+             "Output:\n```\nSPAM\n```\n")
+    good, errors = check_reply(reply)
+    assert good == [("Here you go.", check_source(FREE))] and errors == []
+    server.reply(reply)
+    proposer = LLMProposer(client_for(server), n_per_role=1, parallel=1)
+    assert [c.source for c in proposer.propose("generator", context_for([]))] == [check_source(FREE)]
+    assert len(server.requests) == 1  # no paid repair call for it

@@ -42,6 +42,17 @@ def _prose_before(text: str, start: int, end: int) -> str:
     return prose[-1][:200] if prose else ""
 
 
+_CODE_WORDS = re.compile(r"^\s*(?:def|import|from|class)\s|\breturn\b", re.MULTILINE)
+
+
+def _is_code_block(tag: str, body: str) -> bool:
+    """A python-tagged block, or an untagged one that reads as code (a definition, an import, a return): an untagged
+    example call (`>>> annotate(...)`) or printed output after the code is prose, not a block to check or repair."""
+    if tag.lower() not in _PYTHON_TAGS or not body.strip():
+        return False
+    return bool(tag) or bool(_CODE_WORDS.search(body))
+
+
 def split_reply(text: str) -> list[tuple[str, str]]:
     """(prose just before the block, code) for every python or untagged fenced block of a reply.
 
@@ -51,7 +62,7 @@ def split_reply(text: str) -> list[tuple[str, str]]:
     """
     blocks, last_end = [], 0
     for match in _FENCE.finditer(text):
-        if match.group(1).lower() in _PYTHON_TAGS and match.group(2).strip():
+        if _is_code_block(match.group(1), match.group(2)):
             blocks.append((_prose_before(text, last_end, match.start()), match.group(2)))
         last_end = match.end()
     unclosed = _OPEN_FENCE.search(text, last_end)
@@ -185,7 +196,8 @@ class LLMProposer:
                 known.add(code_hash(source))
                 candidates.append(Candidate(source=source, agent=role, parent_ids=job.parent_ids,
                                             rationale=rationale, written_by=self.written_by))
-        failures = [o.failed for _, o in outcomes if o.failed is not None]
+        # a call failed only if it gave nothing: a failed repair leaves the first reply's good code standing
+        failures = [o.failed for _, o in outcomes if o.failed is not None and not o.sources]
         if outcomes and len(failures) == len(outcomes):
             raise failures[0]  # the endpoint is down or unusable: say so rather than propose nothing
         return candidates

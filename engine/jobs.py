@@ -126,10 +126,15 @@ class JobRegistry:
                 raise RuntimeError(f"a {kind} job is already running on this workspace ({busy.id})")
             job = Job(id=f"{kind}-{uuid.uuid4().hex[:10]}", kind=kind, workdir=workdir, params=dict(params or {}))
             self._jobs[job.id] = job
-        store = Store.open(workdir)
-        store.upsert_job(job.id, kind=kind, status=RUNNING, params=job.params, progress=0.0, message="starting")
-        job.thread = threading.Thread(target=self._run, args=(job, work), name=f"evopool-{job.id}", daemon=True)
-        job.thread.start()
+        try:
+            store = Store.open(workdir)
+            store.upsert_job(job.id, kind=kind, status=RUNNING, params=job.params, progress=0.0, message="starting")
+            job.thread = threading.Thread(target=self._run, args=(job, work), name=f"evopool-{job.id}", daemon=True)
+            job.thread.start()
+        except BaseException:  # never started (the workspace locked by another process...): not left "running"
+            with self._lock:
+                self._jobs.pop(job.id, None)
+            raise
         return job
 
     @staticmethod

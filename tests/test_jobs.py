@@ -19,7 +19,7 @@ from engine.jobs import (
     start_labels,
 )
 from engine.store.saved_labels import load_labels, pool_key, save_labels
-from engine.store.workspace import Store
+from engine.store.workspace import Store, WorkspaceLocked
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "youtube_spam.csv"
 WORDS = ["subscribe", "check", "channel", "song", "love", "http", "money", "video"]
@@ -211,3 +211,27 @@ def test_labels_job_labels_every_row_and_saves_them(workdir):
     assert ((saved.hard == -1) == (saved.n_votes == 0)).all()
     assert saved.pool_key == pool_key(store)
     assert saved.dev_scores.macro_f1 is not None
+
+
+def test_a_job_that_cannot_start_leaves_the_workspace_free(tmp_path):
+    import subprocess
+    import sys
+
+    ws = tmp_path / "busy"
+    Store.open(ws)
+    Store.close_all()
+    script = ("import time; from engine.store.workspace import Store; "
+              f"Store.open({str(ws)!r}); print('open', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                              stdout=subprocess.PIPE, text=True)
+    registry = JobRegistry()
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(WorkspaceLocked):
+            registry.start("evolve", ws, lambda ctx: None)
+        assert registry.running(ws, "evolve") is None  # was left "running" with no thread: every start refused
+    finally:
+        holder.kill()
+        holder.wait()
+    job = registry.start("evolve", ws, lambda ctx: "done")
+    assert job.wait(30) and job.status == DONE

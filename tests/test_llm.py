@@ -120,8 +120,13 @@ def test_request_hash_depends_on_every_part():
     assert base == request_hash("m", [dict(m) for m in MESSAGES], 0.7, 100, 0)
     variants = {request_hash("m2", MESSAGES, 0.7, 100, 0), request_hash("m", MESSAGES[:1], 0.7, 100, 0),
                 request_hash("m", MESSAGES, 0.2, 100, 0), request_hash("m", MESSAGES, 0.7, 99, 0),
-                request_hash("m", MESSAGES, 0.7, 100, 1)}
-    assert base not in variants and len(variants) == 5
+                request_hash("m", MESSAGES, 0.7, 100, 1),
+                request_hash("m", MESSAGES, 0.7, 100, 0, base_url="http://127.0.0.1:8080/v1")}
+    assert base not in variants and len(variants) == 6
+    # the same model name on another server (a swapped GGUF behind `--model local`) is another request
+    here = request_hash("local", MESSAGES, 0.7, 100, 0, base_url="http://127.0.0.1:8080/v1")
+    assert here == request_hash("local", MESSAGES, 0.7, 100, 0, base_url="http://127.0.0.1:8080/v1/")
+    assert here != request_hash("local", MESSAGES, 0.7, 100, 0, base_url="http://127.0.0.1:11434/v1")
 
 
 # ---- calls over HTTP ---------------------------------------------------------------------------
@@ -142,7 +147,7 @@ def test_success_sends_request_and_records_the_call(fake_openai, store):
     (row,) = store.llm_calls().to_dict("records")
     assert (row["role"], row["model"], row["tokens_in"], row["tokens_out"]) == ("generator", "gpt-4o-mini", 100, 50)
     assert pd.isna(row["error"]) and row["reply"] == reply.text
-    assert row["request_hash"] == request_hash("gpt-4o-mini", MESSAGES, 0.3, 700, 7)
+    assert row["request_hash"] == request_hash("gpt-4o-mini", MESSAGES, 0.3, 700, 7, base_url=fake_openai.base_url)
 
 
 def test_missing_usage_is_estimated_from_characters(fake_openai):

@@ -164,12 +164,15 @@ def _canonical(obj: Any) -> str:
 
 
 def request_hash(model: str, messages: list[dict], temperature: float, max_tokens: int, seed: int,
-                 schema: dict | None = None) -> str:
-    """Cache key: the same request and sample index always map to the same stored reply."""
+                 schema: dict | None = None, base_url: str | None = None) -> str:
+    """Cache key: the same request to the same endpoint and sample index always map to the same stored reply. The
+    endpoint counts: a local server's model name (`local`) says nothing of which weights it serves."""
     payload = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
                "seed": seed}
     if schema is not None:  # absent otherwise, so free-code requests keep their keys
         payload["schema"] = schema
+    if base_url:  # absent for OpenAI's own endpoint, whose keys stay as they were
+        payload["base_url"] = str(base_url).rstrip("/")
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
@@ -446,7 +449,7 @@ class OpenAICompatibleClient:
     def complete(self, messages: list[dict], *, role: str, seed: int = 0,
                  schema: dict | None = None) -> LLMReply:
         cfg = self.config
-        rhash = request_hash(cfg.model, messages, cfg.temperature, cfg.max_tokens, seed, schema)
+        rhash = request_hash(cfg.model, messages, cfg.temperature, cfg.max_tokens, seed, schema, cfg.base_url)
         if self.store is not None:
             cached = self.store.cached_llm_reply(rhash)
             if cached is not None:

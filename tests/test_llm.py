@@ -318,3 +318,13 @@ def test_models_refusing_max_tokens_or_temperature_get_a_reshaped_request(fake_o
     assert "temperature" not in third and third["max_completion_tokens"] == 900
     assert client.complete(MESSAGES, role="generator", seed=1).text == "fine again"  # reshaped from the start
     assert len(fake_openai.requests) == 4 and "temperature" not in fake_openai.requests[3].body
+
+
+def test_a_retry_after_a_timeout_waits_as_long_as_the_raised_timeout(fake_openai, store):
+    # a slow local server: each answer takes 0.8 s; the first attempt times out at 0.5 s and doubles the timeout
+    fake_openai.hang(0.8, then="slow but fine")
+    fake_openai.hang(0.8, then="slow but fine")
+    client = make_client(fake_openai, store, timeout_s=0.5, max_retries=1)
+    reply = client.complete(MESSAGES, role="generator")  # the retry had kept 0.5 s and timed out again
+    assert reply.text == "slow but fine" and client.timeout_s >= 1.0
+    assert len(fake_openai.requests) == 2

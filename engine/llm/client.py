@@ -361,6 +361,12 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
             call.sent += 1
             if call.sent > 1 and not self._adapter.budget.try_attempt():
                 raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
+        timeouts = getattr(request, "extensions", {}).get("timeout")
+        if isinstance(timeouts, dict) and (timeouts.get("read") or 0.0) < self._adapter.timeout_s:
+            # openai's retries resend the request with the timeout it began with: a retry after `_timed_out`
+            # raised it waits as long as the adapter now says, rather than timing out again at the old value
+            request.extensions["timeout"] = {**timeouts, "read": self._adapter.timeout_s,
+                                             "write": self._adapter.timeout_s, "pool": self._adapter.timeout_s}
         timeout_used = (getattr(request, "extensions", {}).get("timeout") or {}).get("read") or 0.0
         with self.slots as in_flight:
             if self.cancelled:  # cancelled while waiting for a slot

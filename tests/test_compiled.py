@@ -281,3 +281,18 @@ def test_hostile_templates_run_in_the_sandbox_with_the_sandboxes_result():
         want = sandbox.run([fine, hostile], examples, LABELS)
     assert [r.votes.tolist() for r in got] == [r.votes.tolist() for r in want]
     assert got[0].votes.tolist() == [ABSTAIN, 1]
+
+
+def test_a_threshold_too_big_for_a_float_leaves_the_annotator_to_the_sandbox():
+    from engine.agents.templates import AnnotatorSpec, render
+    from engine.domain import Candidate
+    from engine.sandbox.checks import make_annotator
+
+    source = render(AnnotatorSpec("surface", "spam", feature="links", op=">=", threshold=10.0))
+    huge = source.replace("THRESHOLD = 10\n", "THRESHOLD = 1" + "0" * 400 + "\n")
+    assert huge != source and compile_annotator(source) is not None
+    assert compile_annotator(huge) is None  # raised OverflowError in the app process, for the whole pool
+    member = make_annotator(Candidate(huge, "human"), 1)
+    with CompiledExecutor() as executor:
+        (result,) = executor.run([member], [{"text": "www.a.com"}, {"text": "hi"}], ["spam", "ham"])
+    assert result.faults == 0 and list(result.votes) == [-1, -1]  # the sandbox ran it: never that many links

@@ -255,3 +255,16 @@ def test_empty_inputs_and_reuse_after_close():
     ex.close()
     assert ex.run([KEYWORDS], EXAMPLES, LABELS)[0].votes.tolist() == [1, ABSTAIN, 1, 0, 1]
     ex.close()
+
+
+def test_an_error_text_with_a_lone_surrogate_is_storable_and_object_is_a_builtin(executor):
+    import duckdb
+
+    raises = annotator("raise ValueError('bad \\ud800 text')")
+    sentinel = annotator("missing = object()\nreturn 'spam' if example['text'] != missing else None")
+    examples = [{"text": "win"}, {"text": "ok"}]
+    bad, uses_object = executor.run([raises, sentinel], examples, ["spam", "ham"])
+    assert bad.faults == 2 and "\\ud800" in bad.first_error
+    # DuckDB refused the raw surrogate, so the run's votes were never stored and every later run failed on them
+    assert duckdb.connect().execute("SELECT ?", [bad.first_error]).fetchone()[0] == bad.first_error
+    assert uses_object.faults == 0 and list(uses_object.votes) == [0, 0]  # `object` passed the checker, then failed

@@ -233,3 +233,38 @@ def test_the_allow_list_keeps_ordinary_annotator_code():
         "    return 'SPAM' if score >= 2 and top and cat else None\n"
     )
     assert "def annotate" in check_source(source)
+
+
+# ---- escapes a review found (the OS holds the line, but the checker should not wave them through) ------------
+def test_functools_wrappers_and_module_valued_attributes_are_refused():
+    escape = ("import functools\nimport collections\n\ndef annotate(example):\n"
+              "    d = {}\n    p = functools.partial(len)\n"
+              "    functools.update_wrapper(p, collections.namedtuple, assigned=('__globals__',), updated=())\n"
+              "    return None\n")
+    with pytest.raises(CodeRejected, match="update_wrapper"):
+        check_source(escape)
+    for source in ("from functools import wraps\n\ndef annotate(example):\n    return None\n",
+                   "import re\n\ndef annotate(example):\n    return re.copyreg\n",
+                   "import re\n\ndef annotate(example):\n    return re.enum\n"):
+        with pytest.raises(CodeRejected):
+            check_source(source)
+
+
+def test_type_may_name_a_type_but_not_build_a_class():
+    assert check_source("def annotate(example):\n    return 'A' if type(example) is dict else None\n")
+    with pytest.raises(CodeRejected, match="builds a class"):
+        check_source("def annotate(example):\n    H = type('H', (), {'__dict__': {}})\n    return None\n")
+
+
+def test_code_nested_too_deep_is_rejected_not_an_error_of_the_checker():
+    deep = "def annotate(example):\n    return " + "+".join(["1"] * 2000) + "\n"
+    with pytest.raises(CodeRejected, match="nested too deeply|cannot parse"):
+        check_source(deep)
+    with pytest.raises(CodeRejected):
+        make_annotator(Candidate(deep, "generator"), 1)
+
+
+def test_a_lone_surrogate_in_a_name_becomes_storable_text():
+    source = 'def annotate(example):\n    """Spam \\ud800 finder"""\n    return None\n'
+    made = make_annotator(Candidate(source, "generator"), 1)
+    assert made.name == "Spam \\ud800 finder" and made.name.encode("utf-8")  # a backslash escape, not a surrogate

@@ -240,7 +240,7 @@ def parse_spec(source: str) -> AnnotatorSpec | None:
             return AnnotatorSpec("surface", label, feature=str(values["FEATURE"]),
                                  op=str(values.get("OP", ">=")),
                                  threshold=float(values.get("THRESHOLD", 0)))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # a 400-digit threshold is no float
             return None
     cues = values.get("CUES")
     if not isinstance(view, str) or view not in _VIEW_HELPERS or not _str_tuple(cues):

@@ -33,6 +33,9 @@ FORBIDDEN_ATTRIBUTES: frozenset[str] = frozenset({
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals",
     "f_locals", "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "Formatter", "get_field",
     "vformat", "mro",
+    # functools' wrappers copy attributes named by strings (a getattr/setattr of `__globals__`, `__dict__`...),
+    # and these module attributes of the allowed modules are modules themselves (re.enum, re.copyreg, ...)
+    "update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES", "abc", "copyreg", "enum", "functools",
 })
 # Calls allowed in module-level constant tables (besides methods of constants and module functions).
 _STATIC_CALLS = frozenset({
@@ -120,8 +123,12 @@ def _looks_like_code(text: str) -> bool:
 
 
 def check_source(source: str) -> str:
-    """Check annotator source and return it normalised (`ast.unparse`: comments and layout dropped)."""
-    return ast.unparse(_checked_tree(source)) + "\n"
+    """Check annotator source and return it normalised (`ast.unparse`: comments and layout dropped). Code nested
+    too deep for the checker's own recursion is rejected, never an error of the checker's."""
+    try:
+        return ast.unparse(_checked_tree(source)) + "\n"
+    except (RecursionError, MemoryError) as exc:
+        raise CodeRejected(f"the code is nested too deeply to check ({type(exc).__name__})") from None
 
 
 def _checked_tree(source: str) -> ast.Module:
@@ -277,6 +284,9 @@ def _check_node(node: ast.AST, bound: frozenset[str]) -> None:
                                "the methods of text, numbers, lists, dicts, sets and tuples, of regex patterns "
                                "and matches, of Counter/defaultdict/deque, and the functions of the allowed "
                                "modules)")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and (
+            len(node.args) + len(node.keywords) != 1):
+        raise CodeRejected(f"{line}: `type()` with more than one argument builds a class, which is not allowed")
     elif isinstance(node, ast.FunctionDef):
         if _is_dunder(node.name):
             raise CodeRejected(f"{line}: function name `{node.name}` is not allowed")
@@ -332,10 +342,10 @@ def make_annotator(candidate: Candidate, generation: int, author: str = "agent")
     source = candidate.source
     if "```" in source:
         source = extract_code(source)
-    tree = _checked_tree(source)
-    normalised = ast.unparse(tree) + "\n"
+    normalised = check_source(source)
+    tree = ast.parse(normalised)
     annotator_id = code_hash(normalised)
-    name = candidate.name.strip() or _docstring_title(tree) or f"{candidate.agent}-{annotator_id[:6]}"
+    name = clean_text(candidate.name.strip() or _docstring_title(tree) or f"{candidate.agent}-{annotator_id[:6]}")
     return Annotator(
         id=annotator_id,
         name=name,
@@ -344,9 +354,15 @@ def make_annotator(candidate: Candidate, generation: int, author: str = "agent")
         generation=generation,
         parent_ids=tuple(candidate.parent_ids),
         author=author,
-        rationale=candidate.rationale,
+        rationale=clean_text(candidate.rationale),
         mined_on_guesses=candidate.mined_on_guesses,
     )
+
+
+def clean_text(text: str) -> str:
+    """Text from untrusted code or a model (a name, an error message) made storable: a lone surrogate, which UTF-8
+    cannot hold and DuckDB refuses (every later run then failed on the same row), becomes its `\\udXXX` escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _docstring_title(tree: ast.Module) -> str:

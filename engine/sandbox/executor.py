@@ -12,6 +12,7 @@ annotator, never an exception out of `run()`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import threading
@@ -23,6 +24,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator, ExecutionResult
+from engine.sandbox.checks import clean_text
 from engine.sandbox.process import WorkerFailed, WorkerProcess, shutdown
 from engine.sandbox.wire import unpack_votes, vote_code
 
@@ -365,5 +367,8 @@ class SandboxExecutor:
                 votes[start:end] = outcome["votes"]
             faults += int(outcome["faults"])
             first_error = first_error or outcome["first_error"]
-            seconds += float(outcome["seconds"])
+            spent = float(outcome["seconds"])
+            seconds += spent if math.isfinite(spent) and spent >= 0 else 0.0  # a child may forge its frame
+        # the error text is the annotator's own (an exception it raised): storable whatever characters it holds
+        first_error = clean_text(str(first_error)) if first_error is not None else None
         return ExecutionResult(annotator.id, votes, faults=faults, first_error=first_error, seconds=seconds)

@@ -57,7 +57,7 @@ _SAFE_BUILTINS = [
     "abs", "all", "any", "ascii", "bin", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate",
     "filter", "float", "format", "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len",
     "list", "map", "max", "min", "next", "oct", "ord", "pow", "range", "repr", "reversed", "round", "set",
-    "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None", "NotImplemented",
+    "slice", "sorted", "str", "sum", "tuple", "type", "zip", "object", "True", "False", "None", "NotImplemented",
     "Ellipsis",
 ]
 _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kept for guarded imports

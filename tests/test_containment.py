@@ -565,3 +565,25 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
         worker.close()
     with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
         assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
+
+
+def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherits(report):
+    need(report, "seccomp")
+    attacks = [
+        hostile("cpu_limit", "import resource\nresource.prlimit(1, resource.RLIMIT_CPU, (1, 1))"),
+        hostile("files_limit", "import resource\nresource.prlimit(1, resource.RLIMIT_NOFILE, (3, 3))"),
+        hostile("nice", "os.setpriority(os.PRIO_PROCESS, 1, 19)"),
+        hostile("affinity", "os.sched_setaffinity(1, {0})"),
+        hostile("scheduler", "os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))"),
+    ]
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the benign runs come after, on its zygote
+        results = ex.run([*attacks, BENIGN], EXAMPLES, LABELS)
+        assert_held(results[:-1])
+        for later in range(3):  # the limits used to stick: the benign annotator faulted for a thousand runs
+            (benign,) = ex.run([BENIGN], EXAMPLES, LABELS)
+            assert benign.votes.tolist() == BENIGN_VOTES and benign.faults == 0, (later, benign.first_error)
+    # on itself it may still lower its own limits (glibc passes pid 0): that binds only the run's own process
+    own = hostile("own", "import resource\nlimits = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                         "resource.prlimit(0, resource.RLIMIT_NOFILE, limits)")
+    with SandboxExecutor(workers=1, unchecked=True) as ex:
+        assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4

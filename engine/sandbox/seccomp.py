@@ -3,7 +3,9 @@ let annotator code reach past its own process, whatever Python it manages to run
 
 Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, other processes' memory, mounts,
 namespaces, kernel keyrings, bpf, io_uring), and `RUN` added by each per-annotator child on top (no new
-processes or programs, no signals to anyone, no new session). x86_64 only; elsewhere `install` says it is unavailable.
+processes or programs, no signals to anyone, no new session, and the calls that set limits, priority or CPUs only
+on the caller itself: the zygote shares its uid, and every later run inherits what it is set to). x86_64 only;
+elsewhere `install` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -42,19 +44,37 @@ RUN: dict[str, int] = {
     "execve": 59, "execveat": 322,  # also in BASE; repeated so this filter holds on its own
 }
 _ENOSYS_IN_RUN = {"clone3": 435}  # ENOSYS, not EPERM: glibc then falls back to clone, which RUN refuses
+# calls that may name another process (same uid: the zygote, pid 1 of the child's namespace, whose limits, priority
+# and CPUs every later run inherits): allowed in RUN only on the caller itself, i.e. the pid argument (its index
+# here) is 0, as glibc's setrlimit / nice / sched_* calls pass it
+SELF_ONLY_IN_RUN: dict[str, tuple[int, int]] = {
+    "prlimit64": (302, 0), "setpriority": (141, 1), "sched_setparam": (142, 0), "sched_setscheduler": (144, 0),
+    "sched_setaffinity": (203, 0), "sched_setattr": (314, 0), "ioprio_set": (251, 1), "migrate_pages": (256, 0),
+    "move_pages": (279, 0),
+}
+_ARGS_OFFSET = 16  # struct seccomp_data: nr (4), arch (4), instruction_pointer (8), then six 64-bit arguments
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def program(deny: dict[str, int], enosys: dict[str, int] | None = None) -> bytes:
-    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); anything else: allowed."""
+def program(deny: dict[str, int], enosys: dict[str, int] | None = None,
+            self_only: dict[str, tuple[int, int]] | None = None) -> bytes:
+    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, index of its
+    pid argument): allowed when that argument is 0 (the caller), else EPERM; anything else: allowed."""
     out = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),
            _insn(_LD_W_ABS, 0, 0, 0), _insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS)]
     for table, err in ((deny, errno.EPERM), (enosys or {}, errno.ENOSYS)):
         for nr in sorted(set(table.values())):
             out += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, _RET_ERRNO | err)]
+    for nr, arg in sorted(set((self_only or {}).values())):
+        low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
+        out += [_insn(_JEQ_K, 0, 6, nr),  # another call: skip this block
+                _insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, 3, 0),  # low half not 0: refuse
+                _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, 1, 0),  # high half not 0: refuse
+                _insn(_RET_K, 0, 0, _RET_ALLOW),
+                _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     out.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(out)
 
@@ -70,10 +90,12 @@ def available() -> bool:
 class Filter:
     """A filter built once (the zygote builds RUN ahead) so loading it in a fresh child is one prctl."""
 
-    def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None):
+    def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None,
+                 self_only: dict[str, tuple[int, int]] | None = None):
         self.count = len(set(deny.values()) | set((enosys or {}).values()))
+        self.self_only = len(self_only or {})
         self._libc = ctypes.CDLL(None, use_errno=True)
-        code = program(deny, enosys)
+        code = program(deny, enosys, self_only)
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
 
@@ -88,7 +110,8 @@ class Filter:
             return f"off: no_new_privs refused ({errno.errorcode.get(ctypes.get_errno(), '?')})"
         if self._libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0) != 0:
             return f"off: filter refused ({errno.errorcode.get(ctypes.get_errno(), '?')})"
-        return f"on: {self.count} system calls refused"
+        return f"on: {self.count} system calls refused" + (
+            f", {self.self_only} allowed on the caller only" if self.self_only else "")
 
 
 def install(deny: dict[str, int], enosys: dict[str, int] | None = None) -> str:
@@ -97,8 +120,9 @@ def install(deny: dict[str, int], enosys: dict[str, int] | None = None) -> str:
 
 
 def run_filter() -> Filter:
-    """The per-annotator child's extra filter: no processes, no signals, no new sessions."""
-    return Filter(RUN, _ENOSYS_IN_RUN)
+    """The per-annotator child's extra filter: no processes, no signals, no new sessions, and no changing another
+    process's limits, priority or CPUs."""
+    return Filter(RUN, _ENOSYS_IN_RUN, SELF_ONLY_IN_RUN)
 
 
 def install_run_filter() -> str:

@@ -587,3 +587,19 @@ def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherit
                          "resource.prlimit(0, resource.RLIMIT_NOFILE, limits)")
     with SandboxExecutor(workers=1, unchecked=True) as ex:
         assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
+
+
+def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
+    secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
+        "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))
+    snoop = hostile("snoop", """
+        caches = [m._CODE_CACHE for m in list(sys.modules.values()) if hasattr(m, "_CODE_CACHE")]
+        assert caches, "no code cache found"
+        others = [source for cache in caches for source in cache if "_CODE_CACHE" not in source]  # not itself
+        if not any("secret-cue-of-another-user" in source for source in others):
+            raise LookupError("nothing to read")
+        """)
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the snoop forks from the same zygote
+        ex.run([secret], EXAMPLES, LABELS)
+        (result,) = ex.run([snoop], EXAMPLES, LABELS)
+    assert result.votes.tolist() == [HELD] * 4, result.first_error  # the zygote's cache held every source

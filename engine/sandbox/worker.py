@@ -64,6 +64,7 @@ _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kep
 _CODE_CACHE: dict[str, Any] = {}
 _UNCHECKED = False  # set once by main(); see --unchecked
 _RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
+_SECCOMP_ON = False  # set by main() when the worker's BASE filter loaded: a child that cannot add RUN then exits
 _UNREAPED: list[int] = []  # killed children of answered runs, reaped once the reply is out
 
 
@@ -253,7 +254,12 @@ def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) ->
         os.closerange(reply_fd + 1, 1 << 20)
         hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
-        _RUN_FILTER.load()
+        if not _RUN_FILTER.load().startswith("on") and _SECCOMP_ON:
+            return  # the layer the report says is on would be missing for this run: no run (a fault), not a weak one
+        code = _CODE_CACHE.get(source)  # only this run's code: not the sources of earlier annotators, other users'
+        _CODE_CACHE.clear()
+        if code is not None:
+            _CODE_CACHE[source] = code
         write_all(reply_fd, encode(_packed(run_annotator(source, batch, budget_s), batch)))
     finally:
         os._exit(0)
@@ -378,7 +384,7 @@ def _wait_for_zygote(pid: int, reply_fd: int) -> None:
 
 
 def main() -> None:
-    global _UNCHECKED
+    global _UNCHECKED, _SECCOMP_ON
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--memory-mb", type=int, default=512)
@@ -390,6 +396,7 @@ def main() -> None:
     _UNCHECKED = args.unchecked
     _disable_network()
     report = confine.confine(args.memory_mb, args.cgroup_procs)
+    _SECCOMP_ON = report["seccomp"].startswith("on")
     signal.signal(signal.SIGPROF, _Alarm.fire)
     pid = os.fork()
     if pid:

@@ -603,3 +603,11 @@ def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
         ex.run([secret], EXAMPLES, LABELS)
         (result,) = ex.run([snoop], EXAMPLES, LABELS)
     assert result.votes.tolist() == [HELD] * 4, result.first_error  # the zygote's cache held every source
+
+
+def test_rlimits_partly_refused_are_reported_off_not_on():
+    script = ("import resource\nfrom engine.sandbox import confine\n"
+              "def refuse(res, value):\n    raise ValueError('refused')\n"
+              "resource.setrlimit = refuse\nprint(confine.apply_rlimits(512))\n")  # nothing applied: no harm
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("off: refused address space, file size, core, descriptors"), out.stdout + out.stderr

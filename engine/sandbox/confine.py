@@ -122,16 +122,19 @@ def apply_rlimits(memory_mb: int) -> str:
         (resource.RLIMIT_CORE, 0),  # SIGXCPU must not leave core files behind
         (resource.RLIMIT_NOFILE, 16),
     ]
+    names = {resource.RLIMIT_AS: "address space", resource.RLIMIT_FSIZE: "file size", resource.RLIMIT_CORE: "core",
+             resource.RLIMIT_NOFILE: "descriptors"}
     refused = []
     for res, value in limits:
         try:
             resource.setrlimit(res, (value, value))
         except (ValueError, OSError):
-            refused.append(str(res))
+            refused.append(names[res])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FSIZE fails instead of killing us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return f"on: {memory_mb} MiB address space, no file writes, 16 descriptors" + \
-        (f" (refused: {', '.join(refused)})" if refused else "")
+    # partly refused is not "on": a required layer must not pass for one that is missing a limit
+    held = f"{memory_mb} MiB address space, no file writes, 16 descriptors"
+    return f"off: refused {', '.join(refused)} (wanted {held})" if refused else f"on: {held}"
 
 
 def join_cgroup(procs_files: list[str]) -> str:

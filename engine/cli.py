@@ -134,6 +134,14 @@ def _llm_summary(proposer: Any) -> dict | None:
     return summary
 
 
+def _warn_weak_sandbox(executor: Any) -> None:
+    """One stderr line naming the sandbox layers that are off on this machine (`evopool doctor` says why each)."""
+    off = [name for name, state in executor.containment().items() if state.startswith("off")]
+    if off:
+        print(f"sandbox: layers off on this machine: {', '.join(off)} (`evopool doctor` says why; "
+              "EVOPOOL_SANDBOX_REQUIRE=all refuses to run without them)", file=sys.stderr, flush=True)
+
+
 def _label_descriptions(path: str | None) -> dict[str, str]:
     """A JSON object {label: description}; the offline agents seed cues from it, the LLM agents read it."""
     if not path:
@@ -169,6 +177,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
     proposer = _proposer(args, on_event)
     try:
         with CompiledExecutor() as executor:
+            if args.agents != "offline":  # a model's code will run: say which walls this machine lacks, up front
+                _warn_weak_sandbox(executor)
             done = evolve(store, proposer, executor, args.generations, config, on_event)
     except (LLMError, KeyboardInterrupt):
         _llm_summary(proposer)  # a failed or interrupted run still tells what its calls came to

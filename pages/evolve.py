@@ -5,7 +5,7 @@ from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
 from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
-from studio import figures, progress, queries, review_ui, widgets
+from studio import editor, figures, progress, queries, review_ui, widgets
 from studio.refresh import AppRefresh
 
 DEFAULT_MAX_CALLS, DEFAULT_MAX_USD = 200, 2.0  # a first LLM run's limits, where the workspace has none yet
@@ -30,6 +30,7 @@ with st.container(border=True):
     more = int(until) - last
     llm, budget = {}, {}
     if agents != "offline":
+        editor.containment_note()  # a model's code will run: how walled in it is on this machine, layers off loudly
         with st.expander("LLM endpoint and budget"):
             a, b = st.columns(2)
             llm = {"base_url": a.text_input("Base URL (blank: from env / secrets)", key="llm_url"),

@@ -17,6 +17,7 @@ from engine.cli import build_parser
 from engine.domain import AUDIT, FITNESS
 from engine.embed.registry import EMBEDDERS
 from engine.jobs import start_labels
+from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,3 +268,19 @@ def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, 
     assert seen["sample"] > 0 and seen["seed"] == 7  # the pool sample the next generation would draw
     assert result["verdict"] == "reject" and not result["added"]  # accepted on dev alone before
     assert any("on the unlabeled sample" in reason for reason in result["reasons"]), result["reasons"]
+
+
+def test_a_run_with_model_code_names_the_sandbox_layers_this_machine_lacks(capsys):
+    from engine.cli import _warn_weak_sandbox
+
+    class Machine:  # what a machine without Landlock and cgroups reports
+        def containment(self):
+            return {"uid": "on: nobody", "landlock": "off: kernel too old", "cgroup": "off: not root",
+                    "seccomp": "on: 70 system calls refused"}
+
+    _warn_weak_sandbox(Machine())
+    assert capsys.readouterr().err.startswith("sandbox: layers off on this machine: landlock, cgroup (")
+    with SandboxExecutor(workers=1) as executor:  # this machine: every layer on, so nothing is said
+        _warn_weak_sandbox(executor)
+        everything_on = all(v.startswith("on") for v in executor.containment().values())
+    assert (capsys.readouterr().err == "") == everything_on

@@ -825,6 +825,7 @@ def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home
     Budget.for_workspace(store, max_calls=1000, max_usd=-1)  # as `evopool run --max-calls 1000` leaves it
     at = run("budgeted", "pages/evolve.py")
     at.radio(key="evolve_agents").set_value("llm").run()
+    assert any(e.label.startswith("Sandbox: ") for e in at.expander)  # the walls a model's code runs within
     assert at.number_input(key="llm_calls_budgeted").value == 1000  # was 200, which Run then stored over it
     assert at.number_input(key="llm_usd_budgeted").value == 0.0  # its dollar limit removed: none, not $2
     fresh = seed(home, "unbudgeted", generations=0)

@@ -2,6 +2,7 @@
 a run killed mid-way (SIGKILL, real process) leaving only complete shards that a rerun resumes from."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -87,6 +88,14 @@ def test_ids_come_from_file_and_row_without_an_id_column(wmv_labeler, tmp_path):
     manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
     assert [s["first_row"] for s in manifest["shards"]] == [0, 100, 200, 0]
     assert manifest["labeler"]["made_by"] == "wmv" and manifest["labels"] == list(wmv_labeler.labels)
+    # two files of one name in different folders (a partitioned dataset): each row's id names its folder too
+    for day in ("day=01", "day=02"):
+        (tmp_path / "parts" / day).mkdir(parents=True)
+        pd.DataFrame({"text": ["subscribe to my channel", "nice song"]}).to_csv(tmp_path / "parts" / day / "part-0.csv",
+                                                                              index=False)
+    label_corpus(wmv_labeler, survey(find_files(str(tmp_path / "parts" / "*" / "*.csv"))), tmp_path / "out2")
+    ids = read_output(tmp_path / "out2")["id"]
+    assert list(ids) == ["day=01/part-0.csv:0", "day=01/part-0.csv:1", "day=02/part-0.csv:0", "day=02/part-0.csv:1"]
 
 
 def test_missing_and_corrupt_inputs_are_named(tmp_path):
@@ -125,6 +134,8 @@ def test_a_different_run_into_the_same_output_is_refused(workspace, wmv_labeler,
         label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=10)  # other batches: other shards
     again = label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=25)  # the same run: all done already
     assert again["resumed_shards"] == 2 and again["rows"] == 50
+    with pytest.raises(OutputError, match="holds another run"):  # another threshold: other labels
+        label_corpus(dataclasses.replace(wmv_labeler, threshold=0.9), corpus, tmp_path / "out", batch_size=25)
 
 
 def _labels_cli(workspace: Path, corpus: Path, out: Path) -> subprocess.Popen:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.agents.compiled_executor import CompiledExecutor
 from engine.corpus.labeler import Labeler
-from engine.corpus.reading import CorpusBatch, CorpusFile, iter_batches
+from engine.corpus.reading import CorpusBatch, CorpusFile, file_names, iter_batches
 from engine.corpus.shards import ShardRecord, prepare, shard_name, write_manifest, write_shard
 
 ENGINES = ("local", "ray")
@@ -68,11 +69,13 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     output = Path(output)
+    # ids name a row by its file: two files of one name in different folders must not share them
+    labeler = replace(labeler, provenance={**labeler.provenance, "file_names": file_names(files)})
     run = {**(run or {}), "inputs": [(str(f.path), f.rows, f.path.stat().st_size) for f in files],
            "batch_size": batch_size, "aggregator": labeler.aggregator, "made_by": labeler.made_by,
            "pool": labeler.provenance.get("pool"), "embedder": labeler.embedder,
            "workspace": labeler.provenance.get("workspace"), "generation": labeler.provenance.get("generation"),
-           "text_column": labeler.text_column}
+           "text_column": labeler.text_column, "threshold": labeler.threshold}
     done = prepare(output, run)
     total = sum(f.rows for f in files)
     counted = _Counter(total, on_progress, sum(s.rows for s in done.values()))

@@ -10,6 +10,7 @@ import csv
 import glob
 import io
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,17 @@ class CorpusError(Exception):
 class CorpusFile:
     path: Path
     rows: int  # data rows (CSV: lines after the header, an estimate when cells hold line breaks)
+
+
+def file_names(files: list[CorpusFile]) -> dict[str, str]:
+    """The name each file's rows carry in their ids (`<name>:<row>`): its file name, or, when two files share one
+    (`day=01/part-0.parquet`, `day=02/part-0.parquet`), its path below the folder all the files share, so no two
+    rows of a corpus get one id. Keyed by the path as given (`CorpusBatch.source`)."""
+    names = [f.path.name for f in files]
+    if len(set(names)) == len(names):
+        return {str(f.path): f.path.name for f in files}
+    root = os.path.commonpath([str(f.path.resolve().parent) for f in files])
+    return {str(f.path): os.path.relpath(f.path.resolve(), root) for f in files}
 
 
 @dataclass(frozen=True)

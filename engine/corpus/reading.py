@@ -1,6 +1,6 @@
 """The corpus side: which files a path or glob names, how many rows each holds, and their rows in batches.
 
-Rows keep the file's own order; a corpus without an id column gets stable ids `<file name>:<row>` (0-based
+Rows keep the file's own order; a corpus without an id column gets stable ids `<file name>:<row>` (`file_names`; 0-based
 data row), so a rerun, the other engine or a resumed run names every row the same way. Every failure is a
 `CorpusError` that names the file (and the row or line where it can).
 """

@@ -242,3 +242,15 @@ def test_the_corpus_labeler_reads_the_relation_feature_as_the_workspace_does(tmp
     Store.close_all()
     assert expected.nnz > 0 and got.shape == expected.shape
     assert abs(got - expected).max() < 1e-12
+
+
+def test_ids_from_an_id_column_are_the_same_whatever_the_batch_and_a_missing_one_is_named(wmv_labeler, tmp_path):
+    rows = [{"id": 1, "text": "subscribe"}, {"id": 2, "text": "nice song"}, {"id": 3, "text": "free"},
+            {"text": "no id here"}]
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:3]) + "\n")
+    for size in (1, 2, 3):  # batch sizes put the rows in different company: "1" stays "1"
+        label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / f"out{size}", batch_size=size)
+        assert list(read_output(tmp_path / f"out{size}")["id"]) == ["1", "2", "3"]
+    (tmp_path / "gap.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(CorpusError, match="data row 3 has no 'id' value"):  # was the id "nan" (and "1.0" beside it)
+        label_corpus(wmv_labeler, survey([tmp_path / "gap.jsonl"]), tmp_path / "gap", batch_size=4)

@@ -65,7 +65,7 @@ class Labeler:
         texts = ["" if _missing(t) else str(t) for t in frame[self.text_column]]
         name = self.provenance.get("file_names", {}).get(batch.source, Path(batch.source).name)
         if self.id_column in frame.columns:
-            ids = [str(v) for v in frame[self.id_column]]
+            ids = [_id_text(v, batch, i, self.id_column) for i, v in enumerate(frame[self.id_column])]
         else:
             ids = [f"{name}:{batch.first_row + i}" for i in range(len(frame))]
         columns = [c for c in frame.columns if c not in (self.text_column, self.id_column)]
@@ -112,7 +112,18 @@ class Labeler:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+
+
+def _id_text(value: Any, batch: CorpusBatch, i: int, column: str) -> str:
+    """A row's id as text, the same whatever else its batch holds: an integer id read as a float (its column had a
+    gap) is still `7`, not `7.0`; a row without an id is an error naming it, not the id `nan`."""
+    if _missing(value):
+        raise CorpusError(f"input file {batch.source}: data row {batch.first_row + i} has no {column!r} value (every "
+                          "row needs one, or drop the id column to get `<file>:<row>` ids)")
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if isinstance(value, np.generic) else value)
 
 
 def _plain(value: Any) -> Any:

@@ -328,3 +328,24 @@ def test_a_retry_after_a_timeout_waits_as_long_as_the_raised_timeout(fake_openai
     reply = client.complete(MESSAGES, role="generator")  # the retry had kept 0.5 s and timed out again
     assert reply.text == "slow but fine" and client.timeout_s >= 1.0
     assert len(fake_openai.requests) == 2
+
+
+def test_calls_in_flight_hold_what_they_may_spend_so_parallel_calls_cannot_pass_a_limit(fake_openai, store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = Budget(max_tokens=1000)
+    assert budget.reserve_call(1000, 0.0) is None and budget.reserved_tokens == 1000
+    with pytest.raises(BudgetExhausted, match="up to 1000 more in flight"):
+        budget.reserve_call(1000, 0.0)  # nothing spent yet, but the first call may spend 1000
+    budget.release(1000, 0.0)
+    budget.reserve_call(1000, 0.0)  # its hold ended: room again
+    # over HTTP: two calls at once under a 700-token limit: the first holds its prompt plus max_tokens (700), so
+    # the second is refused though nothing is spent yet (both went, and the limit was passed)
+    fake_openai.hang(0.5, then="first")
+    fake_openai.reply("second")
+    client = make_client(fake_openai, store, budget=Budget(max_tokens=700), max_tokens=700)
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(client.complete, MESSAGES, role="generator", seed=s) for s in (0, 1)]
+        outcomes = [c.exception() or c.result().text for c in calls]
+    assert sum(isinstance(o, BudgetExhausted) for o in outcomes) == 1 and len(fake_openai.requests) == 1
+    assert client.budget.reserved_tokens == 0  # the answered call's hold ended

@@ -467,9 +467,14 @@ class OpenAICompatibleClient:
                       "prompt_hash": hashlib.sha256(_canonical(messages).encode()).hexdigest()[:16]})
         _apply_param_fixes(request, self._param_fixes)
         self._current.call = call
+        est_in = estimate_tokens(call.record["request"])  # what this call may spend, held while it is in flight
+        hold = (est_in + cfg.max_tokens, self.prices.cost(cfg.model, est_in, cfg.max_tokens))
+        held = False
         try:
             while True:
-                self.budget.reserve_call()  # the first attempt; each retry is counted by the HTTP client
+                # the first attempt (each retry is counted by the HTTP client), its reservation once
+                self.budget.reserve_call(*((0, 0.0) if held else hold))
+                held = True
                 if not call.sent:
                     self.usage.add_call()
                 call.sent = 0
@@ -509,6 +514,8 @@ class OpenAICompatibleClient:
             raise LLMCallFailed(f"unusable answer from the endpoint: {said}") from None
         finally:
             self._current.call = None
+            if held:  # answered (and charged what it spent) or failed: its hold ends
+                self.budget.release(*hold)
 
     def _timed_out(self, in_flight: int, timeout_used: float) -> None:
         """An attempt got no answer in time. With others in flight the server most likely answers one

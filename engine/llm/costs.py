@@ -73,6 +73,9 @@ class Budget:
         self.max_calls, self.max_tokens, self.max_usd = max_calls, max_tokens, max_usd
         self.calls, self.tokens, self.usd = spent_calls, spent_tokens, spent_usd
         self.start = {"calls": spent_calls, "tokens": spent_tokens, "usd": spent_usd}  # before this run
+        # what the calls in flight may still spend (prompt + max_tokens, and its price): a call starts only while
+        # spent plus reserved is under the limits, so parallel calls cannot all pass a limit none has reached yet
+        self.reserved_tokens, self.reserved_usd = 0, 0.0
         self._lock = threading.Lock()
 
     @classmethod
@@ -112,13 +115,33 @@ class Budget:
         with self._lock:
             return self._spent_reason()
 
-    def reserve_call(self) -> None:
-        """Count the first attempt of a call about to be sent, or refuse it when a limit is reached."""
+    def _reserved_reason(self) -> str | None:
+        """A token or dollar limit that spending plus the calls in flight's reservations reach."""
+        if self.max_tokens is not None and self.tokens + self.reserved_tokens >= self.max_tokens:
+            return (f"{self.tokens} of {self.max_tokens} tokens used and up to {self.reserved_tokens} more in flight "
+                    "(the token limit, --max-tokens)")
+        if self.max_usd is not None and self.usd + self.reserved_usd >= self.max_usd:
+            return (f"${self.usd:.4f} of ${self.max_usd:.4f} spent and up to ${self.reserved_usd:.4f} more in flight "
+                    "(the dollar limit, --max-usd)")
+        return None
+
+    def reserve_call(self, tokens: int = 0, usd: float = 0.0) -> None:
+        """Count the first attempt of a call about to be sent and hold what it may spend (`tokens`, `usd`: its
+        prompt plus max_tokens, and their price; `release` them once it is answered or failed), or refuse it when
+        a limit is reached, counting what the calls in flight may still spend."""
         with self._lock:
-            reason = self._spent_reason()
+            reason = self._spent_reason() or self._reserved_reason()
             if reason:
                 raise BudgetExhausted(f"LLM budget exhausted: {reason}")
             self.calls += 1
+            self.reserved_tokens += tokens
+            self.reserved_usd += usd
+
+    def release(self, tokens: int, usd: float) -> None:
+        """A call's reservation ends (its real spending is `charge`d)."""
+        with self._lock:
+            self.reserved_tokens = max(0, self.reserved_tokens - tokens)
+            self.reserved_usd = max(0.0, self.reserved_usd - usd)
 
     def try_attempt(self) -> bool:
         """Count a retry about to be sent; False (and nothing counted) when a limit is reached."""

@@ -349,3 +349,13 @@ def test_calls_in_flight_hold_what_they_may_spend_so_parallel_calls_cannot_pass_
         outcomes = [c.exception() or c.result().text for c in calls]
     assert sum(isinstance(o, BudgetExhausted) for o in outcomes) == 1 and len(fake_openai.requests) == 1
     assert client.budget.reserved_tokens == 0  # the answered call's hold ended
+
+
+def test_an_empty_reply_is_not_served_from_the_cache(fake_openai, store):
+    fake_openai.reply("")  # a 200 with nothing in it (some servers, under load)
+    fake_openai.reply("```python\ndef annotate(example):\n    return None\n```")
+    client = make_client(fake_openai, store)
+    assert client.complete(MESSAGES, role="generator").text == ""
+    again = client.complete(MESSAGES, role="generator")  # the same request: asked again, not answered ""
+    assert not again.cached and "def annotate" in again.text and len(fake_openai.requests) == 2
+    assert client.complete(MESSAGES, role="generator").cached  # a good reply is cached as before

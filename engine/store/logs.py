@@ -41,8 +41,10 @@ class LogsMixin:
                  cost_usd, error, utc_now()])
 
     def cached_llm_reply(self, request_hash: str) -> str | None:
+        """The first good reply to this request; an empty one (a 200 with no choices, an error body) is none: it
+        would be served for free from then on instead of asking again."""
         rows = self._q("SELECT reply FROM llm_calls WHERE request_hash = ? AND error IS NULL AND reply IS NOT NULL "
-                       "ORDER BY recorded_at LIMIT 1", [request_hash])
+                       "AND trim(reply) <> '' ORDER BY recorded_at LIMIT 1", [request_hash])
         return rows[0][0] if rows else None
 
     def llm_spent(self) -> dict[str, float]:

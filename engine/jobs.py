@@ -53,6 +53,8 @@ class Job:
     stop_now: bool = False
     thread: threading.Thread | None = field(default=None, repr=False)
     started_at: float = field(default_factory=time.monotonic)
+    # called by a stop `now`: what cuts work that emits no event while it waits (an LLM call in flight)
+    cancel_hooks: list[Callable[[], Any]] = field(default_factory=list, repr=False)
 
     @property
     def running(self) -> bool:
@@ -63,9 +65,16 @@ class Job:
         return time.monotonic() - self.started_at
 
     def stop(self, now: bool = False) -> None:
-        """Ask the job to stop: after the current generation, or (`now`) at its next event."""
+        """Ask the job to stop: after the current generation, or (`now`) at its next event, cutting what its cancel
+        hooks can cut first (LLM calls in flight)."""
         self.stop_requested = True
         self.stop_now = self.stop_now or now
+        if now:
+            for hook in list(self.cancel_hooks):
+                try:
+                    hook()
+                except Exception:  # noqa: BLE001 - a stop must not fail: the job ends at its next event anyway
+                    pass
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the thread ends (tests, CLI); True when it has ended."""
@@ -150,6 +159,12 @@ class JobRegistry:
             job.status, job.message = STOPPED, "stopped"
             store.add_event(job.id, EventKind.STOPPED, {"now": True})
         except Exception as err:  # a job's failure is data: recorded, shown, never a crashed server
+            if job.stop_now:  # what a stop now cut (a cancelled LLM call) ends the job as stopped, not failed
+                job.status, job.message = STOPPED, "stopped"
+                store.add_event(job.id, EventKind.STOPPED, {"now": True})
+                store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
+                                 error=None, finished_at=utc_now())
+                return
             job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
             job.message = "failed"
             store.add_event(job.id, EventKind.FAILED, {"error": job.error, "trace": traceback.format_exc(limit=8)})
@@ -215,6 +230,8 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = D
         start = store.last_complete_generation()
         target = start + int(generations_more)
         chosen = proposer if proposer is not None else _proposer(agents, store, llm_overrides, secrets, budget)
+        if callable(getattr(chosen, "cancel", None)):  # Stop now cuts its calls in flight, not at their end
+            ctx.job.cancel_hooks.append(chosen.cancel)
 
         def on_event(kind: EventKind, payload: dict[str, Any]) -> None:
             ctx.emit(kind, payload)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +236,22 @@ def test_a_job_that_cannot_start_leaves_the_workspace_free(tmp_path):
         holder.wait()
     job = registry.start("evolve", ws, lambda ctx: "done")
     assert job.wait(30) and job.status == DONE
+
+
+def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(workdir, fake_openai):
+    from engine.agents.llm import LLMProposer
+    from engine.llm.client import LLMConfig, OpenAICompatibleClient
+
+    fake_openai.hang(60, then="too late")  # a one-request-at-a-time local server, slow to answer
+    client = OpenAICompatibleClient(LLMConfig(base_url=fake_openai.base_url, api_key="sk-test", timeout_s=120,
+                                              max_retries=0))
+    registry = JobRegistry()
+    job = start_evolve(workdir, 1, proposer=LLMProposer(client, n_per_role=1, parallel=1), registry=registry)
+    deadline = time.monotonic() + 30
+    while not fake_openai.requests and time.monotonic() < deadline:  # the call is on the wire
+        time.sleep(0.05)
+    assert fake_openai.requests
+    asked = time.monotonic()
+    job.stop(now=True)
+    assert job.wait(20) and time.monotonic() - asked < 10  # waited out the 60 s answer before
+    assert job.status == STOPPED and job.error is None

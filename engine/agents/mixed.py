@@ -27,6 +27,13 @@ class MixedProposer:
         self.on_event = on_event
         self.stopped: dict[str, str] = {}  # member name -> why it stopped
 
+    def cancel(self) -> None:
+        """Cut the calls in flight of every member that has any (the LLM agents)."""
+        for proposer in self.proposers:
+            cancel = getattr(proposer, "cancel", None)
+            if callable(cancel):
+                cancel()
+
     def propose(self, role: str, context: ProposalContext) -> list[Candidate]:
         out: list[Candidate] = []
         for proposer in self.proposers:

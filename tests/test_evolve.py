@@ -211,19 +211,29 @@ def test_rows_labeled_into_dev_while_the_candidates_run_get_their_votes(demo_sto
     assert stored.tolist() == expected and (stored != -1).any()
 
 
-def test_a_verdict_the_expert_gives_while_the_gate_weighs_a_candidate_wins(demo_store, executor, monkeypatch):
+def _expert_meanwhile(monkeypatch, act) -> None:
+    """`act(fresh)` (the generation's candidates) runs as the expert clicks, during the pool-sample sandbox run
+    just before the gate."""
     import engine.evolve as evolve_module
 
-    evolve(demo_store, OfflineProposer(), executor, 1)
-    judged = {}
     weigh = evolve_module.pool_evidence
 
-    def expert_meanwhile(executor, context, fresh):  # the sandbox run before the gate, as the expert clicks
-        judged["id"] = fresh[0].id
-        reject(demo_store, fresh[0].id, "a wrong cue for our guideline")
+    def acting(executor, context, fresh):
+        act(fresh)
         return weigh(executor, context, fresh)
 
-    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    monkeypatch.setattr(evolve_module, "pool_evidence", acting)
+
+
+def test_a_verdict_the_expert_gives_while_the_gate_weighs_a_candidate_wins(demo_store, executor, monkeypatch):
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    judged = {}
+
+    def reject_the_first(fresh):
+        judged["id"] = fresh[0].id
+        reject(demo_store, fresh[0].id, "a wrong cue for our guideline")
+
+    _expert_meanwhile(monkeypatch, reject_the_first)
     run_generation(demo_store, OfflineProposer(), executor, 2)
     assert demo_store.latest_verdicts()[judged["id"]] == ("reject", "human")  # the gate's later row had won
     assert judged["id"] not in demo_store.pool_ids()
@@ -234,17 +244,9 @@ def test_a_verdict_the_expert_gives_while_the_gate_weighs_a_candidate_wins(demo_
 
 def test_a_member_the_expert_rejects_while_a_generation_runs_is_out_of_the_pool_it_judges(demo_store, executor,
                                                                                            monkeypatch):
-    import engine.evolve as evolve_module
-
     evolve(demo_store, OfflineProposer(), executor, 1)
     member = demo_store.pool_ids()[0]
-    weigh = evolve_module.pool_evidence
-
-    def expert_meanwhile(executor, context, fresh):
-        reject(demo_store, member, "too broad")
-        return weigh(executor, context, fresh)
-
-    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    _expert_meanwhile(monkeypatch, lambda fresh: reject(demo_store, member, "too broad"))
     done = run_generation(demo_store, OfflineProposer(), executor, 2)
     pool = demo_store.pool_ids()
     assert member not in pool and member not in done.pool_ids
@@ -255,18 +257,10 @@ def test_a_member_the_expert_rejects_while_a_generation_runs_is_out_of_the_pool_
 
 def test_an_annotator_the_expert_approves_while_a_generation_runs_is_in_the_pool_it_judges(demo_store, executor,
                                                                                            monkeypatch):
-    import engine.evolve as evolve_module
-
     evolve(demo_store, _WithRareCandidate(), executor, 1)
     rare = next(a.id for a in demo_store.annotators() if a.name == "two_rows_by_heart")
     assert rare not in demo_store.pool_ids()  # rejected by the gate in generation 1
-    weigh = evolve_module.pool_evidence
-
-    def expert_meanwhile(executor, context, fresh):
-        approve(demo_store, rare, "we want it")
-        return weigh(executor, context, fresh)
-
-    monkeypatch.setattr(evolve_module, "pool_evidence", expert_meanwhile)
+    _expert_meanwhile(monkeypatch, lambda fresh: approve(demo_store, rare, "we want it"))
     done = run_generation(demo_store, OfflineProposer(), executor, 2)
     pool = demo_store.pool_ids()
     assert rare in pool and rare in done.pool_ids

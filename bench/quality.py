@@ -141,8 +141,13 @@ def imported(workdir: Path, name: str, seed: int, fresh: bool = False,
     store = Store.open(workdir)
     if not store.has_data():
         import_dataset(store, name, seed, audit_fraction)
-        load_embedding_cache(store, workdir.parent / f"embeddings-{name}.npz")
+        load_embedding_cache(store, embedding_cache(workdir, name))
     return store
+
+
+def embedding_cache(workdir: Path, name: str) -> Path:
+    """Where a dataset's sentence embeddings are cached for every workspace beside `workdir`."""
+    return workdir.parent / f"embeddings-{name}.npz"
 
 
 def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
@@ -168,7 +173,7 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
                 gate: dict | None = None, compiled: bool = True) -> dict:
     folder = SHARED / name
     store = imported(workdir, name, seed, fresh=not reuse, audit_fraction=audit_fraction)
-    cache = workdir.parent / f"embeddings-{name}.npz"
+    cache = embedding_cache(workdir, name)
     row: dict = {"dataset": name, "seed": seed, "dev": store.count_examples("dev"),
                  "audit": store.count_examples(AUDIT), "test": store.count_examples("test")}
     started = time.monotonic()

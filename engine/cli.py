@@ -136,7 +136,7 @@ def _llm_summary(proposer: Any) -> dict | None:
 
 def _warn_weak_sandbox(executor: Any) -> None:
     """One stderr line naming the sandbox layers that are off on this machine (`evopool doctor` says why each)."""
-    off = [name for name, state in executor.containment().items() if state.startswith("off")]
+    off = [name for name, state in executor.containment().items() if not state.startswith("on")]  # as weak_layers
     if off:
         print(f"sandbox: layers off on this machine: {', '.join(off)} (`evopool doctor` says why; "
               "EVOPOOL_SANDBOX_REQUIRE=all refuses to run without them)", file=sys.stderr, flush=True)

@@ -222,9 +222,10 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
         raise
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
     candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS, example_ids=fitness_ids).votes
-    candidates = []
+    candidates, ran = [], {}  # ran: the rows each one's dev run covered (its faults are over all of dev)
     for j, annotator in enumerate(fresh):
         run = store.voted_splits(annotator.id)["dev"]
+        ran[annotator.id] = int(run["n"])
         score = score_annotator(annotator.id, candidate_votes[:, j], y_dev, faults=run["faults"])
         store.save_score(score)
         candidates.append((annotator, candidate_votes[:, j], score))
@@ -234,7 +235,6 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                             "first_error": run["first_error"]})
 
     evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
-    ran = {a.id: int(store.voted_splits(a.id)["dev"]["n"]) for a in fresh}  # their faults are over all of dev
     locked = store.human_locked()
     # the pool the candidates are judged against is the one the expert has now: a member rejected since the
     # generation began is out, an annotator approved meanwhile (an edit, a restore, `pool add`) is in

@@ -329,12 +329,14 @@ def check_restored_copies(state: GenerationState, current: Sequence[CandidateRec
     it passes check 2's prune test against it (covers it, more precise), else is rejected (until no rejection brings
     another member back). Returns the newcomers that stay."""
     current = list(current)
+    if not state.pruned_by:  # the usual generation: nobody was pruned, so nobody can be back
+        return current
     fired = {**{k: v != ABSTAIN for k, v in state.columns.items()}, **{r.id: r.votes != ABSTAIN for r in current}}
     while True:
         staying = {r.id for r in current}
         back = [p for p, by in state.pruned_by.items() if by not in staying]
-        copy = next(((r, p, _jaccard(fired[r.id], fired[p])) for r in current if not r.forced for p in back
-                     if _jaccard(fired[r.id], fired[p]) > cfg.max_jaccard + _TOL), None)
+        pairs = ((r, p, _jaccard(fired[r.id], fired[p])) for r in current if not r.forced for p in back)
+        copy = next((pair for pair in pairs if pair[2] > cfg.max_jaccard + _TOL), None)
         if copy is None:
             return current
         record, member, similarity = copy

@@ -155,19 +155,17 @@ class JobRegistry:
             job.status = STOPPED if job.stop_requested else DONE
             job.progress = 1.0 if job.status == DONE else job.progress
             job.message = "stopped" if job.status == STOPPED else "finished"
-        except JobStopped:
-            job.status, job.message = STOPPED, "stopped"
-            store.add_event(job.id, EventKind.STOPPED, {"now": True})
         except Exception as err:  # a job's failure is data: recorded, shown, never a crashed server
-            if job.stop_now:  # what a stop now cut (a cancelled LLM call) ends the job as stopped, not failed
+            # a stop now ends it as stopped, whether its sink raised JobStopped or what the stop cut raised (a
+            # cancelled LLM call)
+            if isinstance(err, JobStopped) or job.stop_now:
                 job.status, job.message = STOPPED, "stopped"
                 store.add_event(job.id, EventKind.STOPPED, {"now": True})
-                store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
-                                 error=None, finished_at=utc_now())
-                return
-            job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
-            job.message = "failed"
-            store.add_event(job.id, EventKind.FAILED, {"error": job.error, "trace": traceback.format_exc(limit=8)})
+            else:
+                job.status, job.error, job.exception = FAILED, f"{type(err).__name__}: {err}", err
+                job.message = "failed"
+                store.add_event(job.id, EventKind.FAILED, {"error": job.error,
+                                                          "trace": traceback.format_exc(limit=8)})
         store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
                          error=job.error, finished_at=utc_now())
 

@@ -125,8 +125,14 @@ def _looks_like_code(text: str) -> bool:
 def check_source(source: str) -> str:
     """Check annotator source and return it normalised (`ast.unparse`: comments and layout dropped). Code nested
     too deep for the checker's own recursion is rejected, never an error of the checker's."""
+    return _checked(source)[1]
+
+
+def _checked(source: str) -> tuple[ast.Module, str]:
+    """The checked tree and its normalised source; code nested too deep for the checker's recursion is rejected."""
     try:
-        return ast.unparse(_checked_tree(source)) + "\n"
+        tree = _checked_tree(source)
+        return tree, ast.unparse(tree) + "\n"
     except (RecursionError, MemoryError) as exc:
         raise CodeRejected(f"the code is nested too deeply to check ({type(exc).__name__})") from None
 
@@ -342,8 +348,7 @@ def make_annotator(candidate: Candidate, generation: int, author: str = "agent")
     source = candidate.source
     if "```" in source:
         source = extract_code(source)
-    normalised = check_source(source)
-    tree = ast.parse(normalised)
+    tree, normalised = _checked(source)
     annotator_id = code_hash(normalised)
     name = clean_text(candidate.name.strip() or _docstring_title(tree) or f"{candidate.agent}-{annotator_id[:6]}")
     return Annotator(

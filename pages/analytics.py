@@ -98,10 +98,11 @@ else:
                           "disagreement (bits)": entropy[top].round(3)})
     for c, label in enumerate(task.labels):
         shown[f"votes {label}"] = counts[:, c]
-    if split == "dev":  # each row's whole label set on a multi-label task, not its first label
-        golds = store.gold("dev")
-        shown["gold"] = [export.label_separator(store).join(task.labels[c] for c in np.flatnonzero(golds[i]))
-                         if golds.ndim == 2 else task.labels[golds[i]] for i in top]
+    if split == "dev":  # each row's whole label set on a multi-label task (as the export writes it)
+        shown_rows = rows.reset_index()
+        gold = dict(zip(shown_rows["id"], export.dev_gold(store, shown_rows, task.labels, task.multi_label),
+                        strict=True))
+        shown["gold"] = [gold[ids[i]] for i in top]
     st.dataframe(shown, hide_index=True)
 
 st.subheader("Where the pool is weak")

@@ -166,7 +166,7 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
     if not {"auto", "auto-text"} <= set(rows.index):
         return None
     auto, text = rows.loc["auto"], rows.loc["auto-text"]
-    uses_pool = auto.get("uses_pool") is True or auto.get("uses_pool") == 1
+    uses_pool = auto.get("uses_pool") == 1  # True; a NaN (no such figure) is not
     ours, theirs = float(auto["macro_f1"]), float(text["macro_f1"])
     versus = f"{ours:.3f} dev macro-F1 (out-of-fold) against {theirs:.3f} for the best model without the pool " \
              f"(auto-text: {text.get('chosen', '')})"

@@ -40,7 +40,7 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> No
                           key=f"regression_table_{listed}", column_config={
                               "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                             format="%.2f")})
-    if not picked.selection.rows or picked.selection.rows[0] >= len(wrong):
+    if not picked.selection.rows:
         return
     row = wrong.iloc[picked.selection.rows[0]]
     like = similar_rows(store, row["text"])

@@ -1,9 +1,15 @@
 """Shared fixtures: the bundled demo, ../shared/data (skipped where absent), fresh workspaces."""
 from __future__ import annotations
 
+import base64
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
@@ -41,3 +47,24 @@ def store(tmp_path: Path):
     """An empty workspace on a real DuckDB file."""
     yield Store.open(tmp_path / "ws")
     Store.close_all()
+
+
+def values(array: list | dict) -> list:
+    """A plotly trace's values: plotly writes numeric arrays typed (base64 `bdata` and a dtype), others as lists."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+@contextmanager
+def held_by_another_process(workdir: Path) -> Iterator[None]:
+    """The workspace at `workdir` held open by another process (an `evopool run`) for the block's length."""
+    script = ("import time; from engine.store.workspace import Store; "
+              f"Store.open({str(workdir)!r}); print('open', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()

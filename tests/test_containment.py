@@ -592,13 +592,13 @@ def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherit
 def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
         "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))
+    # the probe finds the cache at load (a missing one faults the run rather than vote "held"), then looks in it
     snoop = hostile("snoop", """
-        caches = [m._CODE_CACHE for m in list(sys.modules.values()) if hasattr(m, "_CODE_CACHE")]
-        assert caches, "no code cache found"
-        others = [source for cache in caches for source in cache if "_CODE_CACHE" not in source]  # not itself
+        others = [source for cache in CACHES for source in cache if "_CODE_CACHE" not in source]  # not itself
         if not any("secret-cue-of-another-user" in source for source in others):
             raise LookupError("nothing to read")
-        """)
+        """, prelude="CACHES = [m._CODE_CACHE for m in list(sys.modules.values()) if hasattr(m, '_CODE_CACHE')]\n"
+                     "assert CACHES, 'no code cache found'\n")
     with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the snoop forks from the same zygote
         ex.run([secret], EXAMPLES, LABELS)
         (result,) = ex.run([snoop], EXAMPLES, LABELS)

@@ -3,16 +3,14 @@
 auto, the same aggregator auto chose, the same pool size, generation, row counts and annotator precision."""
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
-from conftest import DEMO_CSV
+from conftest import DEMO_CSV, values
 from streamlit.testing.v1 import AppTest
 from test_cli import evopool
 
@@ -82,9 +80,7 @@ def test_evolve_and_analytics_show_the_pool_dev_macro_f1_eval_gives_for_mv(built
     assert metrics(at)["Complete generations"] == str(built["mv"]["generation"])
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     line = next(t for t in spec["data"] if t.get("name") == "dev macro-F1")  # no audit rows: all of dev
-    y = line["y"]
-    if isinstance(y, dict):  # plotly's typed array
-        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"])
+    y = values(line["y"])
     assert round(float(y[-1]), 4) == pytest.approx(expected, abs=1e-4)
     at = render("pages/analytics.py")
     assert metrics(at)["Dev macro-F1"] == f"{expected:.3f}"

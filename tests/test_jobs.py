@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import held_by_another_process
 
 from engine.domain import Candidate, DevScores, SoftLabels
 from engine.events import EventKind
@@ -215,25 +216,14 @@ def test_labels_job_labels_every_row_and_saves_them(workdir):
 
 
 def test_a_job_that_cannot_start_leaves_the_workspace_free(tmp_path):
-    import subprocess
-    import sys
-
     ws = tmp_path / "busy"
     Store.open(ws)
     Store.close_all()
-    script = ("import time; from engine.store.workspace import Store; "
-              f"Store.open({str(ws)!r}); print('open', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
-                              stdout=subprocess.PIPE, text=True)
     registry = JobRegistry()
-    try:
-        assert holder.stdout.readline().strip() == "open"
+    with held_by_another_process(ws):
         with pytest.raises(WorkspaceLocked):
             registry.start("evolve", ws, lambda ctx: None)
         assert registry.running(ws, "evolve") is None  # was left "running" with no thread: every start refused
-    finally:
-        holder.kill()
-        holder.wait()
     job = registry.start("evolve", ws, lambda ctx: "done")
     assert job.wait(30) and job.status == DONE
 

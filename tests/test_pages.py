@@ -5,16 +5,14 @@ a workspace get their own copy, seeded the same way.
 """
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from conftest import held_by_another_process, values
 from streamlit.testing.v1 import AppTest
 
 from engine import export, score
@@ -80,6 +78,11 @@ def import_and_wait(at: AppTest, workdir: Path) -> None:
     job = REGISTRY.latest(workdir, "import")
     assert job is not None and job.wait(60)
     at.run()
+
+
+def charts(at: AppTest) -> list[dict]:
+    """Every plotly chart on screen, as its JSON spec."""
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def table_with(at: AppTest, column: str) -> pd.DataFrame:
@@ -438,8 +441,7 @@ def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_r
     assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness"
     assert "none of MUSIC" in metric.proto.help and f"{fitness:.3f} on the fitness rows" in metric.proto.help
     # the timeline beside it draws the same comparison, generation by generation
-    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    lines = {t.get("name"): t for c in charts if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
+    lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
     assert lines["fitness macro-F1 (classes with audit rows)"]["y"] == pytest.approx([fitness])
     assert lines["audit macro-F1"]["y"] == pytest.approx([audit])
 
@@ -461,11 +463,10 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
     # contributions are measured where the gate measures them: on the fitness rows
-    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    bars = next(c for c in charts if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
+    bars = next(c for c in charts(at) if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
     fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes
     expected = score.marginal_contributions(fitness_votes, store.label_indices(FITNESS), 2)
-    shown = np.frombuffer(base64.b64decode(bars["x"]["bdata"]), dtype=bars["x"]["dtype"])  # plotly's typed array
+    shown = values(bars["x"])
     assert sorted(shown) == pytest.approx(sorted(expected))
     job = start_labels(home / "audited", "auto", compare=False)
     assert job.wait(300) and job.status == "done", job.error
@@ -568,12 +569,9 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     at = run("topics", "pages/analytics.py")
     assert "Dev macro-F1" in metrics(at)
     # the dev share of each class counts label sets, as the Labels screen's class balance does (not first labels)
-    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    bars = next(t for c in charts for t in c["data"] if t.get("name") == "share of the class in dev")
+    bars = next(t for c in charts(at) for t in c["data"] if t.get("name") == "share of the class in dev")
     store = Store.open(workdir)
-    shares = bars["y"]
-    if isinstance(shares, dict):  # plotly's typed array
-        shares = np.frombuffer(base64.b64decode(shares["bdata"]), dtype=shares["dtype"]).tolist()
+    shares = values(bars["y"])
     assert shares == pytest.approx(list(score.class_shares(store.gold("dev"), 3)))
     assert sum(shares) > 1.0  # rows with two labels count for both
 
@@ -751,17 +749,10 @@ def test_a_malformed_wrench_folder_and_a_locked_workspace_are_messages_not_trace
     assert any(e.value.startswith("wrench could not be read") or "label.json" in e.value for e in at.error), \
         [e.value for e in at.error]
     # another process (an `evopool run`) holds a workspace the expert opens
-    script = ("import sys, time; from engine.store.workspace import Store; "
-              f"Store.open({str(tmp_path / 'bad' / 'busy')!r}); print('open', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "open"
+    with held_by_another_process(tmp_path / "bad" / "busy"):
         at = run("busy")
         assert not at.exception, [e.value for e in at.exception]
         assert any("in use by another process" in e.value for e in at.error), [e.value for e in at.error]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(home):
@@ -845,7 +836,7 @@ def test_the_disagreement_filter_sees_the_pool_rows_once_a_labels_job_voted_on_t
     at.selectbox(key="aggregator").set_value("mv").run()
     at.toggle(key="browse_disputed").set_value(True).run()
     at.selectbox(key="browse_split").set_value("pool").run()
-    assert "0 matching rows" in " ".join(n.label for n in at.number_input)  # nothing known about the pool yet
+    assert "; 0 matching rows)" in " ".join(n.label for n in at.number_input)  # nothing known about the pool yet
     job = start_labels(home / "disputed", "mv", compare=False)  # votes every member on every row
     assert job.wait(180) and job.status == "done", job.error
     at.run()
@@ -865,8 +856,7 @@ def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_po
     at = run("judged", "pages/analytics.py")
     metric = next(m for m in at.metric if m.label == "Audit macro-F1")
     assert metric.delta == f"{audit - fitness:+.3f} vs fitness"
-    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    lines = {t.get("name"): t for c in charts if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
+    lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
     assert lines["fitness macro-F1"]["y"][-1] == pytest.approx(fitness)  # was the stored, pre-verdict figure
     assert lines["audit macro-F1"]["y"][-1] == pytest.approx(audit)
     stored = store.generations()["dev_macro_f1_after"].iloc[-1]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
@@ -37,6 +38,11 @@ class EvolveConfig:
     pseudo_labels: bool = True  # guess the pool sample with a dev-fitted text classifier (engine/pseudo_labels.py)
 
 
+def frame_inputs(frame: pd.DataFrame) -> list[dict]:
+    """What an annotator reads of each row of `store.examples_frame(...)`: its fields and its text."""
+    return [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=True)]
+
+
 def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,
                  on_event: EventSink = quiet) -> None:
     """Run the sandbox for every annotator that has no stored votes on `split` yet."""
@@ -45,7 +51,7 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
         return
     task = store.load_task()
     frame = store.examples_frame(split)
-    inputs = [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=False)]
+    inputs = frame_inputs(frame)
     on_event(EventKind.EXECUTING, {"split": split, "annotators": len(missing), "examples": len(inputs)})
 
     def progress(done: int, total: int) -> None:
@@ -60,8 +66,8 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
     done = set(ids)
     while joined := sorted(set(store.example_ids(split)) - done):
         late = store.examples_frame(split, ids=joined)
-        inputs = [{**f, "text": t} for f, t in zip(late["fields"].tolist(), late["text"].tolist(), strict=True)]
-        for annotator, result in zip(missing, executor.run(missing, inputs, list(task.labels)), strict=True):
+        for annotator, result in zip(missing, executor.run(missing, frame_inputs(late), list(task.labels)),
+                                     strict=True):
             store.add_votes(annotator.id, late["id"].tolist(), result.votes)
         done.update(joined)
 

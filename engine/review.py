@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
-from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
+from engine.evolve import build_context, ensure_votes, frame_inputs, next_generation_config, pool_evidence
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator
@@ -92,7 +92,7 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
         return EditPreview(None, err.reason, None, parent_score, None, parent_contribution, empty)
     task = store.load_task()
     frame = store.examples_frame(FITNESS)
-    inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=False)]
+    inputs = frame_inputs(frame)
     result = executor.run([annotator], inputs, list(task.labels))[0]
     score = score_annotator(annotator.id, result.votes, store.gold(FITNESS), faults=result.faults)
     contribution = _contribution(store, result.votes, exclude=parent.id if parent else None)

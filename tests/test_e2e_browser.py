@@ -92,8 +92,15 @@ def _shot(page, name: str) -> None:
 
 
 def _idle(page, timeout: float = 30_000) -> None:
-    """Wait until Streamlit has finished the current script run."""
+    """Wait until Streamlit has finished the current script run: its status widget gone and no element left stale
+    (a run keeps the last run's elements, faded, until it ends; one that moved shows twice meanwhile)."""
     page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=timeout)
+    page.wait_for_selector("[data-testid='stElementContainer'][data-stale='true']", state="detached", timeout=timeout)
+
+
+def _live(page):
+    """The elements of the current run, without the faded ones a run in progress has not yet replaced."""
+    return page.locator("[data-testid='stElementContainer']:not([data-stale='true'])")
 
 
 def _pick(page, label: str, option_text: str) -> None:
@@ -127,7 +134,7 @@ def _choose(page, label: str, option: str) -> None:
     """Choose `option` exactly in a selectbox by keyboard (retried: here a click may only focus the box)."""
     from playwright.sync_api import expect
 
-    box = page.get_by_role("combobox", name=label)
+    box = _live(page).get_by_role("combobox", name=label)
     for _ in range(3):
         box.click()
         page.wait_for_timeout(300)

@@ -507,7 +507,7 @@ def _proba(pred: np.ndarray, k: int = 2) -> np.ndarray:
 @pytest.mark.parametrize("extra_wrong, demoted", [(1, True), (25, False)])
 def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_sure(extra_wrong, demoted):
     """Majority vote ahead of EvoAgg by one audit row stays behind it; ahead by 25 rows it leads."""
-    from engine.aggregators.auto import AutoAggregator
+    from engine.aggregators.auto import AutoAggregator, _Judge
 
     y = np.array([0] * 88 + [1] * 12)
     mv = y.copy()
@@ -519,7 +519,7 @@ def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_
     ranked = auto._demote_unsure_vote_only(["mv", "evoagg[embedding]", "embedding-only"],
                                           {"evoagg[embedding]", "embedding-only"},
                                           {"mv": _proba(mv), "evoagg[embedding]": _proba(text),
-                                           "embedding-only": _proba(text)}, y, rows)
+                                           "embedding-only": _proba(text)}, _Judge(y, rows, 2))
     if demoted:
         assert ranked == ["evoagg[embedding]", "mv", "embedding-only"] and auto.demoted_ == ["mv"]
     else:
@@ -644,3 +644,27 @@ def test_auto_on_an_empty_pool_chooses_from_the_text_and_evoagg_of_silent_votes_
     silent[0, 0] = 1  # fires on one row only: a fold's training rows may hold no vote at all
     proba = EvoAgg(2, feature=None).fit(silent[1:], y[1:]).predict_proba(silent)
     assert np.allclose(proba, proba[0]) and proba[0].sum() == pytest.approx(1.0)
+
+
+def test_auto_judges_every_candidate_over_the_classes_the_audit_rows_hold():
+    """Vote readers are judged on the audit rows, text readers on all dev rows: both over the classes the audit gold
+    holds. A class too small for audit rows (here 8 dev rows) counts for no one, and a vote reader that names it
+    on an audit row is not charged a 0 for a class that row set cannot judge (it had scored 0.10 below a text model
+    right on every class it could be judged on)."""
+    from sklearn.metrics import f1_score
+
+    from engine.aggregators.auto import _Judge
+
+    y = np.array([0] * 200 + [1] * 200 + [2] * 8)
+    audit = np.flatnonzero(y < 2)[::5]
+    predicted = y.copy()
+    predicted[audit[:3]] = 2  # three audit rows of class 0 named class 2
+    predicted[400:404] = 0  # half the small class missed
+    judge = _Judge(y, audit, 3)
+    assert judge.classes.tolist() == [True, True, False]
+    proba = np.eye(3)[predicted]
+    on_audit = f1_score(y[audit], predicted[audit], labels=[0, 1], average="macro")
+    on_dev = f1_score(y, predicted, labels=[0, 1], average="macro")
+    assert judge.score(proba, "evoagg[embedding]") == pytest.approx(on_audit)
+    assert judge.score(proba, "embedding-only") == pytest.approx(on_dev)
+    assert _Judge(y, None, 3).classes.all()  # judged on all dev rows: every class dev holds

@@ -75,6 +75,29 @@ def test_student_learns_from_the_teachers_labels_of_the_unlabeled_rows(data):
     assert np.allclose(taught.predict_proba(silent, rows(X, test)), taught.predict_proba(votes[test], rows(X, test)))
 
 
+def test_rows_no_annotator_votes_on_teach_nothing_under_a_teacher_that_reads_only_the_votes(data):
+    """Majority vote answers dev's class prior where nobody votes: on an unbalanced dev that named the largest class
+    with weight 0.5 on every such row, so the student learnt "no vote: class 0". Those rows now teach nothing, as
+    rows with no votes at all teach nothing; a teacher that reads text knows something of every row."""
+    from engine.aggregators.evoagg import EvoAgg
+    from engine.aggregators.student import reads_text
+
+    X, y, votes, dev, pool, test = data
+    dev = np.concatenate([np.flatnonzero(y == 0)[:9], np.flatnonzero(y == 1)[:3]])  # 3 to 1
+    pool = np.setdiff1d(pool, dev)
+    silent = np.full_like(votes[pool], ABSTAIN)
+
+    def student(**unlabeled):
+        return StudentAggregator(2, lambda: MajorityVote(2), "mv", ("tfidf",)).fit(
+            votes[dev], y[dev], rows(X, dev), **unlabeled)
+
+    alone, taught = student(), student(unlabeled_votes=silent, unlabeled_X=rows(X, pool))
+    assert taught.n_pseudo_ == len(pool)
+    assert np.allclose(alone.predict_proba(votes[test], rows(X, test)), taught.predict_proba(votes[test], rows(X, test)))
+    assert not reads_text(MajorityVote(2)) and not reads_text(EvoAgg(2, feature=None))
+    assert reads_text(EvoAgg(2, feature="tfidf"))
+
+
 def test_student_keeps_only_the_most_frequent_sparse_columns(data):
     X = data[0]["tfidf"]
     (kept,) = frequent_columns([X], limit=5)
@@ -260,11 +283,11 @@ def test_the_pools_ranking_demotes_a_vote_only_model_against_the_best_vote_reade
     judge = _Judge(y, np.arange(len(y)), 2)
     text_readers = {c.name for c in candidates if c.reads_text}
     # auto's ranking: behind the text model, majority vote still leads EvoAgg (the vote readers in its order)
-    assert auto._demote_unsure_vote_only(ranked, text_readers, oof, y, judge.audit, record=False) == [
+    assert auto._demote_unsure_vote_only(ranked, text_readers, oof, judge, record=False) == [
         "embedding-only", "mv", "evoagg[embedding]"]
-    assert auto._pool_ranking(ranked, candidates, oof, y, judge, record=False) == ["evoagg[embedding]", "mv"]
+    assert auto._pool_ranking(ranked, candidates, oof, judge, record=False) == ["evoagg[embedding]", "mv"]
     assert auto.demoted_ == []
-    auto._pool_ranking(ranked, candidates, oof, y, judge, record=True)
+    auto._pool_ranking(ranked, candidates, oof, judge, record=True)
     assert auto.demoted_ == ["mv"]
 
 
@@ -315,12 +338,14 @@ def test_a_teacher_keeps_its_place_only_if_it_wins_every_bootstrap_draw():
     teacher = np.eye(2)[y] * 0.8 + 0.1
     student = teacher.copy()
     student[[0, 1, 2]] = teacher[[0, 1, 2], ::-1]  # wrong on three rows the teacher gets right
-    auto, judged = AutoAggregator(2, seed=0), np.arange(100)
-    assert auto._surely_better(teacher, student, y, 0.9, judged)
-    assert not auto._surely_better(teacher, student, y, auto.student_confidence, judged)
+    from engine.aggregators.auto import _Judge
+
+    auto, judged, judge = AutoAggregator(2, seed=0), np.arange(100), _Judge(y, None, 2)
+    assert auto._surely_better(teacher, student, judge, 0.9, judged)
+    assert not auto._surely_better(teacher, student, judge, auto.student_confidence, judged)
     far_better = student.copy()
     far_better[:30] = np.eye(2)[1 - y[:30]] * 0.8 + 0.1  # the student is wrong on thirty rows: surely worse
-    assert auto._surely_better(teacher, far_better, y, auto.student_confidence, judged)
+    assert auto._surely_better(teacher, far_better, judge, auto.student_confidence, judged)
 
 
 def test_prior_bias_brings_the_picked_class_shares_to_the_target():

@@ -170,17 +170,29 @@ class _Judge:
     audit: np.ndarray | None  # positions of the audit rows; None when too few to judge on
     n_classes: int
 
+    @property
+    def classes(self) -> np.ndarray:
+        """(k,) bool: the classes every candidate's macro-F1 averages over, wherever it is judged: those the
+        judging gold holds (the audit rows' when there are audit rows). A class too small to have audit rows
+        cannot be judged for a vote reader, so it counts for no one; and a class a model names where the gold
+        has none is not a 0 averaged in for that model alone."""
+        gold = self.y if self.audit is None else self.y[self.audit]
+        return np.bincount(gold, minlength=self.n_classes)[:self.n_classes] > 0
+
     def rows(self, name: str) -> np.ndarray:
         """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere); all dev
         rows for what reads only text (a student included): honest there, and five times as many rows. Audit
-        rows are a random share of dev, so both estimate the same quantity."""
+        rows are a random share of dev, so on the same classes (`classes`) both estimate the same quantity."""
         if self.audit is not None and reads_votes(name) and not name.startswith("student<"):
             return self.audit
         return np.arange(len(self.y))
 
     def score(self, proba: np.ndarray, name: str) -> float:
-        rows = self.rows(name)
-        return macro_f1(self.y[rows], proba[rows].argmax(axis=1), self.n_classes)
+        return self.f1(proba.argmax(axis=1), self.rows(name))
+
+    def f1(self, predicted: np.ndarray, rows: np.ndarray) -> float:
+        """Macro-F1 of `predicted` (one class per dev row) on `rows`, over `classes`."""
+        return macro_f1(self.y[rows], predicted[rows], self.n_classes, classes=self.classes)
 
 
 @dataclass
@@ -294,10 +306,10 @@ class AutoAggregator(BaseAggregator):
         ordered = sorted(board.scores, key=lambda name: -board.scores[name])  # stable: ties keep the simpler first
         ranked = ordered
         if self.pool_only:
-            ranked = self._pool_ranking(ordered, candidates, board.oof, y, judge, record=True)
+            ranked = self._pool_ranking(ordered, candidates, board.oof, judge, record=True)
         elif judge.audit is not None:
             text_readers = {c.name for c in candidates if c.reads_text}
-            ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, y, judge.audit)
+            ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, judge)
         chosen = self._best_or_average(board, ranked, judge)
         student = None
         if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0:
@@ -314,7 +326,7 @@ class AutoAggregator(BaseAggregator):
                             else None)
             # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader
             # that reads text): its choice among them also teaches a student
-            pool_ranked = ranked if self.pool_only else self._pool_ranking(ordered, candidates, board.oof, y, judge,
+            pool_ranked = ranked if self.pool_only else self._pool_ranking(ordered, candidates, board.oof, judge,
                                                                            record=False)
             chosen, student = self._weigh_students(board, chosen, ranked, pool_ranked, judge, votes_selected, v, y,
                                                    feats, folds, unlabeled, text_teacher)
@@ -413,7 +425,7 @@ class AutoAggregator(BaseAggregator):
             takes_over = self._beats(board, name, chosen, unjudged) or (unjudged and reads_votes(chosen)
                                                                          and not chosen.startswith("student<"))
             if not takes_over and teacher == chosen:  # its own teacher keeps its place only when surely better
-                takes_over = not self._surely_better(board.oof[chosen], proba, y, self.student_confidence,
+                takes_over = not self._surely_better(board.oof[chosen], proba, judge, self.student_confidence,
                                                      judge.rows(chosen))
             if takes_over:
                 chosen, student = name, (teacher, views, model, False)
@@ -432,7 +444,7 @@ class AutoAggregator(BaseAggregator):
         margin = self.selected_min_gain if unjudged and reads_votes(name) and not reads_votes(chosen) else 0.0
         return board.scores[name] > board.scores[chosen] + margin + 1e-12
 
-    def _pool_ranking(self, ranked: list[str], candidates: list[Ingredient], oof: dict[str, np.ndarray], y: np.ndarray,
+    def _pool_ranking(self, ranked: list[str], candidates: list[Ingredient], oof: dict[str, np.ndarray],
                       judge: _Judge, record: bool) -> list[str]:
         """The vote readers of `ranked`; with audit rows, a vote-only one ranks above the best that also reads text
         only when surely better (`_demote_unsure_vote_only`, which `record`s what it demoted)."""
@@ -440,10 +452,10 @@ class AutoAggregator(BaseAggregator):
         if judge.audit is None:
             return pool
         readers = {c.name for c in candidates if c.reads_text and reads_votes(c.name)}
-        return self._demote_unsure_vote_only(pool, readers, oof, y, judge.audit, record)
+        return self._demote_unsure_vote_only(pool, readers, oof, judge, record)
 
     def _demote_unsure_vote_only(self, ranked: list[str], text_readers: set[str], oof: dict[str, np.ndarray],
-                                 y: np.ndarray, judged: np.ndarray, record: bool = True) -> list[str]:
+                                 judge: _Judge, record: bool = True) -> list[str]:
         """A candidate that reads only the votes ranks above the best text reader only if it beats it on the
         audit rows in at least `confidence` of paired bootstrap resamples. A hundred audit rows hold a dozen of a
         small class, so one row decides between them; a vote-only model ignores the text and labels nothing
@@ -453,8 +465,8 @@ class AutoAggregator(BaseAggregator):
         if best_text is None:
             return ranked
         cut = ranked.index(best_text)
-        unsure = [n for n in ranked[:cut] if not self._surely_better(oof[n], oof[best_text], y, self.confidence,
-                                                                    judged)]
+        unsure = [n for n in ranked[:cut] if not self._surely_better(oof[n], oof[best_text], judge, self.confidence,
+                                                                    judge.audit)]
         if not unsure:
             return ranked
         if record:
@@ -463,15 +475,17 @@ class AutoAggregator(BaseAggregator):
         at = rest.index(best_text) + 1
         return rest[:at] + unsure + rest[at:]
 
-    def _surely_better(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, confidence: float, rows: np.ndarray
+    def _surely_better(self, a: np.ndarray, b: np.ndarray, judge: _Judge, confidence: float, rows: np.ndarray
                        ) -> bool:
-        """Whether probabilities `a` beat `b` in macro-F1 on `rows` in `confidence` of paired bootstrap draws."""
+        """Whether probabilities `a` beat `b` in macro-F1 (over the judge's classes) on `rows` in `confidence` of
+        paired bootstrap draws."""
         rng = np.random.default_rng(self.seed)
-        pa, pb, truth = a[rows].argmax(axis=1), b[rows].argmax(axis=1), y[rows]
+        pa, pb, truth = a[rows].argmax(axis=1), b[rows].argmax(axis=1), judge.y[rows]
         wins = 0
         for _ in range(self.bootstrap):
             draw = rng.integers(0, len(rows), len(rows))
-            wins += macro_f1(truth[draw], pa[draw], self.n_classes) > macro_f1(truth[draw], pb[draw], self.n_classes)
+            wins += (macro_f1(truth[draw], pa[draw], self.n_classes, classes=judge.classes)
+                     > macro_f1(truth[draw], pb[draw], self.n_classes, classes=judge.classes))
         return wins >= confidence * self.bootstrap
 
     def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],

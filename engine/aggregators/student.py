@@ -32,9 +32,20 @@ from engine.aggregators.base import (
     take_rows,
 )
 from engine.aggregators.block_lr import Block, BlockLogisticRegression
+from engine.domain import ABSTAIN
 
 DEV_WEIGHT = 3.0  # a gold dev label counts as much as this many fully confident pseudo-labels
 MAX_UNLABELED = 4000  # the student learns from a seeded sample of this many unlabeled rows at most
+
+
+def reads_text(aggregator: object) -> bool:
+    """Whether a fitted aggregator reads text features: an average of several when any of them does (auto's
+    teachers), a linear model when it has a feature (EvoAgg, TextOnly); vote-only models (majority vote, weighted,
+    Dawid-Skene, EvoAgg over the votes alone) read none."""
+    members = getattr(aggregator, "members", None)
+    if members is not None:
+        return any(reads_text(m) for m in members)
+    return getattr(aggregator, "feature", None) is not None
 
 
 def unlabeled_sample(n: int, seed: int, limit: int = MAX_UNLABELED) -> np.ndarray:
@@ -119,14 +130,19 @@ def keep_columns(blocks: Sequence[Block], columns: list[np.ndarray | None] | Non
 
 
 def fit_student(F_dev: Sequence[Block], y_dev: np.ndarray, F_unl: Sequence[Block], teacher_proba: np.ndarray,
-                n_classes: int, C: float, max_iter: int = 300) -> BlockLogisticRegression | np.ndarray:
+                n_classes: int, C: float, max_iter: int = 300, informed: np.ndarray | None = None
+                ) -> BlockLogisticRegression | np.ndarray:
     """An LR on dev (gold, weight DEV_WEIGHT) plus the unlabeled rows (the teacher's argmax, weighted by how
-    far its probability stands above chance: rows the teacher knows nothing about, e.g. where no annotator
-    votes, teach nothing). A constant prior when only one class is present. F_dev and F_unl (column blocks)
-    must already be restricted to the columns the student reads (see `frequent_columns`)."""
+    far its probability stands above chance). Rows the teacher knows nothing about teach nothing: those where
+    `informed` (bool per unlabeled row, None: all) is False, e.g. rows no annotator votes on for a teacher that
+    reads only the votes (it answers dev's class prior there, which would teach "no vote: the largest class").
+    A constant prior when only one class is present. F_dev and F_unl (column blocks) must already be restricted
+    to the columns the student reads (see `frequent_columns`)."""
     chance = 1.0 / n_classes
     pseudo = teacher_proba.argmax(axis=1).astype(np.int64)
     weight_unl = np.clip((teacher_proba.max(axis=1, initial=0.0) - chance) / (1.0 - chance), 0.0, 1.0)
+    if informed is not None:
+        weight_unl = np.where(informed, weight_unl, 0.0)
     y = np.concatenate([y_dev, pseudo]).astype(np.int64)
     w = np.concatenate([np.full(len(y_dev), DEV_WEIGHT), weight_unl])
     if np.unique(y).size < 2:
@@ -224,15 +240,16 @@ class StudentAggregator(BaseAggregator):
             sampled = take_rows(unlabeled_X, rows)  # before the design (row-wise): not all 100K rows per fit
             F_unl = student_design(sampled, self.views, len(rows))
             P = teacher.predict_proba(uv[rows], sampled)
+            informed = None if reads_text(teacher) else (uv[rows] != ABSTAIN).any(axis=1)
             if shift_X is None and len(shift):
                 shift_X = take_rows(unlabeled_X, shift)
         else:
-            F_unl, P = [b[:0] for b in F_dev], np.zeros((0, self.n_classes))
+            F_unl, P, informed = [b[:0] for b in F_dev], np.zeros((0, self.n_classes)), None
         self.columns_ = frequent_columns(F_unl if F_unl[0].shape[0] > F_dev[0].shape[0] else F_dev,
                                          self.max_columns)
         F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
-        self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C)
+        self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C, informed=informed)
         # what `match_prior` would shift by: toward dev's class shares, on unlabeled rows it did not learn from when
         # there are any (on its own sample it is surer of its teacher's classes, so offsets fitted there overshoot)
         unseen = (student_proba(self.model_, F_unl, self.n_classes) if shift_X is None

@@ -250,6 +250,23 @@ def test_second_import_into_same_workspace_is_refused(tmp_path, demo_csv):
     assert store.count_examples() == 2056
 
 
+@pytest.mark.parametrize("write", ["save_task", "set_meta", "add_examples"])
+def test_an_import_cut_short_at_any_write_can_be_run_again(tmp_path, demo_csv, monkeypatch, write):
+    """Ctrl-C between the import's writes: the rows had landed before the task, so the workspace held data (a
+    second import was refused) and no task (every command failed on it)."""
+    store = Store.open(tmp_path / "ws")
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, write, cut)
+        with pytest.raises(KeyboardInterrupt):
+            import_path(store, demo_csv)
+    report = import_path(store, demo_csv)
+    assert store.count_examples() == 2056 and store.load_task().labels == report.labels == ("HAM", "SPAM")
+
+
 def test_wrench_folder_hides_weak_labels_and_caps_dev(tmp_path, shared_data):
     store = Store.open(tmp_path / "ws")
     report = import_path(store, shared_data / "youtube", IngestOptions(dev_size=100))

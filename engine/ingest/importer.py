@@ -272,11 +272,13 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     described = {label: text for label, text in opts.label_descriptions.items() if label in labels}
     task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=described,
                 instructions=opts.instructions, fields=field_names, multi_label=opts.multi_label)
-    store.add_examples(dataset, source, clean)
+    # the rows last, in one transaction: until they land the workspace holds no data, so an import cut short
+    # (Ctrl-C, a kill) can simply be run again; rows without a task had left a workspace no command could open
     store.save_task(task)
     store.set_meta("ingest", {"dev_size": opts.dev_size, "audit_fraction": opts.audit_fraction, "seed": opts.seed,
                               "source": source, "multi_label": opts.multi_label,
                               "label_separator": opts.label_separator})
+    store.add_examples(dataset, source, clean)
     return ImportReport(dataset, len(clean), store.split_counts(), labels, tuple(problems), tuple(notes))
 
 

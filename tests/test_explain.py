@@ -79,3 +79,17 @@ def test_a_small_class_rejection_says_the_gate_asks_as_many_fires_as_the_class_h
     decision = run_gate([], np.zeros((30, 0), dtype=int), {}, [entry], y, 2, RAW).decisions[0]
     words = explain(decision.verdict, decision.reasons, entry[2], "spam", 30, chance_precision(votes, y, 2))
     assert "fires on only 2 dev rows; the gate needs 3 (its class has only 3 dev rows: label more" in words.text()
+
+
+def test_a_precision_weighed_with_the_unlabeled_samples_guesses_is_explained_with_both():
+    """The gate's usual precision verdict pools dev's fires with a text classifier's agreement on the unlabeled
+    sample; its wording had matched neither of explain's patterns, so the expert read the raw reason, or nothing
+    of it beside another failure."""
+    entries = [(Annotator(id="c", name="c", source="", agent="generator", generation=1), column([20, 21, 22, 0]),
+                score_annotator("c", column([20, 21, 22, 0]), Y))]
+    decision = run_gate([], np.zeros((30, 0), dtype=int), {}, entries, Y, 2, GateConfig(),
+                        pool_evidence={"c": (0.05, 100)}).decisions[0]
+    assert decision.verdict == "reject" and any("unlabeled sample" in r for r in decision.reasons)
+    text = explain(decision.verdict, decision.reasons, entries[0][2], "spam", 30, 1 / 3, names={}).text()
+    assert "only about 0.05 of its votes" in text and "under the 0.30 a generator must reach" in text
+    assert "fires on only 4 dev rows" in text  # the other failure stays

@@ -170,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
         report = import_path(store, args.data, opts)
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
               file=sys.stderr, flush=True)
-    gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
+    gate = _gate_config(args.gate_config)
     config = EvolveConfig(gate=gate, seed=args.seed)
     started = time.monotonic()
     on_event = _progress(args.verbose)
@@ -300,15 +300,27 @@ def cmd_pool_add(args: argparse.Namespace) -> dict:
     if args.file is None:
         raise UsageError("pool add needs the annotator's FILE")
     source = args.file.read_text(encoding="utf-8")
-    gate = GateConfig.from_dict(json.loads(Path(args.gate_config).read_text())) if args.gate_config else GateConfig()
+    gate = _gate_config(args.gate_config)
     with CompiledExecutor() as executor:
         result = submit(args.store, executor, source, args.name or "", args.approve, gate)
     if not result["added"]:
         print(json.dumps(result))
         why = "; ".join(str(r) for r in result["reasons"])
+        if result["verdict"] == "in pool":
+            raise NotAdded(f"not added: {why}")
         raise NotAdded(f"not added: the {'checks' if result['verdict'] == 'refused' else 'gate'} said {why}"
                        + ("" if result["verdict"] == "refused" else " (--approve adds it anyway)"))
     return result
+
+
+def _gate_config(path: str | None) -> GateConfig:
+    """--gate-config's file, or the defaults; a file that does not hold gate settings is an error naming it."""
+    if not path:
+        return GateConfig()
+    try:
+        return GateConfig.from_dict(json.loads(Path(path).read_text()))
+    except ValueError as err:  # json's decode error is one too
+        raise ValueError(f"{path}: {err}") from err
 
 
 def cmd_describe(args: argparse.Namespace) -> dict:

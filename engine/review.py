@@ -177,8 +177,13 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     if preview.annotator is None or preview.score is None or preview.votes is None:
         return {"added": False, "verdict": "refused", "reasons": [preview.error], "id": None, "name": name}
     annotator, score = preview.annotator, preview.score
+    if annotator.id in store.pool_ids():  # the same code: judged as a newcomer it "joined" and got locked
+        member = store.annotator(annotator.id)
+        return {"added": False, "verdict": "in pool", "id": annotator.id, "name": member.name if member else name,
+                "reasons": [f"already in the pool as {member.name if member else annotator.id}: nothing to add"],
+                "pool_size": len(store.pool_ids())}
     task = store.load_task()
-    pool_ids = [i for i in store.pool_ids() if i != annotator.id]
+    pool_ids = store.pool_ids()
     ensure_votes(store, executor, pool_ids, "dev")
     # the pool-sample evidence a generation weighs for every candidate (the sample the next one would draw), so
     # `pool add` and a generation give one annotator the same verdict

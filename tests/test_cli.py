@@ -182,6 +182,14 @@ def _pool_add(capsys, *args: str) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+def main_stderr(capsys, *args: str) -> tuple[int, str]:
+    """`evopool ARGS` in process: its exit code and the last line it printed on stderr."""
+    from engine.cli import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_pool_add_submits_an_expert_file_like_the_editor(tmp_path, demo_csv, capsys):
     ws = str(tmp_path / "ws")
     _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
@@ -192,6 +200,14 @@ def test_pool_add_submits_an_expert_file_like_the_editor(tmp_path, demo_csv, cap
     code, result = _pool_add(capsys, str(good), "--workdir", ws, "--name", "free prize")
     assert code == 0 and result["added"] and result["verdict"] == "accept" and not result["approved_over_gate"]
     assert result["name"] == "free prize" and result["fires"] > 0 and result["pool_size"] == 1
+    # the same code again is a member, not a newcomer: it had "joined" (pool size unchanged) and been locked
+    code, again = _pool_add(capsys, str(good), "--workdir", ws, "--name", "another name")
+    assert code == 1 and not again["added"] and again["verdict"] == "in pool" and again["pool_size"] == 1
+    assert again["name"] == "free prize" and "already in the pool as free prize" in again["reasons"][0]
+    shaped = tmp_path / "shaped.json"
+    shaped.write_text("[1, 2]")  # valid JSON, not gate settings: an error line naming the file, no traceback
+    assert main_stderr(capsys, "pool", "add", str(good), "--workdir", ws, "--gate-config", str(shaped)) == (
+        1, f"error: {shaped}: gate settings are an object of setting: number, not list")
 
     weak = tmp_path / "weak.py"
     weak.write_text('def annotate(example):\n    return "HAM" if len(example["text"]) % 7 == 0 else None\n')

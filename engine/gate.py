@@ -38,6 +38,22 @@ from engine.score import (
 _TOL = 1e-9  # float slack, so 0.35 - 0.30 counts as a 0.05 margin
 
 
+def _setting(name: str, value: Any, kind: type) -> float:
+    """A gate setting as its type: a number or a number's text (a whole one for a count), else a ValueError
+    naming it."""
+    given = value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"gate setting {name}: {given!r} is not a number")
+    if kind is int and value != int(value):
+        raise ValueError(f"gate setting {name}: {given!r} is a count, so a whole number")
+    return kind(value)
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """Gate thresholds; every one is configurable per project."""
@@ -59,13 +75,15 @@ class GateConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> GateConfig:
         """Build from a (possibly partial) mapping; unknown keys are an error, not silently ignored."""
+        if values is not None and not isinstance(values, Mapping):
+            raise ValueError(f"gate settings are an object of setting: number, not {type(values).__name__}")
         values = dict(values or {})
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ValueError(f"unknown gate setting(s) {unknown}; known: {sorted(fields)}")
-        typed = {k: (int(v) if isinstance(fields[k].default, int) else float(v)) for k, v in values.items()}
-        return cls(**typed)
+        return cls(**{k: _setting(k, v, int if isinstance(fields[k].default, int) else float)
+                      for k, v in values.items()})
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)

@@ -1,6 +1,8 @@
 """Each gate rule on its own, on a 20-row dev split: rows 0-9 are class 0, rows 10-19 class 1."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -258,6 +260,12 @@ def test_gate_config_from_dict():
     assert GateConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown gate setting"):
         GateConfig.from_dict({"min_firez": 3})
+    # valid JSON of the wrong shape is a ValueError naming what is wrong (the CLI prints it), not a TypeError
+    for bad, says in (([1, 2], "an object"), ({"min_fires": None}, "min_fires: None is not a number"),
+                      ({"min_fires": "abc"}, "min_fires: 'abc' is not a number"),
+                      ({"min_fires": 2.7}, "a whole number"), ({"max_jaccard": True}, "not a number")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            GateConfig.from_dict(bad)
 
 
 def test_pool_evidence_can_sink_a_candidate_that_dev_alone_would_keep():

@@ -82,6 +82,11 @@ def test_price_table_defaults_prefixes_and_files(tmp_path: Path):
     assert from_json.cost("gpt-4o", 1_000_000, 0) == pytest.approx(2.5)  # defaults kept
     (tmp_path / "p.toml").write_text('"qwen2.5" = [0.5, 0.5]\n')
     assert PriceTable.from_file(tmp_path / "p.toml").cost("qwen2.5-7b", 1_000_000, 1_000_000) == pytest.approx(1.0)
+    # valid JSON of the wrong shape: a ValueError naming the file (the CLI prints it), not a TypeError
+    for bad in ('[1]', '{"m": 1}', '{"m": {"in": 1}}', '{"m": [1, "x"]}'):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(ValueError, match="bad.json"):
+            PriceTable.from_file(tmp_path / "bad.json")
 
 
 def test_budget_counts_calls_exactly_across_threads():

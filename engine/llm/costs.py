@@ -43,11 +43,17 @@ class PriceTable:
         """Defaults overlaid with a JSON/TOML file of `model = [in, out]` or `{input = .., output = ..}`."""
         path = Path(path)
         raw = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{path}: prices are an object of model: [input, output] USD per 1M tokens")
         prices = dict(DEFAULT_PRICES)
         for model, entry in raw.items():
-            pair = (entry["input"], entry["output"]) if isinstance(entry, Mapping) else tuple(entry)
-            if len(pair) != 2:
-                raise ValueError(f"{path}: price of {model!r} should be [input, output] USD per 1M tokens")
+            if isinstance(entry, Mapping):
+                pair = (entry.get("input"), entry.get("output"))
+            else:
+                pair = tuple(entry) if isinstance(entry, (list, tuple)) else (entry,)
+            if len(pair) != 2 or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in pair):
+                raise ValueError(f"{path}: price of {model!r} should be [input, output] USD per 1M tokens, "
+                                 f"not {entry!r}")
             prices[model] = (float(pair[0]), float(pair[1]))
         return cls(prices)
 

@@ -29,10 +29,10 @@ from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
 from engine.llm.presets import PRESETS
-from engine.store.workspace import Store, WorkspaceLocked
+from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
 
 # What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
-DOMAIN_ERRORS = (IngestError, WorkspaceLocked, LLMError, ValueError, OSError,  # ValueError: e.g. a bad gate file
+DOMAIN_ERRORS = (IngestError, WorkspaceUnavailable, LLMError, ValueError, OSError,  # ValueError: e.g. a bad gate file
                  CorpusError, OutputError, EngineUnavailable)
 
 
@@ -481,11 +481,24 @@ def _one_line(err: BaseException) -> str:
     return lines[0] + (": " + "; ".join(lines[1:]) if len(lines) > 1 else "")
 
 
+def _discard_if_empty(args: argparse.Namespace) -> None:
+    """A `run` whose first import failed leaves no empty workspace behind (one with data is never touched)."""
+    if args.command == "run" and getattr(args, "store", None) is not None:
+        try:
+            Store.discard_empty(args.workdir)
+        except (WorkspaceUnavailable, OSError):  # best effort: the error being reported matters more
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error
     try:
-        args.store = Store.open(args.workdir) if getattr(args, "workdir", None) else None
+        workdir = getattr(args, "workdir", None)
+        if workdir and args.command != "run" and not (Path(workdir) / DB_NAME).is_file():
+            # a mistyped --workdir: say so without leaving an empty workspace there
+            raise NoData(f"there is no workspace in {workdir}: import data with `evopool run DATA --workdir {workdir}`")
+        args.store = Store.open(workdir) if workdir else None
         if args.store is not None and args.command != "run" and not args.store.has_data():
             raise NoData(f"the workspace {args.workdir} holds no data: import it with "
                          f"`evopool run DATA --workdir {args.workdir}`")
@@ -493,11 +506,14 @@ def main(argv: list[str] | None = None) -> int:
             args.store.set_meta("embedder", args.embedder)
         result = args.handler(args)
     except UsageError as err:
+        _discard_if_empty(args)
         args.parser.error(str(err))  # exits 2
     except (*DOMAIN_ERRORS, NoData, NotAdded, MissingExtra) as err:
+        _discard_if_empty(args)
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _discard_if_empty(args)
         print("interrupted: what completed is kept in the workspace", file=sys.stderr)
         return 130
     if result is not None:

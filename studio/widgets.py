@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.jobs import REGISTRY, Job
-from engine.store.workspace import Store, WorkspaceLocked
+from engine.store.workspace import Store, WorkspaceLocked, WorkspaceUnavailable
 from studio import queries, state, workspace
 from studio.refresh import AppRefresh
 
@@ -69,7 +69,7 @@ def _task_name(name: str) -> str | None:
         return None
     try:
         store = workspace.open_store(name)
-    except WorkspaceLocked:  # another process has it: the page's own store check says so, in words
+    except WorkspaceUnavailable:  # locked or damaged: the page's own store check says so, in words
         return None
     return store.load_task().name if store.has_data() else None
 
@@ -85,7 +85,7 @@ def current_store() -> Store | None:
         return None
     try:
         return workspace.open_store(name)
-    except WorkspaceLocked as err:
+    except WorkspaceUnavailable as err:
         st.error(str(err))
         return None
 
@@ -131,6 +131,9 @@ def sidebar() -> None:
                 facts = workspace.summary(current)
             except WorkspaceLocked:
                 st.error("This workspace is open in another program (an `evopool` run or another studio).")
+                return
+            except WorkspaceUnavailable as err:
+                st.error(str(err))
                 return
             if facts["rows"]:
                 st.caption(f"{facts['task']} · {facts['rows']:,} rows · labels {', '.join(facts['labels'])}  \n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.ingest.importer import ImportReport, IngestOptions, import_path
-from engine.store.workspace import DB_NAME, Store, WorkspaceLocked
+from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CSV = ROOT / "data" / "demo" / "youtube_spam.csv"
@@ -70,7 +70,7 @@ def _taken(name: str) -> bool:
     """Whether an existing workspace is no place for a fresh import: it holds data, or another process has it."""
     try:
         return open_store(name).has_data()
-    except WorkspaceLocked:
+    except WorkspaceUnavailable:  # another process has it, or it is damaged: not to be overwritten
         return True
 
 

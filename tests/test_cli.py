@@ -138,6 +138,8 @@ def test_bad_input_is_a_one_line_domain_error_not_a_traceback(tmp_path):
 
 def test_a_workspace_without_data_is_a_domain_error_for_eval_export_and_pool(tmp_path):
     ws = str(tmp_path / "empty")
+    Store.open(ws)  # a workspace with no rows (a studio's new one): closed again for the subprocesses to open
+    Store.close_all()
     for command in (["eval"], ["export", "--out", str(tmp_path / "x.csv")], ["pool"]):
         _, out = evopool(*command, "--workdir", ws)
         assert out.returncode == 1, (command, out.stderr)
@@ -152,8 +154,9 @@ def test_usage_errors_exit_2_with_the_usage(tmp_path):
         _, out = evopool(*args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("usage: evopool") and "Traceback" not in out.stderr
-    # the last one: a new workspace needs DATA, which only the workspace's state shows
+    # the last one: a new workspace needs DATA, which only the workspace's state shows; none is left behind
     assert "evopool run: error: the workspace is empty: give DATA to import" in out.stderr
+    assert not (tmp_path / "ws").exists()
 
 
 def test_version_is_the_package_version():
@@ -300,3 +303,21 @@ def test_a_run_with_model_code_names_the_sandbox_layers_this_machine_lacks(capsy
         _warn_weak_sandbox(executor)
         everything_on = all(v.startswith("on") for v in executor.containment().values())
     assert (capsys.readouterr().err == "") == everything_on
+
+
+def test_a_mistyped_or_damaged_workdir_is_an_error_that_leaves_nothing_behind(tmp_path, capsys):
+    """A read-only command on a folder with no workspace had created one (an empty, migrated DuckDB file); a
+    damaged file had been reported as "in use by another process"; a `run` whose first import failed had left an
+    empty workspace."""
+    nowhere = tmp_path / "typo"
+    code, line = main_stderr(capsys, "eval", "--workdir", str(nowhere))
+    assert code == 1 and line.startswith(f"error: there is no workspace in {nowhere}") and not nowhere.exists()
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "workspace.duckdb").write_text("garbage")
+    code, line = main_stderr(capsys, "pool", "--workdir", str(damaged))
+    assert code == 1 and "damaged or not a workspace" in line and "in use" not in line
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\n,\n")
+    code, line = main_stderr(capsys, "run", str(bad), "--workdir", str(tmp_path / "fresh"), "--generations", "0")
+    assert code == 1 and line.startswith("error:") and not (tmp_path / "fresh").exists()

@@ -34,8 +34,16 @@ from engine.store.sql import utc_now
 DB_NAME = "workspace.duckdb"
 
 
-class WorkspaceLocked(RuntimeError):
+class WorkspaceUnavailable(RuntimeError):
+    """The workspace file cannot be opened."""
+
+
+class WorkspaceLocked(WorkspaceUnavailable):
     """Another process (often a running studio) holds the workspace file."""
+
+
+class WorkspaceDamaged(WorkspaceUnavailable):
+    """The workspace file is not a readable DuckDB database (truncated, overwritten)."""
 
 
 class Store(ExamplesMixin, PoolMixin, LogsMixin):
@@ -60,10 +68,14 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
                 try:
                     conn = duckdb.connect(str(path))
                 except duckdb.IOException as err:
-                    raise WorkspaceLocked(
-                        f"workspace {path} is in use by another process (close the studio or the "
-                        f"other `evopool` run first): {err}"
-                    ) from err
+                    if "lock" in str(err).lower():  # DuckDB: "Could not set lock on file ..."
+                        raise WorkspaceLocked(
+                            f"workspace {path} is in use by another process (close the studio or the "
+                            f"other `evopool` run first): {err}"
+                        ) from err
+                    raise WorkspaceDamaged(f"cannot open workspace {path}: the file is damaged or not a "
+                                           f"workspace ({err}); restore it from a copy or use another "
+                                           f"--workdir") from err
                 cls._connections[str(path)] = conn
                 store = cls(conn, path)
                 store._migrate()

@@ -211,6 +211,19 @@ def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
         read_table(broken)
 
 
+def test_jsonl_rows_break_at_newlines_only(tmp_path):
+    """U+2028, U+2029, \\x85 and \\x0c are legal raw inside a JSON string (ensure_ascii=False writes them so, as
+    does our own JSONL export): they must not split a row; a Windows "\\r\\n" still ends one."""
+    rows = [{"text": f"line{sep}break", "label": "ab"[i % 2]} for i, sep in enumerate("\u2028\u2029\x85\x0c")]
+    rows.append({"text": "after them", "label": "b"})
+    path = tmp_path / "d.jsonl"
+    path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8",
+                    newline="")
+    frame = read_table(path)
+    assert frame["text"].tolist() == [r["text"] for r in rows]
+    assert frame.index.tolist() == [0, 1, 2, 3, 4]  # each row's line, as problems name it
+
+
 def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
     """JSON's "\\ud800" escape parses to a lone surrogate, which no store takes: its row is named, the rest
     imports (it used to sink the whole file with an encoding error that named no row)."""

@@ -100,7 +100,10 @@ def _surrogate_reason(field: str) -> str:
 
 def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
     records, index, problems = [], [], []
-    for i, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() also breaks at U+2028, U+2029, \x85 and \x0c, which JSON strings may hold raw
+    # (json.dumps(ensure_ascii=False) and our own JSONL export write them so)
+    for i, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

@@ -246,6 +246,21 @@ def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
         read_wrench(folder)
 
 
+def test_missing_cells_are_blank_and_integers_stay_integers(tmp_path):
+    """A key missing from some JSONL rows reads as NaN, and an int column with a gap as floats: a missing id is
+    an empty id (not a second id 'nan'), a missing split is drawn like a blank one (not the unknown split 'nan'),
+    and the labels and ids are 1, not 1.0."""
+    rows = [{"id": i, "text": f"words of row {i}", "label": i % 2, "split": "dev"} for i in range(1, 5)]
+    rows += [{"id": 5, "text": "no split and no label"}, {"text": "no id here"}, {"text": "nor here"}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    plan = plan_import(read_table(path), IngestOptions(dev_size=20))
+    assert [str(p) for p in plan.problems] == ["row 6: empty id", "row 7: empty id"]
+    assert plan.labels == ("0", "1")
+    assert plan.rows["id"].tolist() == ["1", "2", "3", "4", "5"]
+    assert plan.rows.set_index("id").loc["5", "split"] == "pool"
+
+
 def test_parquet_round_trip(tmp_path):
     frame = pd.DataFrame({"text": ["one", "two", "three", "four"], "label": ["a", "b", "a", "b"],
                           "split": ["dev", "dev", "pool", "test"]})

@@ -93,11 +93,21 @@ def with_text_column(frame: pd.DataFrame, opts: IngestOptions) -> IngestOptions:
 
 
 # ---- validating ----------------------------------------------------------------------------------
+def cell_text(value) -> str:
+    """An id, split or label cell as the text the user wrote ("" when blank).
+
+    A missing value (None, NaN, pd.NA) is blank, not "nan"; an integral float is shown as its int: a JSONL or
+    Parquet column of ints with one missing value reads as floats, and its 1 must stay "1", not "1.0"."""
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
 def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
     """A cell's label name, or None when blank. Integer cells index into `labels` when names are known."""
-    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
-        return None
-    text = str(value).strip()
+    text = cell_text(value)
     if text == "":
         return None
     if labels is not None and text not in labels and text.lstrip("-").isdigit():
@@ -173,7 +183,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
             problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}"))
             continue
-        row_id = str(row_ids[i]).strip() if has_id else str(row_no)
+        row_id = cell_text(row_ids[i]) if has_id else str(row_no)
         if not row_id:
             problems.append(RowProblem(row_no, "empty id"))
             continue
@@ -188,7 +198,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
             continue
         split = None
         if has_split:
-            cell = str(cells[i]).strip().lower()
+            cell = cell_text(cells[i]).lower()
             split = SPLIT_ALIASES.get(cell) if cell else None
             if cell and split is None:
                 problems.append(RowProblem(row_no, f"unknown split {cell!r} (use pool, dev or test)"))

@@ -9,7 +9,7 @@ import streamlit as st
 
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.importer import ImportReport, IngestOptions, plan_import
+from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
 from engine.ingest.readers import read_rows, read_wrench
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
@@ -172,15 +172,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
 
 
 def _labels_in(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> tuple[str, ...]:
-    """The label names found in a column (a sample); with a separator, each cell may hold several."""
+    """Every label name found in a column, read as the import reads a cell; with a separator, a cell may hold
+    several. The whole column: a cut-down set makes the import refuse every row of a label left out."""
     if column is None:
         return ()
     values = frame[column].dropna()
     if separator:  # multi-label: split joined cells, unpack list cells (JSONL)
         values = values.map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else str(v).split(separator))
         values = values.explode().dropna()
-    values = values.astype(str).str.strip()
-    return tuple(sorted(v for v in values.unique()[:1000] if v))[:50]
+    return tuple(sorted(v for v in values.map(cell_text).unique() if v))
 
 
 def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:

@@ -132,6 +132,27 @@ def test_ragged_csv_names_every_bad_row_and_the_good_rows_can_be_imported(tmp_pa
     assert report.n_rows == 27 and [p.row for p in report.skipped] == [4, 9, 12]
 
 
+def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path):
+    """The quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97
+    rows after it without a word, and its message named the last line, not the quote's."""
+    lines = ["id,text,label", *(f"{i},row {i} text here,{'pos' if i % 2 else 'neg'}" for i in range(1, 101))]
+    lines[3] = '3,"this quote never closes,pos'
+    path = tmp_path / "unclosed.csv"
+    path.write_text("\n".join(lines) + "\n")
+    for skip in (False, True):
+        store = Store.open(tmp_path / f"ws-{skip}")
+        with pytest.raises(IngestError, match="quote opened on line 4 .* runs to line 101"):
+            import_path(store, path, IngestOptions(skip_bad_rows=skip))
+        assert store.count_examples() == 0
+
+
+def test_a_quoted_cell_over_several_lines_is_one_row(tmp_path):
+    rows = [(str(i), f"first line {i}\nsecond \"line\", {i}", "ab"[i % 2]) for i in range(6)]
+    path = write_csv(tmp_path / "multi.csv", rows, ("id", "text", "label"))  # the last row ends the file quoted
+    frame = read_table(path)
+    assert frame["text"].tolist() == [r[1] for r in rows]
+
+
 def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     path = write_csv(tmp_path / "labeled.csv", _legal_rows(60, 0), ("id", "text", "note", "label"))
     report = import_path(Store.open(tmp_path / "ws"), path, IngestOptions(dev_size=500))

@@ -124,17 +124,29 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
 
 
 def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
-    """CSV / TSV cells as strings (empty cells stay ""); a row with more or fewer cells than the header is a problem."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    """CSV / TSV cells as strings (empty cells stay ""); a row with more or fewer cells than the header is a problem.
+
+    A quote left open swallows every line after it into one cell, so the rows it took are never seen: a record
+    that runs to the end of the file inside a quote, or that spans several lines and has the wrong cell count,
+    refuses the file (naming the line where it started) rather than becoming one skippable bad row."""
+    lines = io.StringIO(text, newline="").readlines()  # the lines as the reader counts them
+    reader = csv.reader(lines, delimiter=sep)
     try:
         header = next(reader)
         rows, index, problems = [], [], []
+        end = reader.line_num
         for row_no, cells in enumerate(reader, start=1):
+            start, end = end + 1, reader.line_num  # the record's first and last line of the file
             if not cells:  # a blank line
                 continue
+            if end > start and (len(cells) != len(header) or _open_quote_at_eof(lines, start, end)):
+                raise IngestError(f"{name}: the quote opened on line {start} is not closed where it should be: "
+                                  f"the record starting there runs to line {end}"
+                                  f"{' (the end of the file)' if end == len(lines) else ''} and takes the "
+                                  f"{end - start} line(s) after it as one cell; close or remove that quote")
             if len(cells) != len(header):
                 problems.append(RowProblem(row_no, f"{len(cells)} cells where the header has {len(header)} "
-                                                   f"(line {reader.line_num} of the file; a stray "
+                                                   f"(line {start} of the file; a stray "
                                                    f"{'separator' if len(cells) > len(header) else 'line break'} or "
                                                    "an unclosed quote?)"))
                 continue
@@ -147,6 +159,12 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     if repeated:
         raise IngestError(f"{name}: the header names column(s) {', '.join(map(repr, repeated))} more than once")
     return pd.DataFrame(rows, columns=header, index=pd.Index(index, dtype="int64"), dtype=str), problems
+
+
+def _open_quote_at_eof(lines: list[str], start: int, end: int) -> bool:
+    """Whether the record on lines start..end (1-based) ends the file inside a quoted cell: quotes come in pairs
+    in a closed record (an escaped quote is doubled), so an odd count means the last one never closed."""
+    return end == len(lines) and sum(line.count('"') for line in lines[start - 1:end]) % 2 == 1
 
 
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:

@@ -63,7 +63,7 @@ def read_problems_table(problems: list[RowProblem], what: str) -> None:
         return
     st.warning(f"{len(problems):,} row(s) of the file {what}; the preview shows the readable rows. Fix them in the "
                "file, or tick **Import the good rows and skip the bad ones** below.")
-    st.dataframe(pd.DataFrame([(p.row, p.reason) for p in problems], columns=["row", "problem"]),
+    st.dataframe(pd.DataFrame([(p.place, p.reason) for p in problems], columns=["row", "problem"]),
                  hide_index=True, height=min(300, 38 + 35 * len(problems)))
 
 
@@ -263,7 +263,7 @@ def show_problems(store: Store) -> None:
     if not isinstance(err, IngestError):
         st.error(f"The import failed: {job.error}")
         return
-    problems = [(p.row, p.reason) for p in err.problems]
+    problems = [(p.place, p.reason) for p in err.problems]
     st.error(f"Nothing was imported. {str(err).splitlines()[0]}")
     if problems:
         table = pd.DataFrame(problems, columns=["row", "problem"])
@@ -280,5 +280,5 @@ def show_report(report: ImportReport) -> None:
         st.caption(note)
     if report.skipped:
         st.warning(f"Skipped {len(report.skipped)} bad row(s):")
-        st.dataframe(pd.DataFrame([(p.row, p.reason) for p in report.skipped], columns=["row", "problem"]),
+        st.dataframe(pd.DataFrame([(p.place, p.reason) for p in report.skipped], columns=["row", "problem"]),
                      hide_index=True)

@@ -282,6 +282,45 @@ def test_missing_cells_are_blank_and_integers_stay_integers(tmp_path):
     assert plan.rows.set_index("id").loc["5", "split"] == "pool"
 
 
+def wrench_folder(path, label_json: str = '{"0": "neg", "1": "pos"}', **files: str):
+    """A WRENCH folder with this label.json and these split files (train=..., valid=..., test=...)."""
+    path.mkdir()
+    (path / "label.json").write_text(label_json)
+    for split, text in files.items():
+        (path / f"{split}.json").write_text(text)
+    return path
+
+
+def wrench_records(n: int, blank: int | None = None) -> str:
+    return json.dumps({str(i): {"data": {"text": "" if i == blank else f"text number {i}"}, "label": i % 2,
+                                "weak_labels": [0]} for i in range(n)})
+
+
+def test_a_wrench_row_problem_names_its_file_and_record(tmp_path):
+    """Not "row 36", its place in train, valid and test put together, which no file of the folder has."""
+    folder = wrench_folder(tmp_path / "w", train=wrench_records(30), valid=wrench_records(20, blank=5))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "ws"), folder, IngestOptions(dev_size=10))
+    assert [str(p) for p in err.value.problems] == ["valid.json record 5: empty text in column 'text'"]
+
+
+@pytest.mark.parametrize(("label_json", "files", "message"), [
+    ("{not json", {}, "label.json is not valid JSON"),
+    ('["neg", "pos"]', {}, "label.json must be a JSON object"),
+    ('{"0": "neg", "2": "pos"}', {}, "label.json must name the labels 0 to 1; it has no '1'"),
+    ('{"0": "neg", "1": "pos"}', {"test": '[{"data": {"text": "x y"}, "label": 0}]'},
+     "test.json must be a JSON object of records by id.*not a list"),
+    ('{"0": "neg", "1": "pos"}', {"valid": '{"3": "text"}'}, "valid.json, record 3: a record must be a JSON object"),
+    ('{"0": "neg", "1": "pos"}', {"valid": '{"3": {"data": "text"}}'},
+     "valid.json, record 3: its data must be a JSON object"),
+])
+def test_a_malformed_wrench_folder_is_an_ingest_error_naming_the_file(tmp_path, label_json, files, message):
+    """These crashed the CLI with a KeyError or an AttributeError traceback."""
+    folder = wrench_folder(tmp_path / "w", label_json, **{"train": wrench_records(4), **files})
+    with pytest.raises(IngestError, match=message):
+        import_path(Store.open(tmp_path / "ws"), folder)
+
+
 def test_parquet_round_trip(tmp_path):
     frame = pd.DataFrame({"text": ["one", "two", "three", "four"], "label": ["a", "b", "a", "b"],
                           "split": ["dev", "dev", "pool", "test"]})

@@ -167,31 +167,62 @@ def _open_quote_at_eof(lines: list[str], start: int, end: int) -> bool:
     return end == len(lines) and sum(line.count('"') for line in lines[start - 1:end]) % 2 == 1
 
 
+ROW_PLACES = "row_places"  # frame.attrs key: {row position: what names the row}, where "row N" would not
+
+
+def _json_object(path: Path, what: str) -> tuple[dict, str]:
+    """A WRENCH file's JSON, which must be an object, and its text; anything else is an IngestError naming the
+    file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except UnicodeDecodeError:
+        raise IngestError(f"{path.name} is not UTF-8 text; save it as UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise IngestError(f"{path.name} is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise IngestError(f"{path.name} must be a JSON object of {what}, not a {type(data).__name__}")
+    return data, text
+
+
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
 
-    The `weak_labels` are dropped here: annotators and agents must never see them.
+    The `weak_labels` are dropped here: annotators and agents must never see them. The frame's
+    `attrs[ROW_PLACES]` names each row by its file and record ("valid.json record 5"), for the row problems.
     """
     folder = Path(folder)
     label_file = folder / "label.json"
     if not label_file.exists():
         raise IngestError(f"{folder} is not a WRENCH folder: label.json is missing")
-    names = json.loads(label_file.read_text())
-    labels = tuple(names[str(i)] for i in range(len(names)))
-    rows = []
+    names, _ = _json_object(label_file, 'label names by index ({"0": "neg", "1": "pos"})')
+    missing = [str(i) for i in range(len(names)) if str(i) not in names]
+    if missing:
+        raise IngestError(f"label.json must name the labels 0 to {len(names) - 1}; it has no "
+                          f"{', '.join(map(repr, missing))} (its keys: {', '.join(map(repr, names))})")
+    labels = tuple(str(names[str(i)]) for i in range(len(names)))
+    rows, places = [], {}
     for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
         path = folder / f"{file_split}.json"
         if not path.exists():
             continue
-        text = path.read_text()
+        records, text = _json_object(path, 'records by id ({"0": {"data": {"text": ...}, "label": 0}})')
         escapes = SURROGATE_ESCAPE.search(text) is not None
-        for key, record in json.loads(text).items():
+        for key, record in records.items():
+            data = record.get("data", {}) if isinstance(record, dict) else None
+            if not isinstance(data, dict):
+                what = "its data" if isinstance(record, dict) else "a record"
+                raise IngestError(f"{path.name}, record {key}: {what} must be a JSON object "
+                                  '({"data": {"text": ...}, "label": 0})')
             field = lone_surrogate(record) if escapes else None
             if field is not None:
                 raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
-            data = dict(record.get("data", {}))
+            data = dict(data)
+            places[len(rows)] = f"{path.name} record {key}"
             rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
                          "label": record.get("label"), "split": split, **data})
     if not rows:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    return pd.DataFrame.from_records(rows), labels
+    frame = pd.DataFrame.from_records(rows)
+    frame.attrs[ROW_PLACES] = places
+    return frame, labels

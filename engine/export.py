@@ -141,7 +141,9 @@ def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
     elif fmt == "jsonl":
         frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
     else:
-        frame.to_parquet(buffer, index=False)
+        from engine.export_hf import arrow_safe  # pyarrow's half of the export; `datasets` is not imported
+
+        arrow_safe(frame).to_parquet(buffer, index=False)
     return buffer.getvalue()
 
 

@@ -89,3 +89,26 @@ def test_a_field_named_like_an_export_column_is_kept_as_field_name(store, tmp_pa
     assert (frame["field_n_votes"] == "taken").all() and (frame["field_field_n_votes"] == "3 of 5").all()
     assert frame["batch"].eq("b1").all() and frame["confidence"].eq("0.5").all() and frame["p_pos"].eq("0.5").all()
     assert set(frame["id"]) == {f"r{i}" for i in range(10)} and frame["split"].eq("dev").all()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "hf"])
+def test_a_field_of_mixed_types_is_exported_as_text_to_parquet_and_hugging_face(store, tmp_path, fmt):
+    """JSONL gives a field the type of each cell ("year": 2015 here, "unknown" there); Arrow wants one type per
+    column, and the export died with a pyarrow error. Such a column is written as text; missing stays missing."""
+    if fmt == "hf":
+        datasets = pytest.importorskip("datasets")
+    years = [2015, "unknown", None, 2016]
+    rows = [{"text": f"words of row {i}", "label": ("pos", "neg")[i % 2], "year": years[i % 4], "votes": i}
+            for i in range(12)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import_path(store, path, IngestOptions(dev_size=8))
+    out, _ = write_export(store, *uniform_labels(store), tmp_path / f"out.{fmt}", fmt)
+    if fmt == "hf":
+        back = pd.concat([split.to_pandas() for split in datasets.load_from_disk(str(out)).values()])
+    else:
+        back = pd.read_parquet(out)
+    year = back.set_index("text")["year"]
+    assert [year[r["text"]] for r in rows[:4] if r["year"] is not None] == ["2015", "unknown", "2016"]
+    assert pd.isna(year[rows[2]["text"]])
+    assert pd.api.types.is_integer_dtype(back["votes"])  # a field of one type keeps it

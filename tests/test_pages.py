@@ -824,6 +824,22 @@ def test_the_import_form_offers_every_label_of_a_many_class_file(tmp_path, monke
     assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
+def test_a_label_with_a_comma_survives_the_untouched_label_box(tmp_path, monkeypatch):
+    """The box joins the labels with ", " and was read back split on ",": 'yes, definitely' became two labels and
+    every row of it was refused."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "comma"))
+    Store.open(tmp_path / "comma" / "survey")
+    rows = [f'r{i},answer number {i} to the survey,"{("no", "yes, definitely")[i % 2]}"' for i in range(40)]
+    at = run("survey")
+    at.file_uploader(key="upload").upload("survey.csv", "\n".join(["id,text,label", *rows]).encode(), "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "no, yes, definitely"
+    assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
+    import_and_wait(at, tmp_path / "comma" / "survey")
+    assert not at.exception, [e.value for e in at.exception]
+    assert Store.open(tmp_path / "comma" / "survey").load_task().labels == ("no", "yes, definitely")
+
+
 def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home):
     from engine.llm.costs import Budget
 

@@ -50,11 +50,30 @@ def labeled_frame(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.
     order = position[frame["id"]].to_numpy()
     probs, hard, n_votes = soft.probs[order], hard[order], n_votes[order]
     out = pd.DataFrame({"id": frame["id"], "text": frame["text"], "split": frame["split"]})
+    ours = {*out.columns, *output_columns(task.labels)}
+    taken = ours | set(task.fields)
     for name in task.fields:
-        out[name] = [field_cell(f.get(name)) for f in frame["fields"]]
+        out[field_column(name, ours, taken)] = [field_cell(f.get(name)) for f in frame["fields"]]
     add_label_columns(out, task.labels, probs, hard, n_votes, soft.aggregator, label_separator(store))
     out["gold_label"] = dev_gold(store, frame, task.labels, task.multi_label)
     return out
+
+
+def output_columns(labels: tuple[str, ...]) -> set[str]:
+    """The columns an export writes besides id, text and split (both `label` and `labels`: a field is renamed
+    alike on a single- and a multi-label task)."""
+    return {"label", "labels", "confidence", "n_votes", "aggregator", "gold_label", *map(probability_column, labels)}
+
+
+def field_column(name: str, ours: set[str], taken: set[str]) -> str:
+    """A field's column in the export: its own name, or `field_<name>` where one of `ours` (the export's own
+    columns) has that name: a `confidence` column of the input was overwritten by ours without a word. `taken`
+    holds every column name in use and gets the one returned."""
+    column = name
+    while column in ours or (column != name and column in taken):
+        column = f"field_{column}"
+    taken.add(column)
+    return column
 
 
 def field_cell(value):
@@ -122,7 +141,9 @@ def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
     elif fmt == "jsonl":
         frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
     else:
-        frame.to_parquet(buffer, index=False)
+        from engine.export_hf import arrow_safe  # pyarrow's half of the export; `datasets` is not imported
+
+        arrow_safe(frame).to_parquet(buffer, index=False)
     return buffer.getvalue()
 
 

@@ -30,6 +30,24 @@ def hf_available() -> bool:
         return False
 
 
+def arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each object column Arrow cannot type (a field of mixed types, e.g. JSONL's `"year": 2015` on one
+    row and `"unknown"` on another) as strings, missing cells kept missing: Parquet and `datasets` need one type
+    per column and refused the whole export with a pyarrow error. Other columns are left as they are."""
+    import pyarrow as pa
+
+    out = frame
+    for column in frame.columns:
+        if frame[column].dtype != object:
+            continue
+        try:
+            pa.array(frame[column], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            out = out.copy() if out is frame else out
+            out[column] = [None if pd.api.types.is_scalar(v) and pd.isna(v) else str(v) for v in frame[column]]
+    return out
+
+
 def _class_ids(names: pd.Series, labels: tuple[str, ...]) -> list[int]:
     index = {label: i for i, label in enumerate(labels)}
     return [index.get(n, -1) if isinstance(n, str) else -1 for n in names]  # -1: no label (ClassLabel's "missing")
@@ -41,7 +59,7 @@ def dataset_dict(frame: pd.DataFrame, labels: tuple[str, ...], separator: str = 
         raise RuntimeError(HF_MISSING)
     from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
-    table = frame.copy()
+    table = arrow_safe(frame).copy()
     class_label = ClassLabel(names=list(labels))
     casts = {}
     if "label" in table:

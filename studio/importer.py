@@ -9,7 +9,7 @@ import streamlit as st
 
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.importer import ImportReport, IngestOptions, plan_import
+from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
 from engine.ingest.readers import read_rows, read_wrench
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
@@ -63,7 +63,7 @@ def read_problems_table(problems: list[RowProblem], what: str) -> None:
         return
     st.warning(f"{len(problems):,} row(s) of the file {what}; the preview shows the readable rows. Fix them in the "
                "file, or tick **Import the good rows and skip the bad ones** below.")
-    st.dataframe(pd.DataFrame([(p.row, p.reason) for p in problems], columns=["row", "problem"]),
+    st.dataframe(pd.DataFrame([(p.place, p.reason) for p in problems], columns=["row", "problem"]),
                  hide_index=True, height=min(300, 38 + 35 * len(problems)))
 
 
@@ -147,7 +147,9 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
-        labels = tuple(x.strip() for x in label_text.split(",") if x.strip())
+        # the labels found, as found, while the box is untouched: a label may itself hold a comma ('yes, definitely')
+        labels = found if label_text == ", ".join(found) else tuple(x.strip() for x in label_text.split(",")
+                                                                      if x.strip())
         size_col, audit_col = st.columns([1, 1])
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
@@ -172,15 +174,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
 
 
 def _labels_in(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> tuple[str, ...]:
-    """The label names found in a column (a sample); with a separator, each cell may hold several."""
+    """Every label name found in a column, read as the import reads a cell; with a separator, a cell may hold
+    several. The whole column: a cut-down set makes the import refuse every row of a label left out."""
     if column is None:
         return ()
     values = frame[column].dropna()
     if separator:  # multi-label: split joined cells, unpack list cells (JSONL)
         values = values.map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else str(v).split(separator))
         values = values.explode().dropna()
-    values = values.astype(str).str.strip()
-    return tuple(sorted(v for v in values.unique()[:1000] if v))[:50]
+    return tuple(sorted(v for v in values.map(cell_text).unique() if v))
 
 
 def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
@@ -263,7 +265,7 @@ def show_problems(store: Store) -> None:
     if not isinstance(err, IngestError):
         st.error(f"The import failed: {job.error}")
         return
-    problems = [(p.row, p.reason) for p in err.problems]
+    problems = [(p.place, p.reason) for p in err.problems]
     st.error(f"Nothing was imported. {str(err).splitlines()[0]}")
     if problems:
         table = pd.DataFrame(problems, columns=["row", "problem"])
@@ -280,5 +282,5 @@ def show_report(report: ImportReport) -> None:
         st.caption(note)
     if report.skipped:
         st.warning(f"Skipped {len(report.skipped)} bad row(s):")
-        st.dataframe(pd.DataFrame([(p.row, p.reason) for p in report.skipped], columns=["row", "problem"]),
+        st.dataframe(pd.DataFrame([(p.place, p.reason) for p in report.skipped], columns=["row", "problem"]),
                      hide_index=True)

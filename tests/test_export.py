@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from engine import review
 from engine.agents.offline import OfflineProposer
+from engine.domain import SoftLabels
 from engine.evolve import evolve
 from engine.export import write_export
-from engine.ingest.importer import import_path
+from engine.ingest.importer import IngestOptions, import_path
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
 
@@ -58,3 +60,55 @@ def test_a_plain_field_cell_is_the_value_itself(value):
     from engine.export import field_cell
 
     assert field_cell(value) == value
+
+
+def uniform_labels(store) -> tuple[SoftLabels, np.ndarray, np.ndarray]:
+    """Soft labels for every example (no pool needed): each class equally likely, the first one chosen."""
+    ids = tuple(store.examples_frame()["id"])
+    k = len(store.load_task().labels)
+    return (SoftLabels(np.full((len(ids), k), 1 / k), ids, "mv"), np.zeros(len(ids), dtype=np.int64),
+            np.zeros(len(ids), dtype=np.int64))
+
+
+def test_a_field_named_like_an_export_column_is_kept_as_field_name(store, tmp_path):
+    """An input column `confidence` (or `id` when the ids come from another column, `p_<label>`, ...) was
+    overwritten by the export's own column of that name, and the user's values were lost without a word."""
+    clashing = {"confidence": "high", "n_votes": "3 of 5", "aggregator": "me", "gold_label": "yes", "labels": "a|b",
+                "p_pos": "0.9", "id": "dup", "split": "pool"}
+    rows = [{"uid": f"r{i}", "text": f"words of row {i}", "label": ("pos", "neg")[i % 2], "part": "dev",
+             "batch": "b1", "field_n_votes": "taken", **clashing} for i in range(10)]
+    path = tmp_path / "clash.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import_path(store, path, IngestOptions(id_column="uid", split_column="part"))
+    out, _ = write_export(store, *uniform_labels(store), tmp_path / "out.csv")
+    frame = pd.read_csv(out, keep_default_na=False, dtype=str)
+    for name, value in clashing.items():
+        if name != "n_votes":
+            assert (frame[f"field_{name}"] == value).all(), name
+    # the input has a field_n_votes of its own too: neither is lost
+    assert (frame["field_n_votes"] == "taken").all() and (frame["field_field_n_votes"] == "3 of 5").all()
+    assert frame["batch"].eq("b1").all() and frame["confidence"].eq("0.5").all() and frame["p_pos"].eq("0.5").all()
+    assert set(frame["id"]) == {f"r{i}" for i in range(10)} and frame["split"].eq("dev").all()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "hf"])
+def test_a_field_of_mixed_types_is_exported_as_text_to_parquet_and_hugging_face(store, tmp_path, fmt):
+    """JSONL gives a field the type of each cell ("year": 2015 here, "unknown" there); Arrow wants one type per
+    column, and the export died with a pyarrow error. Such a column is written as text; missing stays missing."""
+    if fmt == "hf":
+        datasets = pytest.importorskip("datasets")
+    years = [2015, "unknown", None, 2016]
+    rows = [{"text": f"words of row {i}", "label": ("pos", "neg")[i % 2], "year": years[i % 4], "votes": i}
+            for i in range(12)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import_path(store, path, IngestOptions(dev_size=8))
+    out, _ = write_export(store, *uniform_labels(store), tmp_path / f"out.{fmt}", fmt)
+    if fmt == "hf":
+        back = pd.concat([split.to_pandas() for split in datasets.load_from_disk(str(out)).values()])
+    else:
+        back = pd.read_parquet(out)
+    year = back.set_index("text")["year"]
+    assert [year[r["text"]] for r in rows[:4] if r["year"] is not None] == ["2015", "unknown", "2016"]
+    assert pd.isna(year[rows[2]["text"]])
+    assert pd.api.types.is_integer_dtype(back["votes"])  # a field of one type keeps it

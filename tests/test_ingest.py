@@ -132,6 +132,27 @@ def test_ragged_csv_names_every_bad_row_and_the_good_rows_can_be_imported(tmp_pa
     assert report.n_rows == 27 and [p.row for p in report.skipped] == [4, 9, 12]
 
 
+def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path):
+    """The quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97
+    rows after it without a word, and its message named the last line, not the quote's."""
+    lines = ["id,text,label", *(f"{i},row {i} text here,{'pos' if i % 2 else 'neg'}" for i in range(1, 101))]
+    lines[3] = '3,"this quote never closes,pos'
+    path = tmp_path / "unclosed.csv"
+    path.write_text("\n".join(lines) + "\n")
+    for skip in (False, True):
+        store = Store.open(tmp_path / f"ws-{skip}")
+        with pytest.raises(IngestError, match="quote opened on line 4 .* runs to line 101"):
+            import_path(store, path, IngestOptions(skip_bad_rows=skip))
+        assert store.count_examples() == 0
+
+
+def test_a_quoted_cell_over_several_lines_is_one_row(tmp_path):
+    rows = [(str(i), f"first line {i}\nsecond \"line\", {i}", "ab"[i % 2]) for i in range(6)]
+    path = write_csv(tmp_path / "multi.csv", rows, ("id", "text", "label"))  # the last row ends the file quoted
+    frame = read_table(path)
+    assert frame["text"].tolist() == [r[1] for r in rows]
+
+
 def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     path = write_csv(tmp_path / "labeled.csv", _legal_rows(60, 0), ("id", "text", "note", "label"))
     report = import_path(Store.open(tmp_path / "ws"), path, IngestOptions(dev_size=500))
@@ -211,6 +232,19 @@ def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
         read_table(broken)
 
 
+def test_jsonl_rows_break_at_newlines_only(tmp_path):
+    """U+2028, U+2029, \\x85 and \\x0c are legal raw inside a JSON string (ensure_ascii=False writes them so, as
+    does our own JSONL export): they must not split a row; a Windows "\\r\\n" still ends one."""
+    rows = [{"text": f"line{sep}break", "label": "ab"[i % 2]} for i, sep in enumerate("\u2028\u2029\x85\x0c")]
+    rows.append({"text": "after them", "label": "b"})
+    path = tmp_path / "d.jsonl"
+    path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8",
+                    newline="")
+    frame = read_table(path)
+    assert frame["text"].tolist() == [r["text"] for r in rows]
+    assert frame.index.tolist() == [0, 1, 2, 3, 4]  # each row's line, as problems name it
+
+
 def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
     """JSON's "\\ud800" escape parses to a lone surrogate, which no store takes: its row is named, the rest
     imports (it used to sink the whole file with an encoding error that named no row)."""
@@ -231,6 +265,60 @@ def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):
     (folder / "valid.json").write_text(json.dumps({"7": {"label": 0, "data": {"text": "x \ud800"}}}))
     with pytest.raises(IngestError, match="valid.json, record 7: 'data' holds a lone UTF-16 surrogate"):
         read_wrench(folder)
+
+
+def test_missing_cells_are_blank_and_integers_stay_integers(tmp_path):
+    """A key missing from some JSONL rows reads as NaN, and an int column with a gap as floats: a missing id is
+    an empty id (not a second id 'nan'), a missing split is drawn like a blank one (not the unknown split 'nan'),
+    and the labels and ids are 1, not 1.0."""
+    rows = [{"id": i, "text": f"words of row {i}", "label": i % 2, "split": "dev"} for i in range(1, 5)]
+    rows += [{"id": 5, "text": "no split and no label"}, {"text": "no id here"}, {"text": "nor here"}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    plan = plan_import(read_table(path), IngestOptions(dev_size=20))
+    assert [str(p) for p in plan.problems] == ["row 6: empty id", "row 7: empty id"]
+    assert plan.labels == ("0", "1")
+    assert plan.rows["id"].tolist() == ["1", "2", "3", "4", "5"]
+    assert plan.rows.set_index("id").loc["5", "split"] == "pool"
+
+
+def wrench_folder(path, label_json: str = '{"0": "neg", "1": "pos"}', **files: str):
+    """A WRENCH folder with this label.json and these split files (train=..., valid=..., test=...)."""
+    path.mkdir()
+    (path / "label.json").write_text(label_json)
+    for split, text in files.items():
+        (path / f"{split}.json").write_text(text)
+    return path
+
+
+def wrench_records(n: int, blank: int | None = None) -> str:
+    return json.dumps({str(i): {"data": {"text": "" if i == blank else f"text number {i}"}, "label": i % 2,
+                                "weak_labels": [0]} for i in range(n)})
+
+
+def test_a_wrench_row_problem_names_its_file_and_record(tmp_path):
+    """Not "row 36", its place in train, valid and test put together, which no file of the folder has."""
+    folder = wrench_folder(tmp_path / "w", train=wrench_records(30), valid=wrench_records(20, blank=5))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "ws"), folder, IngestOptions(dev_size=10))
+    assert [str(p) for p in err.value.problems] == ["valid.json record 5: empty text in column 'text'"]
+
+
+@pytest.mark.parametrize(("label_json", "files", "message"), [
+    ("{not json", {}, "label.json is not valid JSON"),
+    ('["neg", "pos"]', {}, "label.json must be a JSON object"),
+    ('{"0": "neg", "2": "pos"}', {}, "label.json must name the labels 0 to 1; it has no '1'"),
+    ('{"0": "neg", "1": "pos"}', {"test": '[{"data": {"text": "x y"}, "label": 0}]'},
+     "test.json must be a JSON object of records by id.*not a list"),
+    ('{"0": "neg", "1": "pos"}', {"valid": '{"3": "text"}'}, "valid.json, record 3: a record must be a JSON object"),
+    ('{"0": "neg", "1": "pos"}', {"valid": '{"3": {"data": "text"}}'},
+     "valid.json, record 3: its data must be a JSON object"),
+])
+def test_a_malformed_wrench_folder_is_an_ingest_error_naming_the_file(tmp_path, label_json, files, message):
+    """These crashed the CLI with a KeyError or an AttributeError traceback."""
+    folder = wrench_folder(tmp_path / "w", label_json, **{"train": wrench_records(4), **files})
+    with pytest.raises(IngestError, match=message):
+        import_path(Store.open(tmp_path / "ws"), folder)
 
 
 def test_parquet_round_trip(tmp_path):

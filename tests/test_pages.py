@@ -809,6 +809,37 @@ def test_the_import_form_reads_the_label_set_and_task_name_again_for_another_col
     assert at.text_input(key="map_task_name").value == "reviews"  # the new file's name, not the first one's
 
 
+def test_the_import_form_offers_every_label_of_a_many_class_file(tmp_path, monkeypatch):
+    """77 intents (as in BANKING77): the default label set once stopped at 50, and the import then refused every
+    row of the other 27 as 'not in the label set' while the CLI took them all."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "many"))
+    Store.open(tmp_path / "many" / "intents")
+    intents = [f"intent_{i:02d}" for i in range(77)]
+    rows = [f"r{i},what the customer asked {i},{intents[i % 77]}" for i in range(154)]
+    at = run("intents")
+    at.file_uploader(key="upload").upload("intents.csv", "\n".join(["id,text,label", *rows]).encode(), "text/csv")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.text_input(key="map_labels").value == ", ".join(intents)
+    assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_a_label_with_a_comma_survives_the_untouched_label_box(tmp_path, monkeypatch):
+    """The box joins the labels with ", " and was read back split on ",": 'yes, definitely' became two labels and
+    every row of it was refused."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "comma"))
+    Store.open(tmp_path / "comma" / "survey")
+    rows = [f'r{i},answer number {i} to the survey,"{("no", "yes, definitely")[i % 2]}"' for i in range(40)]
+    at = run("survey")
+    at.file_uploader(key="upload").upload("survey.csv", "\n".join(["id,text,label", *rows]).encode(), "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "no, yes, definitely"
+    assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
+    import_and_wait(at, tmp_path / "comma" / "survey")
+    assert not at.exception, [e.value for e in at.exception]
+    assert Store.open(tmp_path / "comma" / "survey").load_task().labels == ("no", "yes, definitely")
+
+
 def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home):
     from engine.llm.costs import Budget
 

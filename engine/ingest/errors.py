@@ -16,9 +16,15 @@ MAX_PROBLEMS_SHOWN = 50
 class RowProblem:
     row: int  # 1-based data row (CSV: line number minus the header)
     reason: str
+    where: str = ""  # the row's own name where "row N" would not find it, e.g. "valid.json record 5" (WRENCH)
+
+    @property
+    def place(self) -> int | str:
+        """What names the row for the user: its `where`, else its row number."""
+        return self.where or self.row
 
     def __str__(self) -> str:
-        return f"row {self.row}: {self.reason}"
+        return f"{self.where or f'row {self.row}'}: {self.reason}"
 
 
 class IngestError(ValueError):

@@ -23,7 +23,7 @@ import pandas as pd
 from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.readers import read_rows, read_wrench
+from engine.ingest.readers import ROW_PLACES, read_rows, read_wrench
 from engine.ingest.splits import assign_splits, mark_audit
 from engine.store.workspace import Store
 
@@ -93,11 +93,21 @@ def with_text_column(frame: pd.DataFrame, opts: IngestOptions) -> IngestOptions:
 
 
 # ---- validating ----------------------------------------------------------------------------------
+def cell_text(value) -> str:
+    """An id, split or label cell as the text the user wrote ("" when blank).
+
+    A missing value (None, NaN, pd.NA) is blank, not "nan"; an integral float is shown as its int: a JSONL or
+    Parquet column of ints with one missing value reads as floats, and its 1 must stay "1", not "1.0"."""
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
 def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
     """A cell's label name, or None when blank. Integer cells index into `labels` when names are known."""
-    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
-        return None
-    text = str(value).strip()
+    text = cell_text(value)
     if text == "":
         return None
     if labels is not None and text not in labels and text.lstrip("-").isdigit():
@@ -161,6 +171,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     seen_ids: dict[str, int] = {}
     keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
     positions = frame.index if pd.api.types.is_integer_dtype(frame.index) else pd.RangeIndex(len(frame))
+    places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
     # each column as a list once (the cells boxed as `.iloc` boxes them): a pandas lookup per cell cost
     # ~0.1 ms, a minute at 100K rows
     texts = list(frame[opts.text_column].array)
@@ -169,32 +180,34 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     field_values = {c: list(frame[c].array) for c in field_cols}
     for i in range(len(frame)):
         row_no = int(positions[i]) + 1
+        where = places.get(positions[i], "")
         text = texts[i]
         if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
-            problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}"))
+            problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}", where))
             continue
-        row_id = str(row_ids[i]).strip() if has_id else str(row_no)
+        row_id = cell_text(row_ids[i]) if has_id else str(row_no)
         if not row_id:
-            problems.append(RowProblem(row_no, "empty id"))
+            problems.append(RowProblem(row_no, "empty id", where))
             continue
         if row_id in seen_ids:
-            problems.append(RowProblem(row_no, f"duplicate id {row_id!r} (first seen on row {seen_ids[row_id]})"))
+            problems.append(RowProblem(row_no, f"duplicate id {row_id!r} (first seen on row {seen_ids[row_id]})",
+                                       where))
             continue
         names = raw_labels[i]
         label = names[0] if names else None
         refused = _unknown(names, labels) if names else None
         if refused:
-            problems.append(RowProblem(row_no, refused))
+            problems.append(RowProblem(row_no, refused, where))
             continue
         split = None
         if has_split:
-            cell = str(cells[i]).strip().lower()
+            cell = cell_text(cells[i]).lower()
             split = SPLIT_ALIASES.get(cell) if cell else None
             if cell and split is None:
-                problems.append(RowProblem(row_no, f"unknown split {cell!r} (use pool, dev or test)"))
+                problems.append(RowProblem(row_no, f"unknown split {cell!r} (use pool, dev or test)", where))
                 continue
         if split in ("dev", "test") and label is None:
-            problems.append(RowProblem(row_no, f"a {split} row needs a label"))
+            problems.append(RowProblem(row_no, f"a {split} row needs a label", where))
             continue
         seen_ids[row_id] = row_no
         keep.append(i)

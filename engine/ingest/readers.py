@@ -100,7 +100,10 @@ def _surrogate_reason(field: str) -> str:
 
 def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
     records, index, problems = [], [], []
-    for i, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() also breaks at U+2028, U+2029, \x85 and \x0c, which JSON strings may hold raw
+    # (json.dumps(ensure_ascii=False) and our own JSONL export write them so)
+    for i, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -121,17 +124,29 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
 
 
 def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
-    """CSV / TSV cells as strings (empty cells stay ""); a row with more or fewer cells than the header is a problem."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    """CSV / TSV cells as strings (empty cells stay ""); a row with more or fewer cells than the header is a problem.
+
+    A quote left open swallows every line after it into one cell, so the rows it took are never seen: a record
+    that runs to the end of the file inside a quote, or that spans several lines and has the wrong cell count,
+    refuses the file (naming the line where it started) rather than becoming one skippable bad row."""
+    lines = io.StringIO(text, newline="").readlines()  # the lines as the reader counts them
+    reader = csv.reader(lines, delimiter=sep)
     try:
         header = next(reader)
         rows, index, problems = [], [], []
+        end = reader.line_num
         for row_no, cells in enumerate(reader, start=1):
+            start, end = end + 1, reader.line_num  # the record's first and last line of the file
             if not cells:  # a blank line
                 continue
+            if end > start and (len(cells) != len(header) or _open_quote_at_eof(lines, start, end)):
+                raise IngestError(f"{name}: the quote opened on line {start} is not closed where it should be: "
+                                  f"the record starting there runs to line {end}"
+                                  f"{' (the end of the file)' if end == len(lines) else ''} and takes the "
+                                  f"{end - start} line(s) after it as one cell; close or remove that quote")
             if len(cells) != len(header):
                 problems.append(RowProblem(row_no, f"{len(cells)} cells where the header has {len(header)} "
-                                                   f"(line {reader.line_num} of the file; a stray "
+                                                   f"(line {start} of the file; a stray "
                                                    f"{'separator' if len(cells) > len(header) else 'line break'} or "
                                                    "an unclosed quote?)"))
                 continue
@@ -146,31 +161,68 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     return pd.DataFrame(rows, columns=header, index=pd.Index(index, dtype="int64"), dtype=str), problems
 
 
+def _open_quote_at_eof(lines: list[str], start: int, end: int) -> bool:
+    """Whether the record on lines start..end (1-based) ends the file inside a quoted cell: quotes come in pairs
+    in a closed record (an escaped quote is doubled), so an odd count means the last one never closed."""
+    return end == len(lines) and sum(line.count('"') for line in lines[start - 1:end]) % 2 == 1
+
+
+ROW_PLACES = "row_places"  # frame.attrs key: {row position: what names the row}, where "row N" would not
+
+
+def _json_object(path: Path, what: str) -> tuple[dict, str]:
+    """A WRENCH file's JSON, which must be an object, and its text; anything else is an IngestError naming the
+    file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except UnicodeDecodeError:
+        raise IngestError(f"{path.name} is not UTF-8 text; save it as UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise IngestError(f"{path.name} is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise IngestError(f"{path.name} must be a JSON object of {what}, not a {type(data).__name__}")
+    return data, text
+
+
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
 
-    The `weak_labels` are dropped here: annotators and agents must never see them.
+    The `weak_labels` are dropped here: annotators and agents must never see them. The frame's
+    `attrs[ROW_PLACES]` names each row by its file and record ("valid.json record 5"), for the row problems.
     """
     folder = Path(folder)
     label_file = folder / "label.json"
     if not label_file.exists():
         raise IngestError(f"{folder} is not a WRENCH folder: label.json is missing")
-    names = json.loads(label_file.read_text())
-    labels = tuple(names[str(i)] for i in range(len(names)))
-    rows = []
+    names, _ = _json_object(label_file, 'label names by index ({"0": "neg", "1": "pos"})')
+    missing = [str(i) for i in range(len(names)) if str(i) not in names]
+    if missing:
+        raise IngestError(f"label.json must name the labels 0 to {len(names) - 1}; it has no "
+                          f"{', '.join(map(repr, missing))} (its keys: {', '.join(map(repr, names))})")
+    labels = tuple(str(names[str(i)]) for i in range(len(names)))
+    rows, places = [], {}
     for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
         path = folder / f"{file_split}.json"
         if not path.exists():
             continue
-        text = path.read_text()
+        records, text = _json_object(path, 'records by id ({"0": {"data": {"text": ...}, "label": 0}})')
         escapes = SURROGATE_ESCAPE.search(text) is not None
-        for key, record in json.loads(text).items():
+        for key, record in records.items():
+            data = record.get("data", {}) if isinstance(record, dict) else None
+            if not isinstance(data, dict):
+                what = "its data" if isinstance(record, dict) else "a record"
+                raise IngestError(f"{path.name}, record {key}: {what} must be a JSON object "
+                                  '({"data": {"text": ...}, "label": 0})')
             field = lone_surrogate(record) if escapes else None
             if field is not None:
                 raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
-            data = dict(record.get("data", {}))
+            data = dict(data)
+            places[len(rows)] = f"{path.name} record {key}"
             rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
                          "label": record.get("label"), "split": split, **data})
     if not rows:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    return pd.DataFrame.from_records(rows), labels
+    frame = pd.DataFrame.from_records(rows)
+    frame.attrs[ROW_PLACES] = places
+    return frame, labels

@@ -254,3 +254,26 @@ def test_ids_from_an_id_column_are_the_same_whatever_the_batch_and_a_missing_one
     (tmp_path / "gap.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     with pytest.raises(CorpusError, match="data row 3 has no 'id' value"):  # was the id "nan" (and "1.0" beside it)
         label_corpus(wmv_labeler, survey([tmp_path / "gap.jsonl"]), tmp_path / "gap", batch_size=4)
+
+
+def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_student_sample(workspace, tmp_path,
+                                                                                        monkeypatch):
+    """Past a size (6,000 pool rows) `auto`'s student learns from a seeded sample of the pool: the corpus labeler
+    must hand it the sample export hands it, or the two label the same rows differently. The sample is shrunk
+    to half the demo's pool here so that a small workspace is 'large'."""
+    from engine.aggregators.student import unlabeled_sample
+    monkeypatch.setattr("engine.labeling.auto_unlabeled_sample", lambda n, seed: unlabeled_sample(n, seed, n // 2))
+    store = Store.open(workspace)
+    with SandboxExecutor() as executor:
+        result = soft_labels(store, executor, "auto")
+        labeler = fit_labeler(store, executor, "auto")
+    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
+    Store.close_all()
+    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
+    corpus = tmp_path / "pool.jsonl"
+    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    label_corpus(labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=500)
+    labeled = read_output(tmp_path / "out")
+    assert list(labeled["label"]) == list(pool_rows["label"]) and set(labeled["aggregator"]) == {labeler.made_by}
+    probs = [c for c in exported.columns if c.startswith("p_")]  # the embedder's last digit varies with the batch
+    np.testing.assert_allclose(labeled[probs].to_numpy(float), pool_rows[probs].to_numpy(float), atol=1e-5)

@@ -21,7 +21,15 @@ from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
 from engine.export import add_label_columns, label_separator
-from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels, masked_embeddings, relation_texts
+from engine.labeling import (
+    THRESHOLD,
+    feature_kinds,
+    fit_on_dev,
+    hard_labels,
+    masked_embeddings,
+    relation_texts,
+    student_unlabeled_rows,
+)
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 from engine.text_views import masked_views, relation_context
@@ -197,7 +205,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
             model.fit(votes, None, features or None)
         else:
             y_dev = frame["label"].to_numpy()[dev].astype(int)
-            unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooser else np.zeros(0, int)
+            unl = student_unlabeled_rows(frame, chooser, seed)  # the rows export's student reads, no others
             unlabeled = (votes[unl], {k: v[unl] for k, v in features.items()} or None) if len(unl) else None
             fit_on_dev(model, aggregator, votes[dev], y_dev, dev_features, audit,
                        store.last_complete_generation() > 0, unlabeled)  # as export does: same choice, same labels

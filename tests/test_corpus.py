@@ -17,7 +17,7 @@ import pytest
 
 from engine.cli import main
 from engine.corpus.engines import label_corpus
-from engine.corpus.labeler import fit_labeler
+from engine.corpus.labeler import dev_digest, fit_labeler
 from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
 from engine.corpus.shards import MANIFEST, OutputError, read_output
 from engine.export import labeled_frame
@@ -136,6 +136,22 @@ def test_a_different_run_into_the_same_output_is_refused(workspace, wmv_labeler,
     assert again["resumed_shards"] == 2 and again["rows"] == 50
     with pytest.raises(OutputError, match="holds another run"):  # another threshold: other labels
         label_corpus(dataclasses.replace(wmv_labeler, threshold=0.9), corpus, tmp_path / "out", batch_size=25)
+
+
+def test_a_rerun_fitted_with_another_seed_or_other_dev_labels_is_another_run(workspace, wmv_labeler, tmp_path):
+    """The seed and dev's labels shape the fitted model: resuming a run fitted otherwise would mix two models' labels
+    in one output, under a manifest naming only the second."""
+    corpus = survey([_corpus(tmp_path, rows=50)])
+    label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=25)
+    for change in ({"seed": 1}, {"dev_labels": "0" * 16}):
+        refitted = dataclasses.replace(wmv_labeler, provenance={**wmv_labeler.provenance, **change})
+        with pytest.raises(OutputError, match="holds another run"):
+            label_corpus(refitted, corpus, tmp_path / "out", batch_size=25)
+    dev = Store.open(workspace).examples_frame("dev")
+    Store.close_all()
+    assert dev_digest(dev) == wmv_labeler.provenance["dev_labels"]
+    dev.loc[0, "label"] = 1 - dev.loc[0, "label"]  # the expert relabels one row: no generation moves, the digest does
+    assert dev_digest(dev) != wmv_labeler.provenance["dev_labels"]
 
 
 def _labels_cli(workspace: Path, corpus: Path, out: Path) -> subprocess.Popen:

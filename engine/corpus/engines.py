@@ -73,7 +73,9 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
     labeler = replace(labeler, provenance={**labeler.provenance, "file_names": file_names(files)})
     run = {**(run or {}), "inputs": [(str(f.path), f.rows, f.path.stat().st_size) for f in files],
            "batch_size": batch_size, "aggregator": labeler.aggregator, "made_by": labeler.made_by,
-           "pool": labeler.provenance.get("pool"), "embedder": labeler.embedder,
+           "pool": labeler.provenance.get("pool"), "embedder": labeler.embedder, "labels": list(labeler.labels),
+           # the fitted model's other inputs: a rerun with another seed or after the expert labeled rows is another run
+           "seed": labeler.provenance.get("seed"), "dev_labels": labeler.provenance.get("dev_labels"),
            "workspace": labeler.provenance.get("workspace"), "generation": labeler.provenance.get("generation"),
            "text_column": labeler.text_column, "threshold": labeler.threshold}
     done = prepare(output, run)

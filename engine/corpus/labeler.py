@@ -7,6 +7,8 @@ copy of the embedder. So the same labeler gives the same labels wherever a batch
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,14 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and np.isnan(value) else value
 
 
+def dev_digest(dev: pd.DataFrame) -> str:
+    """A short digest of the dev rows the aggregator is fitted on (id, label or label set, audit): an expert's
+    new label moves it, so a corpus run fitted before that is not resumed by one fitted after (no generation moves)."""
+    rows = [[str(i), None if pd.isna(label) else int(label), None if members is None else list(members), bool(audit)]
+            for i, label, members, audit in zip(dev["id"], dev["label"], dev["label_set"], dev["audit"], strict=True)]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+
 def _embedder(name: str):
     if name not in _EMBEDDERS:
         from engine.embed.registry import get_embedder
@@ -211,7 +221,8 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
                        store.last_complete_generation() > 0, unlabeled)  # as export does: same choice, same labels
         made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator
     provenance = {"workspace": str(store.path), "task": task.name, "generation": store.last_complete_generation(),
-                  "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)), "embedder": embedder}
+                  "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)),
+                  "dev_labels": dev_digest(frame.iloc[dev]), "embedder": embedder}
     return Labeler(task.labels, tuple(store.annotators(pool)), aggregator, made_by, model, embedder, vocabularies,
                    text_column=text_column, multi_label=task.multi_label, threshold=threshold,
                    separator=label_separator(store), masked="masked" in features, provenance=provenance)

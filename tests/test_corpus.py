@@ -293,3 +293,21 @@ def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_studen
     assert list(labeled["label"]) == list(pool_rows["label"]) and set(labeled["aggregator"]) == {labeler.made_by}
     probs = [c for c in exported.columns if c.startswith("p_")]  # the embedder's last digit varies with the batch
     np.testing.assert_allclose(labeled[probs].to_numpy(float), pool_rows[probs].to_numpy(float), atol=1e-5)
+
+
+def test_the_corpus_columns_are_kept_between_text_and_the_label_columns(wmv_labeler, tmp_path):
+    """A relation corpus's mentions and spans (any other column) reach the shard, as export keeps fields; a column
+    named like one of ours is kept as `field_<name>` beside ours, and a column mixing kinds of value as text."""
+    rows = [{"id": "a", "text": "subscribe to my channel", "entity1": "my", "span1": [13, 15], "label": "SPAM",
+             "n": 3, "score": 1},
+            {"id": "b", "text": "nice song", "entity1": "song", "span1": [5, 9], "label": "HAM", "n": 4,
+             "score": "high"}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out")
+    labeled = read_output(tmp_path / "out")
+    assert list(labeled.columns[:7]) == ["id", "text", "entity1", "span1", "field_label", "n", "score"]
+    assert list(labeled.columns[7:9]) == ["label", "confidence"] and labeled.columns[-1] == "source_row"
+    assert list(labeled["entity1"]) == ["my", "song"] and list(labeled["span1"]) == ["[13, 15]", "[5, 9]"]
+    assert list(labeled["field_label"]) == ["SPAM", "HAM"] and set(labeled["label"]) <= {"SPAM", "HAM", ""}
+    assert list(labeled["n"]) == [3, 4] and labeled["n"].dtype == np.int64
+    assert list(labeled["score"]) == ["1", "high"]

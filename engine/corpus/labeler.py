@@ -22,7 +22,7 @@ from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
-from engine.export import add_label_columns, label_separator
+from engine.export import add_label_columns, field_cell, label_separator
 from engine.labeling import (
     THRESHOLD,
     feature_kinds,
@@ -113,7 +113,18 @@ class Labeler:
             probs = self.model.predict_proba(votes, features)
             hard = hard_labels(self.aggregator, probs, n_votes)
         out = pd.DataFrame({"id": ids, "text": texts})
-        add_label_columns(out, self.labels, probs, hard, n_votes, self.made_by, self.separator)
+        labeled = pd.DataFrame(index=out.index)
+        add_label_columns(labeled, self.labels, probs, hard, n_votes, self.made_by, self.separator)
+        taken = {*out.columns, *labeled.columns, "source_file", "source_row"}
+        for column in batch.frame.columns:  # the corpus's other columns ride along, as export keeps fields
+            if column in (self.text_column, self.id_column):
+                continue
+            name = str(column)
+            while name in taken:  # the user's `label` or `confidence` must not overwrite ours: `field_label`
+                name = f"field_{name}"
+            taken.add(name)
+            out[name] = _kept_cells(batch.frame[column])
+        out = pd.concat([out, labeled], axis=1)
         out["source_file"] = batch.source
         out["source_row"] = np.arange(batch.first_row, batch.first_row + len(ids), dtype=np.int64)
         faults = {r.annotator_id: int(r.faults) for r in results if r.faults}
@@ -134,6 +145,18 @@ def _id_text(value: Any, batch: CorpusBatch, i: int, column: str) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value.item() if isinstance(value, np.generic) else value)
+
+
+def _kept_cells(column: pd.Series) -> Any:
+    """A corpus column as its shard writes it: typed columns as they are; in the rest lists and dicts as JSON, as
+    `export` writes fields (an entity span is `[3, 9]`), and a column mixing kinds of value (`1` and `"x"` in JSONL,
+    which Parquet cannot hold in one column) as text."""
+    if column.dtype != object:
+        return column.to_numpy()
+    cells = [field_cell(_plain(v)) for v in column]
+    if len({type(c) for c in cells if c is not None}) > 1:
+        cells = [None if c is None else str(c) for c in cells]
+    return cells
 
 
 def _plain(value: Any) -> Any:

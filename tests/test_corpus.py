@@ -21,6 +21,7 @@ from engine.corpus.labeler import dev_digest, fit_labeler
 from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
 from engine.corpus.shards import MANIFEST, OutputError, read_output
 from engine.export import labeled_frame
+from engine.jobs import JobRegistry, start_corpus_label
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store
@@ -152,6 +153,24 @@ def test_a_rerun_fitted_with_another_seed_or_other_dev_labels_is_another_run(wor
     assert dev_digest(dev) == wmv_labeler.provenance["dev_labels"]
     dev.loc[0, "label"] = 1 - dev.loc[0, "label"]  # the expert relabels one row: no generation moves, the digest does
     assert dev_digest(dev) != wmv_labeler.provenance["dev_labels"]
+
+
+def test_a_bad_batch_size_is_refused_before_anything_is_written(workspace, wmv_labeler, tmp_path, capsys):
+    """Caught only when the first batch was read, a batch size of 0 left a run record behind (after the fitting's
+    minutes) and the folder refused the corrected rerun as another run."""
+    corpus = _corpus(tmp_path, rows=20)
+    with pytest.raises(ValueError, match="batch_size must be at least 1, not 0"):
+        label_corpus(wmv_labeler, survey([corpus]), tmp_path / "out", batch_size=0)
+    assert not (tmp_path / "out").exists()
+    assert label_corpus(wmv_labeler, survey([corpus]), tmp_path / "out", batch_size=10)["rows"] == 20
+    with pytest.raises(SystemExit) as usage:  # the CLI says so before it opens the workspace
+        main(["label", "--workdir", str(workspace), "--input", str(corpus), "--output", str(tmp_path / "o"),
+              "--batch-size", "0"])
+    assert usage.value.code == 2 and "--batch-size: must be at least 1, not 0" in capsys.readouterr().err
+    registry = JobRegistry()
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):  # the studio's start button
+        start_corpus_label(workspace, str(corpus), tmp_path / "o", "wmv", batch_size=0, registry=registry)
+    assert registry.latest(workspace) is None and not (tmp_path / "o").exists()
 
 
 def _labels_cli(workspace: Path, corpus: Path, out: Path) -> subprocess.Popen:

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.agents.compiled_executor import CompiledExecutor
 from engine.corpus.labeler import Labeler
-from engine.corpus.reading import CorpusBatch, CorpusFile, file_names, iter_batches
+from engine.corpus.reading import CorpusBatch, CorpusFile, check_batch_size, file_names, iter_batches
 from engine.corpus.shards import ShardRecord, prepare, shard_name, write_manifest, write_shard
 
 ENGINES = ("local", "ray")
@@ -68,6 +68,7 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    check_batch_size(batch_size)  # before `_run.json`: a folder holding a run that cannot start refuses the rerun
     output = Path(output)
     # ids name a row by its file: two files of one name in different folders must not share them
     labeler = replace(labeler, provenance={**labeler.provenance, "file_names": file_names(files)})

@@ -104,10 +104,15 @@ def survey(paths: list[Path]) -> list[CorpusFile]:
     return out
 
 
+def check_batch_size(batch_size: int) -> None:
+    """Refuse a batch size below 1 (callers check it before fitting or writing anything: `iter_batches` is lazy)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+
+
 def iter_batches(files: list[CorpusFile], batch_size: int) -> Iterator[CorpusBatch]:
     """Every row of every file, in order, as batches of at most `batch_size` rows (a batch never spans files)."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+    check_batch_size(batch_size)
     index = 0
     for corpus_file in files:
         first = 0

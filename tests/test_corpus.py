@@ -99,6 +99,15 @@ def test_ids_come_from_file_and_row_without_an_id_column(wmv_labeler, tmp_path):
     assert list(ids) == ["day=01/part-0.csv:0", "day=01/part-0.csv:1", "day=02/part-0.csv:0", "day=02/part-0.csv:1"]
 
 
+def test_a_parquet_corpus_indexed_by_id_keeps_its_ids(wmv_labeler, tmp_path):
+    """pandas writes a named index as a column and reads it back as the index: it is data (the ids), not row
+    numbers to drop."""
+    frame = pd.DataFrame({"id": ["c7", "c9"], "text": ["subscribe to my channel", "nice song"]})
+    frame.set_index("id").to_parquet(tmp_path / "indexed.parquet")
+    label_corpus(wmv_labeler, survey([tmp_path / "indexed.parquet"]), tmp_path / "out")
+    assert list(read_output(tmp_path / "out")["id"]) == ["c7", "c9"]
+
+
 def test_missing_and_corrupt_inputs_are_named(tmp_path):
     with pytest.raises(CorpusError, match="does not exist"):
         find_files(tmp_path / "nope.parquet")

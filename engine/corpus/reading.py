@@ -146,7 +146,10 @@ def _read_parquet(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
     import pyarrow.parquet as pq
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            yield batch.to_pandas()
+            frame = batch.to_pandas()
+            if any(name is not None for name in frame.index.names):  # `df.set_index("id").to_parquet`: its ids
+                frame = frame.reset_index()
+            yield frame
     except Exception as err:
         raise CorpusError(f"input file {path} is not a readable parquet file: {err}") from None
 

@@ -254,6 +254,17 @@ def _rows_progress():
     return on_progress
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a usage error, before the workspace is opened)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def cmd_label(args: argparse.Namespace) -> dict:
     """Label a corpus outside the workspace: the pool and the dev-fitted aggregator, shard by shard."""
     from engine.agents.compiled_executor import CompiledExecutor
@@ -436,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local: this process; ray: a Ray cluster (pip install -e '.[ray]')")
     lab.add_argument("--ray-address", help="join this Ray cluster (e.g. 10.0.0.5:6379); default: start a local one")
     lab.add_argument("--workers", type=int, help="local: sandbox processes (2); ray: writer actors (all CPUs)")
-    lab.add_argument("--batch-size", type=int, default=10_000, help="rows per batch and per shard")
+    lab.add_argument("--batch-size", type=_positive_int, default=10_000, help="rows per batch and per shard")
     lab.add_argument("--text-column", default="text", help="the corpus column holding the text")
     lab.add_argument("--seed", type=int, default=0)
     labeling(lab)

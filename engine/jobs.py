@@ -299,7 +299,9 @@ def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, agg
     background; progress is rows done of the corpus's rows. The result is the run's manifest summary."""
     from engine.corpus.engines import label_corpus
     from engine.corpus.labeler import fit_labeler
-    from engine.corpus.reading import find_files, survey
+    from engine.corpus.reading import check_batch_size, find_files, survey
+
+    check_batch_size(batch_size)  # refused at the start button, not after the minutes of fitting
 
     def work(ctx: JobContext) -> dict:
         files = survey(find_files(corpus))

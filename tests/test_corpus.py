@@ -17,10 +17,11 @@ import pytest
 
 from engine.cli import main
 from engine.corpus.engines import label_corpus
-from engine.corpus.labeler import fit_labeler
+from engine.corpus.labeler import dev_digest, fit_labeler
 from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
 from engine.corpus.shards import MANIFEST, OutputError, read_output
 from engine.export import labeled_frame
+from engine.jobs import JobRegistry, start_corpus_label
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store
@@ -98,6 +99,15 @@ def test_ids_come_from_file_and_row_without_an_id_column(wmv_labeler, tmp_path):
     assert list(ids) == ["day=01/part-0.csv:0", "day=01/part-0.csv:1", "day=02/part-0.csv:0", "day=02/part-0.csv:1"]
 
 
+def test_a_parquet_corpus_indexed_by_id_keeps_its_ids(wmv_labeler, tmp_path):
+    """pandas writes a named index as a column and reads it back as the index: it is data (the ids), not row
+    numbers to drop."""
+    frame = pd.DataFrame({"id": ["c7", "c9"], "text": ["subscribe to my channel", "nice song"]})
+    frame.set_index("id").to_parquet(tmp_path / "indexed.parquet")
+    label_corpus(wmv_labeler, survey([tmp_path / "indexed.parquet"]), tmp_path / "out")
+    assert list(read_output(tmp_path / "out")["id"]) == ["c7", "c9"]
+
+
 def test_missing_and_corrupt_inputs_are_named(tmp_path):
     with pytest.raises(CorpusError, match="does not exist"):
         find_files(tmp_path / "nope.parquet")
@@ -111,6 +121,18 @@ def test_missing_and_corrupt_inputs_are_named(tmp_path):
     bad_line.write_text('{"text": "fine"}\n{"text": oops}\n')
     with pytest.raises(CorpusError, match=r"rows.jsonl, line 2: not valid JSON"):
         list(iter_batches(survey([bad_line]), 10))
+
+
+def test_the_surveyed_rows_are_the_rows_read(tmp_path):
+    """The progress total (and ETA) is the survey's count: a last line without its newline is a row, a blank JSONL
+    line (which the reader skips) is not."""
+    files = {"last.csv": "text\nsubscribe\nnice song", "last.jsonl": '{"text": "a"}\n{"text": "b"}',
+             "blank.jsonl": '{"text": "a"}\n\n{"text": "b"}\n  \n{"text": "c"}\n\n'}
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    surveyed = survey([tmp_path / name for name in files])
+    assert [f.rows for f in surveyed] == [2, 2, 3]
+    assert [sum(len(b.frame) for b in iter_batches([f], 10)) for f in surveyed] == [2, 2, 3]
 
 
 def test_cli_reports_a_corrupt_file_and_a_foreign_output_in_one_line(workspace, tmp_path, capsys):
@@ -136,6 +158,40 @@ def test_a_different_run_into_the_same_output_is_refused(workspace, wmv_labeler,
     assert again["resumed_shards"] == 2 and again["rows"] == 50
     with pytest.raises(OutputError, match="holds another run"):  # another threshold: other labels
         label_corpus(dataclasses.replace(wmv_labeler, threshold=0.9), corpus, tmp_path / "out", batch_size=25)
+
+
+def test_a_rerun_fitted_with_another_seed_or_other_dev_labels_is_another_run(workspace, wmv_labeler, tmp_path):
+    """The seed and dev's labels shape the fitted model: resuming a run fitted otherwise would mix two models' labels
+    in one output, under a manifest naming only the second."""
+    corpus = survey([_corpus(tmp_path, rows=50)])
+    label_corpus(wmv_labeler, corpus, tmp_path / "out", batch_size=25)
+    for change in ({"seed": 1}, {"dev_labels": "0" * 16}):
+        refitted = dataclasses.replace(wmv_labeler, provenance={**wmv_labeler.provenance, **change})
+        with pytest.raises(OutputError, match="holds another run"):
+            label_corpus(refitted, corpus, tmp_path / "out", batch_size=25)
+    dev = Store.open(workspace).examples_frame("dev")
+    Store.close_all()
+    assert dev_digest(dev) == wmv_labeler.provenance["dev_labels"]
+    dev.loc[0, "label"] = 1 - dev.loc[0, "label"]  # the expert relabels one row: no generation moves, the digest does
+    assert dev_digest(dev) != wmv_labeler.provenance["dev_labels"]
+
+
+def test_a_bad_batch_size_is_refused_before_anything_is_written(workspace, wmv_labeler, tmp_path, capsys):
+    """Caught only when the first batch was read, a batch size of 0 left a run record behind (after the fitting's
+    minutes) and the folder refused the corrected rerun as another run."""
+    corpus = _corpus(tmp_path, rows=20)
+    with pytest.raises(ValueError, match="batch_size must be at least 1, not 0"):
+        label_corpus(wmv_labeler, survey([corpus]), tmp_path / "out", batch_size=0)
+    assert not (tmp_path / "out").exists()
+    assert label_corpus(wmv_labeler, survey([corpus]), tmp_path / "out", batch_size=10)["rows"] == 20
+    with pytest.raises(SystemExit) as usage:  # the CLI says so before it opens the workspace
+        main(["label", "--workdir", str(workspace), "--input", str(corpus), "--output", str(tmp_path / "o"),
+              "--batch-size", "0"])
+    assert usage.value.code == 2 and "--batch-size: must be at least 1, not 0" in capsys.readouterr().err
+    registry = JobRegistry()
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):  # the studio's start button
+        start_corpus_label(workspace, str(corpus), tmp_path / "o", "wmv", batch_size=0, registry=registry)
+    assert registry.latest(workspace) is None and not (tmp_path / "o").exists()
 
 
 def _labels_cli(workspace: Path, corpus: Path, out: Path) -> subprocess.Popen:
@@ -254,3 +310,44 @@ def test_ids_from_an_id_column_are_the_same_whatever_the_batch_and_a_missing_one
     (tmp_path / "gap.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     with pytest.raises(CorpusError, match="data row 3 has no 'id' value"):  # was the id "nan" (and "1.0" beside it)
         label_corpus(wmv_labeler, survey([tmp_path / "gap.jsonl"]), tmp_path / "gap", batch_size=4)
+
+
+def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_student_sample(workspace, tmp_path,
+                                                                                        monkeypatch):
+    """Past a size (6,000 pool rows) `auto`'s student learns from a seeded sample of the pool: the corpus labeler
+    must hand it the sample export hands it, or the two label the same rows differently. The sample is shrunk
+    to half the demo's pool here so that a small workspace is 'large'."""
+    from engine.aggregators.student import unlabeled_sample
+    monkeypatch.setattr("engine.labeling.auto_unlabeled_sample", lambda n, seed: unlabeled_sample(n, seed, n // 2))
+    store = Store.open(workspace)
+    with SandboxExecutor() as executor:
+        result = soft_labels(store, executor, "auto")
+        labeler = fit_labeler(store, executor, "auto")
+    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
+    Store.close_all()
+    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
+    corpus = tmp_path / "pool.jsonl"
+    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    label_corpus(labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=500)
+    labeled = read_output(tmp_path / "out")
+    assert list(labeled["label"]) == list(pool_rows["label"]) and set(labeled["aggregator"]) == {labeler.made_by}
+    probs = [c for c in exported.columns if c.startswith("p_")]  # the embedder's last digit varies with the batch
+    np.testing.assert_allclose(labeled[probs].to_numpy(float), pool_rows[probs].to_numpy(float), atol=1e-5)
+
+
+def test_the_corpus_columns_are_kept_between_text_and_the_label_columns(wmv_labeler, tmp_path):
+    """A relation corpus's mentions and spans (any other column) reach the shard, as export keeps fields; a column
+    named like one of ours is kept as `field_<name>` beside ours, and a column mixing kinds of value as text."""
+    rows = [{"id": "a", "text": "subscribe to my channel", "entity1": "my", "span1": [13, 15], "label": "SPAM",
+             "n": 3, "score": 1},
+            {"id": "b", "text": "nice song", "entity1": "song", "span1": [5, 9], "label": "HAM", "n": 4,
+             "score": "high"}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out")
+    labeled = read_output(tmp_path / "out")
+    assert list(labeled.columns[:7]) == ["id", "text", "entity1", "span1", "field_label", "n", "score"]
+    assert list(labeled.columns[7:9]) == ["label", "confidence"] and labeled.columns[-1] == "source_row"
+    assert list(labeled["entity1"]) == ["my", "song"] and list(labeled["span1"]) == ["[13, 15]", "[5, 9]"]
+    assert list(labeled["field_label"]) == ["SPAM", "HAM"] and set(labeled["label"]) <= {"SPAM", "HAM", ""}
+    assert list(labeled["n"]) == [3, 4] and labeled["n"].dtype == np.int64
+    assert list(labeled["score"]) == ["1", "high"]

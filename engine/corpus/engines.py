@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.agents.compiled_executor import CompiledExecutor
 from engine.corpus.labeler import Labeler
-from engine.corpus.reading import CorpusBatch, CorpusFile, file_names, iter_batches
+from engine.corpus.reading import CorpusBatch, CorpusFile, check_batch_size, file_names, iter_batches
 from engine.corpus.shards import ShardRecord, prepare, shard_name, write_manifest, write_shard
 
 ENGINES = ("local", "ray")
@@ -68,12 +68,15 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    check_batch_size(batch_size)  # before `_run.json`: a folder holding a run that cannot start refuses the rerun
     output = Path(output)
     # ids name a row by its file: two files of one name in different folders must not share them
     labeler = replace(labeler, provenance={**labeler.provenance, "file_names": file_names(files)})
     run = {**(run or {}), "inputs": [(str(f.path), f.rows, f.path.stat().st_size) for f in files],
            "batch_size": batch_size, "aggregator": labeler.aggregator, "made_by": labeler.made_by,
-           "pool": labeler.provenance.get("pool"), "embedder": labeler.embedder,
+           "pool": labeler.provenance.get("pool"), "embedder": labeler.embedder, "labels": list(labeler.labels),
+           # the fitted model's other inputs: a rerun with another seed or after the expert labeled rows is another run
+           "seed": labeler.provenance.get("seed"), "dev_labels": labeler.provenance.get("dev_labels"),
            "workspace": labeler.provenance.get("workspace"), "generation": labeler.provenance.get("generation"),
            "text_column": labeler.text_column, "threshold": labeler.threshold}
     done = prepare(output, run)

@@ -7,6 +7,8 @@ copy of the embedder. So the same labeler gives the same labels wherever a batch
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,16 @@ from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
-from engine.export import add_label_columns, label_separator
-from engine.labeling import THRESHOLD, feature_kinds, fit_on_dev, hard_labels, masked_embeddings, relation_texts
+from engine.export import add_label_columns, field_cell, label_separator
+from engine.labeling import (
+    THRESHOLD,
+    feature_kinds,
+    fit_on_dev,
+    hard_labels,
+    masked_embeddings,
+    relation_texts,
+    student_unlabeled_rows,
+)
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 from engine.text_views import masked_views, relation_context
@@ -103,7 +113,18 @@ class Labeler:
             probs = self.model.predict_proba(votes, features)
             hard = hard_labels(self.aggregator, probs, n_votes)
         out = pd.DataFrame({"id": ids, "text": texts})
-        add_label_columns(out, self.labels, probs, hard, n_votes, self.made_by, self.separator)
+        labeled = pd.DataFrame(index=out.index)
+        add_label_columns(labeled, self.labels, probs, hard, n_votes, self.made_by, self.separator)
+        taken = {*out.columns, *labeled.columns, "source_file", "source_row"}
+        for column in batch.frame.columns:  # the corpus's other columns ride along, as export keeps fields
+            if column in (self.text_column, self.id_column):
+                continue
+            name = str(column)
+            while name in taken:  # the user's `label` or `confidence` must not overwrite ours: `field_label`
+                name = f"field_{name}"
+            taken.add(name)
+            out[name] = _kept_cells(batch.frame[column])
+        out = pd.concat([out, labeled], axis=1)
         out["source_file"] = batch.source
         out["source_row"] = np.arange(batch.first_row, batch.first_row + len(ids), dtype=np.int64)
         faults = {r.annotator_id: int(r.faults) for r in results if r.faults}
@@ -126,6 +147,18 @@ def _id_text(value: Any, batch: CorpusBatch, i: int, column: str) -> str:
     return str(value.item() if isinstance(value, np.generic) else value)
 
 
+def _kept_cells(column: pd.Series) -> Any:
+    """A corpus column as its shard writes it: typed columns as they are; in the rest lists and dicts as JSON, as
+    `export` writes fields (an entity span is `[3, 9]`), and a column mixing kinds of value (`1` and `"x"` in JSONL,
+    which Parquet cannot hold in one column) as text."""
+    if column.dtype != object:
+        return column.to_numpy()
+    cells = [field_cell(_plain(v)) for v in column]
+    if len({type(c) for c in cells if c is not None}) > 1:
+        cells = [None if c is None else str(c) for c in cells]
+    return cells
+
+
 def _plain(value: Any) -> Any:
     """A cell as plain Python, as the importer keeps fields (numpy values become lists / numbers, NaN None)."""
     if isinstance(value, np.ndarray):
@@ -133,6 +166,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     return None if isinstance(value, float) and np.isnan(value) else value
+
+
+def dev_digest(dev: pd.DataFrame) -> str:
+    """A short digest of the dev rows the aggregator is fitted on (id, label or label set, audit): an expert's
+    new label moves it, so a corpus run fitted before that is not resumed by one fitted after (no generation moves)."""
+    rows = [[str(i), None if pd.isna(label) else int(label), None if members is None else list(members), bool(audit)]
+            for i, label, members, audit in zip(dev["id"], dev["label"], dev["label_set"], dev["audit"], strict=True)]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
 
 
 def _embedder(name: str):
@@ -197,13 +238,14 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
             model.fit(votes, None, features or None)
         else:
             y_dev = frame["label"].to_numpy()[dev].astype(int)
-            unl = np.flatnonzero((frame["split"] == "pool").to_numpy()) if chooser else np.zeros(0, int)
+            unl = student_unlabeled_rows(frame, chooser, seed)  # the rows export's student reads, no others
             unlabeled = (votes[unl], {k: v[unl] for k, v in features.items()} or None) if len(unl) else None
             fit_on_dev(model, aggregator, votes[dev], y_dev, dev_features, audit,
                        store.last_complete_generation() > 0, unlabeled)  # as export does: same choice, same labels
         made_by = f"auto:{model.chosen_}" if hasattr(model, "chosen_") else aggregator
     provenance = {"workspace": str(store.path), "task": task.name, "generation": store.last_complete_generation(),
-                  "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)), "embedder": embedder}
+                  "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)),
+                  "dev_labels": dev_digest(frame.iloc[dev]), "embedder": embedder}
     return Labeler(task.labels, tuple(store.annotators(pool)), aggregator, made_by, model, embedder, vocabularies,
                    text_column=text_column, multi_label=task.multi_label, threshold=threshold,
                    separator=label_separator(store), masked="masked" in features, provenance=provenance)

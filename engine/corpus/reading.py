@@ -93,9 +93,7 @@ def survey(paths: list[Path]) -> list[CorpusFile]:
                 import pyarrow.parquet as pq
                 rows = pq.ParquetFile(path).metadata.num_rows
             else:
-                with path.open("rb") as handle:
-                    rows = sum(chunk.count(b"\n") for chunk in iter(lambda h=handle: h.read(1 << 20), b""))
-                rows -= 1 if kind == "csv" else 0
+                rows = _count_rows(path, kind)
         except CorpusError:
             raise
         except Exception as err:  # pyarrow raises several types for a corrupt file
@@ -104,10 +102,27 @@ def survey(paths: list[Path]) -> list[CorpusFile]:
     return out
 
 
+def check_batch_size(batch_size: int) -> None:
+    """Refuse a batch size below 1 (callers check it before fitting or writing anything: `iter_batches` is lazy)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+
+
+def _count_rows(path: Path, kind: str) -> int:
+    """The rows the reader will yield (the progress total): JSONL's non-blank lines (blank ones are skipped), CSV's
+    lines after the header, the last one counted when no newline ends it."""
+    with path.open("rb") as handle:
+        if kind == "jsonl":
+            return sum(1 for line in handle if line.strip())
+        lines, last = 0, b"\n"
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    return lines + (last != b"\n") - 1
+
+
 def iter_batches(files: list[CorpusFile], batch_size: int) -> Iterator[CorpusBatch]:
     """Every row of every file, in order, as batches of at most `batch_size` rows (a batch never spans files)."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+    check_batch_size(batch_size)
     index = 0
     for corpus_file in files:
         first = 0
@@ -131,7 +146,10 @@ def _read_parquet(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
     import pyarrow.parquet as pq
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            yield batch.to_pandas()
+            frame = batch.to_pandas()
+            if any(name is not None for name in frame.index.names):  # `df.set_index("id").to_parquet`: its ids
+                frame = frame.reset_index()
+            yield frame
     except Exception as err:
         raise CorpusError(f"input file {path} is not a readable parquet file: {err}") from None
 

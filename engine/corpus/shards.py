@@ -41,7 +41,8 @@ def shard_name(index: int) -> str:
 
 
 def fingerprint(run: dict[str, Any]) -> str:
-    """What makes two runs the same run: inputs, pool, aggregator, embedder, batch size (see `prepare`)."""
+    """What makes two runs the same run: inputs, pool, aggregator, seed, dev labels, embedder, batch size (see
+    `prepare`)."""
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -61,7 +62,8 @@ def prepare(output: Path, run: dict[str, Any]) -> dict[int, ShardRecord]:
             raise OutputError(f"{record_path} is not a run record; choose an empty output folder") from None
         if previous.get("fingerprint") != key:
             raise OutputError(f"output folder {output} holds another run ({previous.get('fingerprint')}: other "
-                              "inputs, pool, aggregator or batch size); choose an empty folder or delete that one")
+                              "inputs, pool, aggregator, seed, dev labels or batch size); choose an empty folder or "
+                              "delete that one")
     else:
         strangers = [p.name for p in output.iterdir() if not p.name.startswith(".")]
         if strangers:

@@ -93,7 +93,8 @@ def test_rows_no_annotator_votes_on_teach_nothing_under_a_teacher_that_reads_onl
 
     alone, taught = student(), student(unlabeled_votes=silent, unlabeled_X=rows(X, pool))
     assert taught.n_pseudo_ == len(pool)
-    assert np.allclose(alone.predict_proba(votes[test], rows(X, test)), taught.predict_proba(votes[test], rows(X, test)))
+    test_X = rows(X, test)
+    assert np.allclose(alone.predict_proba(votes[test], test_X), taught.predict_proba(votes[test], test_X))
     assert not reads_text(MajorityVote(2)) and not reads_text(EvoAgg(2, feature=None))
     assert reads_text(EvoAgg(2, feature="tfidf"))
 

@@ -22,7 +22,7 @@ from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.evolve import ensure_votes
-from engine.export import add_label_columns, field_cell, label_separator
+from engine.export import add_label_columns, field_cell, field_column, label_separator
 from engine.labeling import (
     THRESHOLD,
     feature_kinds,
@@ -115,15 +115,13 @@ class Labeler:
         out = pd.DataFrame({"id": ids, "text": texts})
         labeled = pd.DataFrame(index=out.index)
         add_label_columns(labeled, self.labels, probs, hard, n_votes, self.made_by, self.separator)
-        taken = {*out.columns, *labeled.columns, "source_file", "source_row"}
+        ours = {*out.columns, *labeled.columns, "source_file", "source_row"}
+        taken = set(ours)
         for column in batch.frame.columns:  # the corpus's other columns ride along, as export keeps fields
             if column in (self.text_column, self.id_column):
                 continue
-            name = str(column)
-            while name in taken:  # the user's `label` or `confidence` must not overwrite ours: `field_label`
-                name = f"field_{name}"
-            taken.add(name)
-            out[name] = _kept_cells(batch.frame[column])
+            # the user's `label` or `confidence` must not overwrite ours: `field_label`
+            out[field_column(str(column), ours, taken)] = _kept_cells(batch.frame[column])
         out = pd.concat([out, labeled], axis=1)
         out["source_file"] = batch.source
         out["source_row"] = np.arange(batch.first_row, batch.first_row + len(ids), dtype=np.int64)

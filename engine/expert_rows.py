@@ -21,16 +21,17 @@ SIMILAR_SCAN = 20_000  # unlabeled rows compared with a regression row (the firs
 
 
 def regression_rows(store: Store, example_ids: Sequence[str], probs: np.ndarray, hard: np.ndarray) -> pd.DataFrame:
-    """Dev rows whose label (out-of-fold, as saved soft labels give dev rows) is not the gold one: id, text, gold,
-    predicted, confidence, sorted with the most confident mistakes first. A multi-label row is wrong when its
-    predicted set differs from the gold set. An unlabeled prediction ("") counts as wrong."""
+    """Fitness rows whose label (out-of-fold, as saved soft labels give dev rows) is not the gold one: id, text,
+    gold, predicted, confidence, sorted with the most confident mistakes first. A multi-label row is wrong when its
+    predicted set differs from the gold set. An unlabeled prediction ("") counts as wrong. Audit rows are left out:
+    labeling rows like them would steer the fitness rows toward the rows held back to check the pool honestly."""
     labels = store.load_task().labels
-    frame = store.examples_frame("dev")
+    frame = store.examples_frame(FITNESS)
     position = pd.Series(np.arange(len(example_ids)), index=pd.Index(list(example_ids)))
     keep = frame["id"].isin(position.index).to_numpy()
     frame = frame[keep].reset_index(drop=True)
     rows = position[frame["id"]].to_numpy()
-    gold = store.gold("dev")[keep]
+    gold = store.gold(FITNESS)[keep]
     p, h = probs[rows], hard[rows]
 
     def names(row: np.ndarray | int) -> str:

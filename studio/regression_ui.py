@@ -8,6 +8,7 @@ import os
 import pandas as pd
 import streamlit as st
 
+from engine.domain import AUDIT, FITNESS
 from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
@@ -19,8 +20,11 @@ NOT_LABELED = "(leave unlabeled)"
 def regression_list(store: Store, result: SavedLabels) -> pd.DataFrame:
     wrong = regression_rows(store, result.example_ids, result.probs, result.hard)
     st.subheader("Dev rows it gets wrong (regression list)")
-    dev = store.count_examples("dev")
-    st.caption(f"{len(wrong)} of {dev} dev rows: {result.aggregator}'s out-of-fold label (from a model that never "
+    dev = store.count_examples(FITNESS)
+    held = store.count_examples(AUDIT)
+    st.caption(f"{len(wrong)} of {dev} dev rows" + (f" (the {held} audit rows held back to check the pool are not "
+                                                    "listed)" if held else "")
+               + f": {result.aggregator}'s out-of-fold label (from a model that never "
                "saw the row's gold label) is not yours. Most confident mistakes first. Select one to find unlabeled "
                "rows like it and label them: they join dev, so the next generation and the aggregators learn from "
                "them.")

@@ -87,6 +87,27 @@ def test_the_regression_list_is_the_dev_rows_the_labels_get_wrong(evolved):
     assert np.all(np.diff(like["similarity"].to_numpy()) <= 0)
 
 
+def test_the_regression_list_leaves_the_audit_rows_out(tmp_path, demo_csv):
+    """Labeling rows like a listed one feeds the fitness rows: an audit row listed there (with its gold label)
+    would steer them toward the rows held back to check the pool."""
+    import pandas as pd
+
+    from engine.domain import AUDIT
+    from engine.ingest.importer import IngestOptions
+
+    no_splits = tmp_path / "no_splits.csv"
+    pd.read_csv(demo_csv).drop(columns="split").to_csv(no_splits, index=False)
+    store = Store.open(tmp_path / "ws")
+    import_path(store, no_splits, IngestOptions(dev_size=300))
+    audit = set(store.example_ids(AUDIT))
+    assert audit
+    ids = store.example_ids("dev")
+    ham = np.zeros(len(ids), dtype=np.int64)  # every row called HAM: each SPAM row of dev is a mistake
+    wrong = regression_rows(store, ids, np.eye(2)[ham], ham)
+    spam_fitness = {i for i, g in zip(store.example_ids(FITNESS), store.gold(FITNESS), strict=True) if g == 1}
+    assert set(wrong["id"]) == spam_fitness and not set(wrong["id"]) & audit
+
+
 def test_the_record_survives_reopening(tmp_path, demo_csv):
     store = Store.open(tmp_path / "ws")
     import_path(store, demo_csv)

@@ -610,3 +610,18 @@ def test_with_enough_dev_rows_the_guesses_are_refitted_per_half_and_judged_on_th
     other = replace(pseudo, dev_ids=("somewhere else",))
     whole = proposer._guessed(proposer._workspace(ctx), replace(ctx, pseudo=other), 0.25, halved=True)
     assert whole and all(p.held is None for p in whole)
+
+
+def test_the_mining_workspace_follows_a_relabeled_row_with_the_same_id():
+    """An expert labels a row into dev, takes it back and labels it again otherwise: the same ids, another class.
+    The mining workspace was cached on the ids alone, so the agents went on mining the withdrawn label."""
+    from dataclasses import replace
+
+    task, dev = _spam_task(), _spam_dev()
+    proposer = OfflineProposer()
+    first = _context(task, dev)
+    relabeled = replace(dev[0], label=1 - dev[0].label)
+    second = _context(task, (relabeled, *dev[1:]))
+    assert [ex.id for ex in first.dev] == [ex.id for ex in second.dev]
+    assert proposer._workspace(first).y[0] == dev[0].label
+    assert proposer._workspace(second).y[0] == relabeled.label

@@ -515,7 +515,7 @@ def test_labels_screen_before_and_after_computing(home):
     # the regression list: exactly the dev rows whose saved (out-of-fold) label is not the gold one
     from engine.expert_rows import regression_rows
     wrong = regression_rows(store_of(home, "label-me"), saved.example_ids, saved.probs, saved.hard)
-    assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples('dev')} dev rows" in texts(at)
+    assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples(FITNESS)} dev rows" in texts(at)
     shown_wrong = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
     assert list(shown_wrong["id"]) == list(wrong["id"])
     with pytest.MonkeyPatch.context() as patch:  # without `datasets` the option is off and says how to get it

@@ -172,8 +172,11 @@ class OfflineProposer:
     def _workspace(self, context: ProposalContext) -> OfflineWorkspace:
         """Index dev and the pool sample once per distinct context data (roles share it)."""
         # the descriptions too: an expert may describe a label between two generations of one run (label seeds)
+        # and the labels: a row the expert labeled, took back and labeled again keeps its id but not its class
+        sets = None if context.dev_label_sets is None else np.asarray(context.dev_label_sets).tobytes()
         key = (context.task.name, context.task.labels, tuple(sorted(context.task.label_descriptions.items())),
-               tuple(ex.id for ex in context.dev), tuple(ex.id for ex in context.pool_sample[: self.pool_rows]))
+               tuple(ex.id for ex in context.dev), np.asarray(context.dev_labels).tobytes(), sets,
+               tuple(ex.id for ex in context.pool_sample[: self.pool_rows]))
         if key not in self._cache:
             dev_inputs = [ex.as_input() for ex in context.dev]
             fields = _fields(context)

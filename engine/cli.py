@@ -446,7 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--engine", choices=ENGINES, default="local",
                      help="local: this process; ray: a Ray cluster (pip install -e '.[ray]')")
     lab.add_argument("--ray-address", help="join this Ray cluster (e.g. 10.0.0.5:6379); default: start a local one")
-    lab.add_argument("--workers", type=int, help="local: sandbox processes (2); ray: writer actors (all CPUs)")
+    lab.add_argument("--workers", type=_positive_int,
+                     help="local: sandbox processes (2); ray: writer actors (all CPUs)")
     lab.add_argument("--batch-size", type=_positive_int, default=10_000, help="rows per batch and per shard")
     lab.add_argument("--text-column", default="text", help="the corpus column holding the text")
     lab.add_argument("--seed", type=int, default=0)

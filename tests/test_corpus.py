@@ -188,6 +188,10 @@ def test_a_bad_batch_size_is_refused_before_anything_is_written(workspace, wmv_l
         main(["label", "--workdir", str(workspace), "--input", str(corpus), "--output", str(tmp_path / "o"),
               "--batch-size", "0"])
     assert usage.value.code == 2 and "--batch-size: must be at least 1, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # --workers 0 had quietly meant the default
+        main(["label", "--workdir", str(workspace), "--input", str(corpus), "--output", str(tmp_path / "o"),
+              "--workers", "0"])
+    assert usage.value.code == 2 and "--workers: must be at least 1, not 0" in capsys.readouterr().err
     registry = JobRegistry()
     with pytest.raises(ValueError, match="batch_size must be at least 1"):  # the studio's start button
         start_corpus_label(workspace, str(corpus), tmp_path / "o", "wmv", batch_size=0, registry=registry)

@@ -9,6 +9,7 @@ all name it, "embedding" is it without the votes); a row gets every class whose 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,10 +134,13 @@ def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = q
     pairs = [masked_views({**fields[row], "text": texts[row]}) for row in first]
     embedder = get_embedder(store.get_meta("embedder", "minilm"))
 
-    def progress(done: int, total: int) -> None:
-        on_event(EventKind.EMBEDDING, {"done": done, "total": total, "view": "masked"})
+    def progress(part: int) -> Callable[[int, int], None]:
+        """One count over both views' texts: each call of `embed_texts` counts its own from 0."""
+        def report(done: int, total: int) -> None:
+            on_event(EventKind.EMBEDDING, {"done": part * total + done, "total": 2 * total, "view": "masked"})
+        return report
 
-    joined = join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress) for i in (0, 1)))
+    joined = join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress(i)) for i in (0, 1)))
     return joined if len(first) == len(frame) else joined[inverse]
 
 

@@ -15,6 +15,7 @@ Only the fitness rows' labels are read (never audit or test rows).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -77,8 +78,10 @@ class PseudoLabels:
         if self.dev_X is None or self.dev_y is None or self.pool_X is None:
             return self.guess
         rows = np.asarray(rows, dtype=np.int64)
-        # dev rarely changes between generations: the refit on these rows is kept like the full fit (`_fitted`)
-        key = (self.dev_ids, self.dev_y.tobytes(), tuple(rows.tolist()), self.seed) if self.dev_ids else None
+        # dev rarely changes between generations: the refit on these rows is kept like the full fit (`_fitted`); keyed
+        # on the features too: two workspaces of the studio's one process may share ids (row numbers) and labels
+        features = hashlib.sha1(np.ascontiguousarray(self.dev_X[rows]).tobytes()).hexdigest()
+        key = (self.dev_ids, self.dev_y.tobytes(), tuple(rows.tolist()), self.seed, features) if self.dev_ids else None
         model = _refits.get(key) if key else None
         if model is None:
             model = TextOnly(self.proba.shape[1], feature="x", Cs=(PSEUDO_C,), seed=self.seed).fit(

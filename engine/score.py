@@ -133,9 +133,10 @@ def audit_and_fitness_f1(audit_votes: np.ndarray, audit_gold: np.ndarray, fitnes
     """The pool's majority-vote macro-F1 on the audit rows and on the fitness rows over the same classes, and the
     (k,) mask of those classes. Macro-F1 averages over the classes present: a hundred audit rows may hold no row
     of a small class the pool never gets right, and the fitness figure would then count a zero the audit figure
-    leaves out, so the gap between them would not be selection alone. Single-label gold."""
+    leaves out, so the gap between them would not be selection alone. The classes are those the audit gold holds:
+    a class the pool names on an audit row but no audit row holds could only score 0 there. Single-label gold."""
     audit_pred = majority_vote(audit_votes, n_classes)
-    judged = judged_classes(audit_gold, audit_pred, n_classes)
+    judged = np.bincount(np.asarray(audit_gold, dtype=np.int64), minlength=n_classes)[:n_classes] > 0
     return (macro_f1(audit_gold, audit_pred, n_classes, classes=judged),
             macro_f1(fitness_gold, majority_vote(fitness_votes, n_classes), n_classes, classes=judged), judged)
 

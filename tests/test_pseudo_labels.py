@@ -219,3 +219,23 @@ def test_the_gate_takes_no_evidence_from_untrusted_guesses_or_for_cues_mined_on_
     assert evidence[plain.id][1] > 0
     untrusted = replace(context, pseudo=replace(context.pseudo, trusted=False))
     assert pool_evidence(executor, untrusted, [plain]) is None and executor.ran == [plain.id, quoting.id]  # no run
+
+
+def test_a_refit_on_some_dev_rows_is_not_served_to_a_workspace_with_other_features():
+    """Two workspaces in the studio's one process may share ids (row numbers) and labels, with other texts: the
+    refit cached for one was applied to the other's pool, so its guesses were the first workspace's."""
+    rng = np.random.default_rng(0)
+    y = np.array([0, 1] * 20)
+    ids = tuple(str(i) for i in range(1, 41))
+    pool = np.zeros((6, 8))
+    pool[:, 0] = [3, 3, 3, -3, -3, -3]
+
+    def guesses(sign: int) -> list[int]:
+        X = rng.normal(size=(40, 8))
+        X[:, 0] += np.where(y == 1, 3, -3) * sign  # class 1 rows lean one way, or the other
+        labels = PseudoLabels(np.full((6, 2), 0.5), 0.9, dev_X=X, dev_y=y, pool_X=pool, seed=0, dev_ids=ids)
+        return labels.guess_from(np.arange(20)).tolist()
+
+    _refits.clear()
+    assert guesses(1) == [1, 1, 1, 0, 0, 0]
+    assert guesses(-1) == [0, 0, 0, 1, 1, 1]

@@ -124,3 +124,8 @@ def test_audit_and_fitness_are_compared_on_the_classes_the_audit_rows_hold():
     # over every class present the fitness figure counts class 2's zero, which the audit figure cannot see
     everything = pool_macro_f1(fitness_votes, fitness_gold, 3)
     assert everything == pytest.approx(per_class.mean()) and everything < fitness
+    # the pool naming class 2 on an audit row does not bring class 2 in: it could only score 0 on rows holding none
+    named = np.array([[0], [2], [1], [0]])
+    audit, _, judged = audit_and_fitness_f1(named, audit_gold, fitness_votes, fitness_gold, 3)
+    assert judged.tolist() == [True, True, False]
+    assert audit == pytest.approx(per_class_f1(audit_gold, majority_vote(named, 3), 3)[:2].mean())

@@ -222,6 +222,20 @@ def test_cut_off_is_blamed_only_when_the_reply_hit_max_tokens(fake_openai):
     assert "max_tokens" not in proposer.last_dropped[0][1] and "cut off" not in proposer.last_dropped[0][1]
 
 
+def test_a_same_seed_rerun_of_a_cut_off_reply_and_its_repair_is_free(fake_openai, tmp_path):
+    """The cached reply keeps its finish reason: the rerun's repair prompt names the max_tokens limit again, so it
+    is the first run's request and is answered from the store, not sent."""
+    store = Store.open(tmp_path / "ws")
+    fake_openai.reply("```python\ndef annotate(example):\n    return (", finish_reason="length")
+    fake_openai.reply(fenced(FREE))
+    first = LLMProposer(client_for(fake_openai, store=store), n_per_role=1, parallel=1)
+    assert len(first.propose("generator", context_for([]))) == 1 and len(fake_openai.requests) == 2
+    fake_openai.reply(fenced(FREE))  # served only if the rerun asked anew
+    again = LLMProposer(client_for(fake_openai, store=store), n_per_role=1, parallel=1)
+    assert len(again.propose("generator", context_for([]))) == 1
+    assert len(fake_openai.requests) == 2 and again.usage()["cached"] == 2
+
+
 def test_an_annotator_in_an_unclosed_fence_is_a_candidate(fake_openai):
     fake_openai.reply("Sure:\n```python\n" + FREE)
     got = LLMProposer(client_for(fake_openai), n_per_role=1).propose("generator", context_for([]))

@@ -155,6 +155,18 @@ def test_spec_replies_become_the_offline_templates():
     assert parse_specs("I cannot help with that.", task)[1][0].startswith("no JSON object found")
 
 
+@pytest.mark.parametrize("reply", [
+    '[{"label": "SPAM", "cues": ["free"], "view": "sentence", "confidence": {"p": 0.9}}]',  # a nested value
+    '[{"label": "SPAM", "cues": ["free"], "reason": "offers {prizes}"}]',  # a brace inside a string
+    '[{"label": "SPAM", "cues": ["{free}"]}]',
+    '[{"label": "SPAM", "cues": ["free",], "view": "sentence",},]',  # trailing commas, common from small models
+    '{"annotators": [{"label": "SPAM", "cues": ["free"]}]}',  # the schema's wrapper
+])
+def test_a_spec_is_read_whole_whatever_its_values_hold(reply):
+    good, errors = parse_specs(f"```json\n{reply}\n```", Task("sms", ("HAM", "SPAM"), {}, ""))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free",)))] and not errors
+
+
 def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
     proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")

@@ -18,7 +18,9 @@ from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
-_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+_JSON_START = re.compile(r"[{\[]")
+_TRAILING_COMMA = re.compile(r",(\s*[\]}])")
+_SPEC_KEYS = ("label", "class")
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
 
 
@@ -124,15 +126,40 @@ def _view(value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _objects(text: str) -> list[dict[str, Any]]:
-    """Every JSON object in a reply (fenced or not); single quotes are tolerated, nesting is not needed."""
-    found = []
-    for chunk in _OBJECT.findall(text):
-        for attempt in (chunk, chunk.replace("'", '"')):
-            try:
-                value = json.loads(attempt)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                found.append(value)
-            break
+    """Every spec (a JSON object with a "label") in a reply, fenced or not, nested in a wrapper or a list or not.
+    Each JSON value is decoded whole, so nested values and braces inside strings do not split an object; small
+    models' trailing commas (["free", "win",]) and single quotes are tolerated by reading the reply again
+    without them, keeping the reading that finds more specs."""
+    found = _scan(text)
+    for fixed in (_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", text.replace("'", '"'))):
+        if fixed != text and not found:
+            found = _scan(fixed)
+        elif fixed != text:
+            again = _scan(fixed)
+            found = again if len(again) > len(found) else found
     return found
+
+
+def _scan(text: str) -> list[dict[str, Any]]:
+    """The specs of every JSON value that decodes at a { or [ of `text`, left to right; a value's inside is not
+    scanned again, and a position where nothing decodes (a cut-off list) is passed to reach what is inside."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (start := _JSON_START.search(text, at)) is not None:
+        try:
+            value, at = decoder.raw_decode(text, start.start())
+        except json.JSONDecodeError:
+            at = start.start() + 1
+            continue
+        found += _specs_in(value)
+    return found
+
+
+def _specs_in(value: Any) -> list[dict[str, Any]]:
+    """The objects with a "label" in a decoded value: itself, or those in its lists and wrapper objects."""
+    if isinstance(value, dict):
+        if any(key in value for key in _SPEC_KEYS):
+            return [value]
+        return [spec for inner in value.values() for spec in _specs_in(inner)]
+    if isinstance(value, list):
+        return [spec for item in value for spec in _specs_in(item)]
+    return []

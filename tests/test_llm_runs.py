@@ -167,6 +167,13 @@ def test_a_spec_is_read_whole_whatever_its_values_hold(reply):
     assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free",)))] and not errors
 
 
+@pytest.mark.parametrize("cues", ['"free, win, prize"', '["free, win, prize"]', '["free; win", "prize"]',
+                                  '"free | win\\nprize"'])
+def test_a_list_of_cues_written_as_one_string_is_several_cues(cues):
+    good, errors = parse_specs(f'{{"label": "SPAM", "cues": {cues}}}', Task("sms", ("HAM", "SPAM"), {}, ""))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free", "win", "prize")))]
+
+
 def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
     proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")

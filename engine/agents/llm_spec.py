@@ -22,6 +22,7 @@ _JSON_START = re.compile(r"[{\[]")
 _TRAILING_COMMA = re.compile(r",(\s*[\]}])")
 _SPEC_KEYS = ("label", "class")
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
+_CUE_SEPARATOR = re.compile(r"[,;|\n]")
 
 
 def views_for(task: Task, dev: Sequence[dict] | None = None) -> tuple[str, ...]:
@@ -97,8 +98,10 @@ def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None)
     if not isinstance(raw, list):
         raise ValueError('"cues" should be a list of words or short phrases')
     cues: list[str] = []
-    for item in raw:
-        words = _CUE_WORD.findall(str(item).lower())
+    # "free, win, prize" (as a string or one item) is three cues, not the phrase "free win prize"
+    phrases = [part for item in raw for part in _CUE_SEPARATOR.split(str(item))]
+    for item in phrases:
+        words = _CUE_WORD.findall(item.lower())
         if 0 < len(words) <= MAX_CUE_WORDS:
             cue = " ".join(words)
             if cue not in cues and cue.strip("*"):

@@ -174,6 +174,19 @@ def test_a_list_of_cues_written_as_one_string_is_several_cues(cues):
     assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free", "win", "prize")))]
 
 
+def test_a_spec_label_matches_exactly_before_it_matches_ignoring_case():
+    def voted(label: str, labels: tuple[str, ...]) -> list[str]:
+        reply = f'{{"label": {json.dumps(label)}, "cues": ["free"]}}'
+        return [src for _, src in parse_specs(reply, Task("t", labels))[0]]
+
+    def cue(label: str) -> list[str]:
+        return [render(AnnotatorSpec("cue", label, "sentence", ("free",)))]
+
+    assert voted("a", ("A", "a")) == cue("a") and voted("A", ("A", "a")) == cue("A")  # not swapped
+    assert voted("spam", ("HAM", "SPAM")) == cue("SPAM")  # case alone is forgiven where it names one label
+    assert voted("a ", ("A", "a")) == []  # ambiguous ignoring case: refused, not guessed
+
+
 def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
     proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")

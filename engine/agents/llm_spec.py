@@ -113,8 +113,13 @@ def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None)
 
 
 def _label(value: Any, task: Task) -> str:
-    by_lower = {label.lower(): label for label in task.labels}
-    found = by_lower.get(str(value or "").strip().lower())
+    """The task's label `value` names: exactly, else the only one equal to it ignoring case and spaces (with labels
+    "A" and "a", "a" is "a", never "A")."""
+    named = str(value or "")
+    if named in task.labels:
+        return named
+    loose = [label for label in task.labels if label.strip().lower() == named.strip().lower()]
+    found = loose[0] if len(loose) == 1 else None
     if found is None:
         raise ValueError(f'"label" {value!r} is not one of {", ".join(map(json.dumps, task.labels))}')
     return found

@@ -187,6 +187,12 @@ def test_a_spec_label_matches_exactly_before_it_matches_ignoring_case():
     assert voted("a ", ("A", "a")) == []  # ambiguous ignoring case: refused, not guessed
 
 
+def test_a_spec_label_written_as_a_number_names_that_label_even_when_it_is_0():
+    good, errors = parse_specs('[{"label": 0, "cues": ["free"]}, {"label": 1, "cues": ["win"]}]', Task("t", ("0", "1")))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "0", "sentence", ("free",))),
+                                        render(AnnotatorSpec("cue", "1", "sentence", ("win",)))] and not errors
+
+
 def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
     proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")

@@ -115,7 +115,7 @@ def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None)
 def _label(value: Any, task: Task) -> str:
     """The task's label `value` names: exactly, else the only one equal to it ignoring case and spaces (with labels
     "A" and "a", "a" is "a", never "A")."""
-    named = str(value or "")
+    named = "" if value is None else str(value)  # a label 0 is "0", not missing
     if named in task.labels:
         return named
     loose = [label for label in task.labels if label.strip().lower() == named.strip().lower()]

@@ -274,6 +274,34 @@ def test_a_same_seed_rerun_of_a_cut_off_reply_and_its_repair_is_free(fake_openai
     assert len(fake_openai.requests) == 2 and again.usage()["cached"] == 2
 
 
+def test_a_cut_off_spec_reply_is_blamed_on_max_tokens_as_code_is(fake_openai):
+    fake_openai.reply('```json\n[{"label": "spam", "cues": ["free", "pri', finish_reason="length")
+    fake_openai.reply('[{"label": "spam", "cues": ["free"]}]')
+    LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1, mode="spec").propose("generator", context_for([]))
+    assert "max_tokens" in fake_openai.requests[1].last_user_message
+
+
+THOUGHTS = ('<think>\nThe format is {"label": "spam", "cues": ["example"]}. Maybe {"label": "junk", "cues": ["x"]}?\n'
+            '```json\n[{"label": "spam", "cues": ["free", \n```\nNo, simpler.\n</think>\n')
+
+
+@pytest.mark.parametrize("mode, reply", [
+    ("code", "<think>\nA draft:\n```python\ndef annotate(example):\n    return spam_if(\n```\nNo, simpler.\n"
+             "</think>\n" + fenced(FREE)),
+    ("spec", THOUGHTS + '```json\n[{"label": "spam", "cues": ["free"]}]\n```'),
+    ("spec", 'The format is {"label": "ham", "cues": ["example"], "view": "sentence"}. My answer:\n'
+             '```json\n[{"label": "spam", "cues": ["free"]}]\n```'),
+])
+def test_drafts_in_thoughts_and_examples_in_prose_are_not_the_answer(fake_openai, mode, reply):
+    """A reasoning model served without a reasoning parser thinks aloud in <think>: its drafts are neither
+    errors to repair nor annotators, nor is an example object quoted in the prose around the fenced answer."""
+    fake_openai.reply(reply)
+    got = LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1, mode=mode).propose("generator",
+                                                                                             context_for([]))
+    expected = check_source(FREE) if mode == "code" else render(AnnotatorSpec("cue", "spam", "sentence", ("free",)))
+    assert [c.source for c in got] == [expected] and len(fake_openai.requests) == 1
+
+
 def test_an_annotator_in_an_unclosed_fence_is_a_candidate(fake_openai):
     fake_openai.reply("Sure:\n```python\n" + FREE)
     got = LLMProposer(client_for(fake_openai), n_per_role=1).propose("generator", context_for([]))

@@ -21,6 +21,11 @@ MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples:
 _JSON_START = re.compile(r"[{\[]")
 _TRAILING_COMMA = re.compile(r",(\s*[\]}])")
 _SPEC_KEYS = ("label", "class")
+_FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+_THOUGHTS = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_THOUGHT_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
+_THOUGHT_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+CUT_OFF = " (the reply hit the max_tokens limit and was cut off: give fewer objects with fewer cues)"
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
 _CUE_SEPARATOR = re.compile(r"[,;|\n]")
 
@@ -71,13 +76,32 @@ def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[s
             "properties": {"annotators": {"type": "array", "items": spec, "minItems": 1, "maxItems": max(1, n)}}}
 
 
-def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
+def without_thoughts(text: str) -> str:
+    """A reply without the drafts a reasoning model thinks aloud (`<think>...</think>`, when the server has no
+    reasoning parser to take them out): they hold cues and code it rejected, which are not its answer. A reply cut
+    off while thinking has no answer; one whose template opened the thought has only its closing tag."""
+    text = _THOUGHTS.sub("", text)
+    closes = list(_THOUGHT_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    opened = _THOUGHT_OPEN.search(text)
+    return text[: opened.start()] if opened else text
+
+
+def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_off: bool = False
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the
-    views a spec may name (none or empty: `views_for(task)`)."""
-    objects = _objects(text)
+    views a spec may name (none or empty: `views_for(task)`); `cut_off`: the reply hit the max_tokens limit,
+    then named as the likely cause of its last error.
+
+    The answer is the last fenced block that holds a spec, when one does (the prose around it may quote an example
+    object, and a model that thinks aloud drafts earlier ones); outside thoughts, else."""
+    text = without_thoughts(text)
+    objects = next((found for body in reversed(_FENCE.findall(text)) if (found := _objects(body))), None)
+    objects = objects if objects is not None else _objects(text)
+    hint = CUT_OFF if cut_off else ""
     if not objects:
-        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects']
+        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects' + hint]
     good, errors = [], []
     for i, obj in enumerate(objects, start=1):
         try:
@@ -86,6 +110,8 @@ def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
             errors.append(f"object {i}: {err}" if len(objects) > 1 else str(err))
             continue
         good.append((spec.describe(), render(spec)))
+    if errors and hint:
+        errors[-1] += hint
     return good, errors
 
 

@@ -9,7 +9,7 @@ import pytest
 from fake_openai_server import FakeOpenAIServer
 
 from engine.agents import prompts
-from engine.agents.base import ProposalContext
+from engine.agents.base import ExpertFeedback, ProposalContext
 from engine.agents.choice import AGENT_CHOICES, make_proposer
 from engine.agents.llm import LLMProposer, check_reply
 from engine.agents.mixed import MixedProposer
@@ -161,6 +161,29 @@ def test_examples_are_seeded_and_cover_each_class():
     again = prompts.examples_per_class(context, np.random.default_rng(5), per_class=2)
     assert first == again and [ex.label for ex in first] == [0, 0, 1, 1]
     assert prompts.render_example(DEV[6], TASK) == '{"text": "win a free prize now, text WIN to 80080"} -> "spam"'
+
+
+def test_prompts_stay_bounded_with_300_labels_and_huge_annotators():
+    """Past 36 labels the generator and the improver quote 36 dev rows, of the classes the pool does worst on, and
+    every prompt quotes at most prompts.SOURCE_CHARS of annotator source (an annotator may be 100,000 characters)."""
+    k = 300
+    task = Task("topics", tuple(f"topic_{c}" for c in range(k)))
+    dev = tuple(Example(f"d{c}-{j}", f"row {j} about subject{c} " + "filler " * 40, "dev", c)
+                for c in range(k) for j in range(2))
+    y = np.array([ex.label for ex in dev])
+    votes = np.where((y >= 250) & (y < 286), ABSTAIN, y)  # classes 250-285 are the ones nobody votes
+    huge = Annotator("big", "big", FREE + "# a long comment line\n" * 5000, "generator", 0)
+    edits = tuple((huge, dataclasses.replace(huge, id=f"edit{i}"), "broaden it") for i in range(5))
+    context = ProposalContext(task, dev, (), (huge,), {"big": score_annotator("big", votes, y)}, votes[:, None], 2,
+                              0, feedback=ExpertFeedback(edits=edits))
+    rng = np.random.default_rng(0)
+    shown = prompts.examples_per_class(context, rng)
+    assert sorted(ex.label for ex in shown) == list(range(250, 286))
+    for messages in (prompts.generator_messages(context, rng, 2), prompts.improver_messages(context, rng, 2),
+                     prompts.refiner_messages(context, huge, rng, 2)):
+        user = messages[1]["content"]
+        assert len(user) < 30_000 and user.count(" -> ") <= 36
+        assert "more characters of this annotator not shown" in user
 
 
 def test_improver_sees_weak_classes_and_word_clusters():

@@ -155,6 +155,44 @@ def test_spec_replies_become_the_offline_templates():
     assert parse_specs("I cannot help with that.", task)[1][0].startswith("no JSON object found")
 
 
+@pytest.mark.parametrize("reply", [
+    '[{"label": "SPAM", "cues": ["free"], "view": "sentence", "confidence": {"p": 0.9}}]',  # a nested value
+    '[{"label": "SPAM", "cues": ["free"], "reason": "offers {prizes}"}]',  # a brace inside a string
+    '[{"label": "SPAM", "cues": ["{free}"]}]',
+    '[{"label": "SPAM", "cues": ["free",], "view": "sentence",},]',  # trailing commas, common from small models
+    '{"annotators": [{"label": "SPAM", "cues": ["free"]}]}',  # the schema's wrapper
+])
+def test_a_spec_is_read_whole_whatever_its_values_hold(reply):
+    good, errors = parse_specs(f"```json\n{reply}\n```", Task("sms", ("HAM", "SPAM"), {}, ""))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free",)))] and not errors
+
+
+@pytest.mark.parametrize("cues", ['"free, win, prize"', '["free, win, prize"]', '["free; win", "prize"]',
+                                  '"free | win\\nprize"'])
+def test_a_list_of_cues_written_as_one_string_is_several_cues(cues):
+    good, errors = parse_specs(f'{{"label": "SPAM", "cues": {cues}}}', Task("sms", ("HAM", "SPAM"), {}, ""))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "SPAM", "sentence", ("free", "win", "prize")))]
+
+
+def test_a_spec_label_matches_exactly_before_it_matches_ignoring_case():
+    def voted(label: str, labels: tuple[str, ...]) -> list[str]:
+        reply = f'{{"label": {json.dumps(label)}, "cues": ["free"]}}'
+        return [src for _, src in parse_specs(reply, Task("t", labels))[0]]
+
+    def cue(label: str) -> list[str]:
+        return [render(AnnotatorSpec("cue", label, "sentence", ("free",)))]
+
+    assert voted("a", ("A", "a")) == cue("a") and voted("A", ("A", "a")) == cue("A")  # not swapped
+    assert voted("spam", ("HAM", "SPAM")) == cue("SPAM")  # case alone is forgiven where it names one label
+    assert voted("a ", ("A", "a")) == []  # ambiguous ignoring case: refused, not guessed
+
+
+def test_a_spec_label_written_as_a_number_names_that_label_even_when_it_is_0():
+    good, errors = parse_specs('[{"label": 0, "cues": ["free"]}, {"label": 1, "cues": ["win"]}]', Task("t", ("0", "1")))
+    assert [src for _, src in good] == [render(AnnotatorSpec("cue", "0", "sentence", ("free",))),
+                                        render(AnnotatorSpec("cue", "1", "sentence", ("win",)))] and not errors
+
+
 def test_spec_mode_asks_for_json_and_proposes_rendered_annotators(fake_openai):
     fake_openai.reply('[{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]')
     proposer = LLMProposer(client_for(fake_openai), n_per_role=1, mode="spec")
@@ -220,6 +258,48 @@ def test_cut_off_is_blamed_only_when_the_reply_hit_max_tokens(fake_openai):
     assert "max_tokens" in proposer.last_dropped[0][1]
     proposer.propose("generator", context_for([], generation=2))
     assert "max_tokens" not in proposer.last_dropped[0][1] and "cut off" not in proposer.last_dropped[0][1]
+
+
+def test_a_same_seed_rerun_of_a_cut_off_reply_and_its_repair_is_free(fake_openai, tmp_path):
+    """The cached reply keeps its finish reason: the rerun's repair prompt names the max_tokens limit again, so it
+    is the first run's request and is answered from the store, not sent."""
+    store = Store.open(tmp_path / "ws")
+    fake_openai.reply("```python\ndef annotate(example):\n    return (", finish_reason="length")
+    fake_openai.reply(fenced(FREE))
+    first = LLMProposer(client_for(fake_openai, store=store), n_per_role=1, parallel=1)
+    assert len(first.propose("generator", context_for([]))) == 1 and len(fake_openai.requests) == 2
+    fake_openai.reply(fenced(FREE))  # served only if the rerun asked anew
+    again = LLMProposer(client_for(fake_openai, store=store), n_per_role=1, parallel=1)
+    assert len(again.propose("generator", context_for([]))) == 1
+    assert len(fake_openai.requests) == 2 and again.usage()["cached"] == 2
+
+
+def test_a_cut_off_spec_reply_is_blamed_on_max_tokens_as_code_is(fake_openai):
+    fake_openai.reply('```json\n[{"label": "spam", "cues": ["free", "pri', finish_reason="length")
+    fake_openai.reply('[{"label": "spam", "cues": ["free"]}]')
+    LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1, mode="spec").propose("generator", context_for([]))
+    assert "max_tokens" in fake_openai.requests[1].last_user_message
+
+
+THOUGHTS = ('<think>\nThe format is {"label": "spam", "cues": ["example"]}. Maybe {"label": "junk", "cues": ["x"]}?\n'
+            '```json\n[{"label": "spam", "cues": ["free", \n```\nNo, simpler.\n</think>\n')
+
+
+@pytest.mark.parametrize("mode, reply", [
+    ("code", "<think>\nA draft:\n```python\ndef annotate(example):\n    return spam_if(\n```\nNo, simpler.\n"
+             "</think>\n" + fenced(FREE)),
+    ("spec", THOUGHTS + '```json\n[{"label": "spam", "cues": ["free"]}]\n```'),
+    ("spec", 'The format is {"label": "ham", "cues": ["example"], "view": "sentence"}. My answer:\n'
+             '```json\n[{"label": "spam", "cues": ["free"]}]\n```'),
+])
+def test_drafts_in_thoughts_and_examples_in_prose_are_not_the_answer(fake_openai, mode, reply):
+    """A reasoning model served without a reasoning parser thinks aloud in <think>: its drafts are neither
+    errors to repair nor annotators, nor is an example object quoted in the prose around the fenced answer."""
+    fake_openai.reply(reply)
+    got = LLMProposer(client_for(fake_openai), n_per_role=1, parallel=1, mode=mode).propose("generator",
+                                                                                             context_for([]))
+    expected = check_source(FREE) if mode == "code" else render(AnnotatorSpec("cue", "spam", "sentence", ("free",)))
+    assert [c.source for c in got] == [expected] and len(fake_openai.requests) == 1
 
 
 def test_an_annotator_in_an_unclosed_fence_is_a_candidate(fake_openai):

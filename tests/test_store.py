@@ -136,6 +136,12 @@ def test_embedding_and_llm_caches(tmp_path):
     store.record_llm_call(request_hash="r", role="generator", model="m", prompt_hash="p", request="{}",
                           reply="```python\n```", tokens_in=3, tokens_out=4, latency_s=0.1, cost_usd=0.0)
     assert store.cached_llm_reply("r") == "```python\n```" and store.cached_llm_reply("other") is None
+    # a row without a finish reason (as logged before migration 009) reads as unknown, not as cut off
+    assert store.cached_llm_answer("r") == ("```python\n```", None)
+    store.record_llm_call(request_hash="cut", role="generator", model="m", prompt_hash="p", request="{}",
+                          reply="```python\ndef", tokens_in=3, tokens_out=4, latency_s=0.1, cost_usd=0.0,
+                          finish_reason="length")
+    assert store.cached_llm_answer("cut") == ("```python\ndef", "length")
 
 
 def test_the_mined_on_guesses_flag_round_trips_and_an_older_workspace_reads_it_off_the_rationale(tmp_path):

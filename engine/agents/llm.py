@@ -77,9 +77,10 @@ def split_reply(text: str) -> list[tuple[str, str]]:
 
 def check_reply(text: str, cut_off: bool = False) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, normalised source)], [error per rejected block]) for one reply. `cut_off`: the reply hit
-    the max_tokens limit, which is then named as the likely cause of a rejected block."""
+    the max_tokens limit, which is then named as the likely cause of a rejected block. A reasoning model's
+    `<think>` drafts are not its answer: they are left out."""
     try:
-        blocks = split_reply(text)
+        blocks = split_reply(llm_spec.without_thoughts(text))
     except CodeRejected as err:
         return [], [err.reason + (_CUT_OFF if cut_off else "")]
     good, errors = [], []
@@ -314,7 +315,7 @@ class LLMProposer:
     def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
         """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
         if job.mode == "spec" and job.task is not None:
-            return llm_spec.parse_specs(reply.text, job.task, job.views)
+            return llm_spec.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length")
         return check_reply(reply.text, cut_off=reply.finish_reason == "length")
 
     def _track_mode(self, job: _Job, outcome: _Outcome) -> None:

@@ -18,8 +18,16 @@ from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
-_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+_JSON_START = re.compile(r"[{\[]")
+_TRAILING_COMMA = re.compile(r",(\s*[\]}])")
+_SPEC_KEYS = ("label", "class")
+_FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+_THOUGHTS = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_THOUGHT_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
+_THOUGHT_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+CUT_OFF = " (the reply hit the max_tokens limit and was cut off: give fewer objects with fewer cues)"
 _CUE_WORD = re.compile(r"[a-z0-9]+\*?")
+_CUE_SEPARATOR = re.compile(r"[,;|\n]")
 
 
 def views_for(task: Task, dev: Sequence[dict] | None = None) -> tuple[str, ...]:
@@ -68,13 +76,32 @@ def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[s
             "properties": {"annotators": {"type": "array", "items": spec, "minItems": 1, "maxItems": max(1, n)}}}
 
 
-def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
+def without_thoughts(text: str) -> str:
+    """A reply without the drafts a reasoning model thinks aloud (`<think>...</think>`, when the server has no
+    reasoning parser to take them out): they hold cues and code it rejected, which are not its answer. A reply cut
+    off while thinking has no answer; one whose template opened the thought has only its closing tag."""
+    text = _THOUGHTS.sub("", text)
+    closes = list(_THOUGHT_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    opened = _THOUGHT_OPEN.search(text)
+    return text[: opened.start()] if opened else text
+
+
+def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_off: bool = False
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the
-    views a spec may name (none or empty: `views_for(task)`)."""
-    objects = _objects(text)
+    views a spec may name (none or empty: `views_for(task)`); `cut_off`: the reply hit the max_tokens limit,
+    then named as the likely cause of its last error.
+
+    The answer is the last fenced block that holds a spec, when one does (the prose around it may quote an example
+    object, and a model that thinks aloud drafts earlier ones); outside thoughts, else."""
+    text = without_thoughts(text)
+    objects = next((found for body in reversed(_FENCE.findall(text)) if (found := _objects(body))), None)
+    objects = objects if objects is not None else _objects(text)
+    hint = CUT_OFF if cut_off else ""
     if not objects:
-        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects']
+        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects' + hint]
     good, errors = [], []
     for i, obj in enumerate(objects, start=1):
         try:
@@ -83,6 +110,8 @@ def parse_specs(text: str, task: Task, views: Sequence[str] | None = None
             errors.append(f"object {i}: {err}" if len(objects) > 1 else str(err))
             continue
         good.append((spec.describe(), render(spec)))
+    if errors and hint:
+        errors[-1] += hint
     return good, errors
 
 
@@ -95,8 +124,10 @@ def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None)
     if not isinstance(raw, list):
         raise ValueError('"cues" should be a list of words or short phrases')
     cues: list[str] = []
-    for item in raw:
-        words = _CUE_WORD.findall(str(item).lower())
+    # "free, win, prize" (as a string or one item) is three cues, not the phrase "free win prize"
+    phrases = [part for item in raw for part in _CUE_SEPARATOR.split(str(item))]
+    for item in phrases:
+        words = _CUE_WORD.findall(item.lower())
         if 0 < len(words) <= MAX_CUE_WORDS:
             cue = " ".join(words)
             if cue not in cues and cue.strip("*"):
@@ -108,8 +139,13 @@ def to_spec(obj: dict[str, Any], task: Task, views: Sequence[str] | None = None)
 
 
 def _label(value: Any, task: Task) -> str:
-    by_lower = {label.lower(): label for label in task.labels}
-    found = by_lower.get(str(value or "").strip().lower())
+    """The task's label `value` names: exactly, else the only one equal to it ignoring case and spaces (with labels
+    "A" and "a", "a" is "a", never "A")."""
+    named = "" if value is None else str(value)  # a label 0 is "0", not missing
+    if named in task.labels:
+        return named
+    loose = [label for label in task.labels if label.strip().lower() == named.strip().lower()]
+    found = loose[0] if len(loose) == 1 else None
     if found is None:
         raise ValueError(f'"label" {value!r} is not one of {", ".join(map(json.dumps, task.labels))}')
     return found
@@ -124,15 +160,40 @@ def _view(value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _objects(text: str) -> list[dict[str, Any]]:
-    """Every JSON object in a reply (fenced or not); single quotes are tolerated, nesting is not needed."""
-    found = []
-    for chunk in _OBJECT.findall(text):
-        for attempt in (chunk, chunk.replace("'", '"')):
-            try:
-                value = json.loads(attempt)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                found.append(value)
-            break
+    """Every spec (a JSON object with a "label") in a reply, fenced or not, nested in a wrapper or a list or not.
+    Each JSON value is decoded whole, so nested values and braces inside strings do not split an object; small
+    models' trailing commas (["free", "win",]) and single quotes are tolerated by reading the reply again
+    without them, keeping the reading that finds more specs."""
+    found = _scan(text)
+    for fixed in (_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", text.replace("'", '"'))):
+        if fixed != text and not found:
+            found = _scan(fixed)
+        elif fixed != text:
+            again = _scan(fixed)
+            found = again if len(again) > len(found) else found
     return found
+
+
+def _scan(text: str) -> list[dict[str, Any]]:
+    """The specs of every JSON value that decodes at a { or [ of `text`, left to right; a value's inside is not
+    scanned again, and a position where nothing decodes (a cut-off list) is passed to reach what is inside."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (start := _JSON_START.search(text, at)) is not None:
+        try:
+            value, at = decoder.raw_decode(text, start.start())
+        except json.JSONDecodeError:
+            at = start.start() + 1
+            continue
+        found += _specs_in(value)
+    return found
+
+
+def _specs_in(value: Any) -> list[dict[str, Any]]:
+    """The objects with a "label" in a decoded value: itself, or those in its lists and wrapper objects."""
+    if isinstance(value, dict):
+        if any(key in value for key in _SPEC_KEYS):
+            return [value]
+        return [spec for inner in value.values() for spec in _specs_in(inner)]
+    if isinstance(value, list):
+        return [spec for item in value for spec in _specs_in(item)]
+    return []

@@ -21,6 +21,9 @@ from engine.sandbox.checks import ALLOWED_IMPORTS
 from engine.score import class_counts, majority_vote, per_class_f1
 
 MAX_TEXT_CHARS = 280
+MAX_EXAMPLES = 36  # dev rows quoted by the generator and the improver, however many labels the task has
+MAX_LISTED_LABELS = 36  # labels the improver lists with their dev F1 (the weakest)
+SOURCE_CHARS = 8000  # annotator source one prompt may quote in all (the refined one, the expert's edits)
 WEAK_F1 = 0.40
 _WORD = re.compile(r"[a-z][a-z0-9']{2,}")
 _STOP_TEXT = (
@@ -115,17 +118,30 @@ def _distinct(context: ProposalContext, rows: np.ndarray | tuple[int, ...]) -> n
 
 
 def examples_per_class(context: ProposalContext, rng: np.random.Generator, per_class: int = 3,
-                       max_total: int = 36) -> list[Example]:
-    """A seeded handful of dev examples of each class (fewer per class when there are many classes)."""
+                       max_total: int = MAX_EXAMPLES) -> list[Example]:
+    """A seeded handful of dev examples of each class (fewer per class when there are many classes), at most
+    `max_total` in all: with more classes than that, one example each of the `max_total` classes the pool does
+    worst on (lowest dev F1, then least covered), so a task with hundreds of labels keeps a bounded prompt."""
     k = len(context.task.labels)
     take = max(1, min(per_class, max_total // max(k, 1)))
     labels = context.dev_labels
+    shown = set(range(k)) if k <= max_total else set(_weakest_classes(context)[:max_total])
     chosen: list[Example] = []
     for c in range(k):
-        rows = _distinct(context, np.flatnonzero(labels == c))
+        rows = _distinct(context, np.flatnonzero(labels == c)) if c in shown else np.zeros(0, dtype=np.int64)
         if rows.size:
             chosen += [context.dev[i] for i in sorted(rng.choice(rows, min(take, rows.size), replace=False))]
     return chosen
+
+
+def _weakest_classes(context: ProposalContext) -> list[int]:
+    """Every class, the pool's weakest first: lowest dev F1, then the smallest share of its dev rows any annotator
+    votes on, then class order (deterministic, so the prompt and its cache key are too)."""
+    k, labels = len(context.task.labels), context.dev_labels
+    f1 = dev_class_f1(context)
+    voted = (context.dev_votes != ABSTAIN).any(axis=1) if context.dev_votes.size else np.zeros(len(labels), bool)
+    covered = [float(voted[labels == c].mean()) if (labels == c).any() else 0.0 for c in range(k)]
+    return sorted(range(k), key=lambda c: (f1[c], covered[c], c))
 
 
 def dev_class_f1(context: ProposalContext) -> np.ndarray:
@@ -254,10 +270,15 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     gold = context.dev_label_sets if context.dev_label_sets is not None else context.dev_labels
     class_rows = class_counts(gold, len(task.labels))
     thin = [c for c in range(len(task.labels)) if class_rows[c] < THIN_CLASS_ROWS]
+    # past MAX_LISTED_LABELS labels only the weakest are listed: hundreds of lines would crowd out the rows
+    listed = set(_weakest_classes(context)[:MAX_LISTED_LABELS])
+    thin = [c for c in thin if c in listed]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
               + f", {class_rows[c]} dev row{'s' if class_rows[c] != 1 else ''}" + (" (few)" if c in thin else "")
-              for c, label in enumerate(task.labels)]
+              for c, label in enumerate(task.labels) if c in listed]
+    if len(listed) < len(task.labels):
+        parts.append(f"- ({len(task.labels) - len(listed)} more labels, each with a higher F1 or more coverage)")
     for a in context.annotators[:12]:
         s = context.scores.get(a.id)
         if s is not None and s.label != ABSTAIN:
@@ -304,7 +325,7 @@ def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.ran
     parts = [f"This annotator is precise but narrow. On the dev split it fires on {score.fires} of "
              f"{len(context.dev)} rows (coverage {score.coverage:.1%}) with precision {score.precision:.2f}"
              + (f", voting {json.dumps(label)}." if label else "."),
-             f"```python\n{annotator.source.rstrip()}\n```"]
+             f"```python\n{clip_source(annotator.source, SOURCE_CHARS // 2)}\n```"]
     ids = [a.id for a in context.annotators]
     if label is not None:
         missed = context.dev_labels == score.label
@@ -317,13 +338,24 @@ def refiner_messages(context: ProposalContext, annotator: Annotator, rng: np.ran
             parts += [render_example(context.dev[i], task) for i in picks]
     parts.append("\n" + _ask(n, "that are broader variants of it: keep its precision but fire on more "
                              "examples (synonyms, related phrasings, looser patterns)", mode))
-    return [system_message(task, mode, views),
-            {"role": "user", "content": "\n".join(parts) + expert_feedback_text(context)}]
+    feedback = expert_feedback_text(context, source_chars=SOURCE_CHARS - len(parts[1]))
+    return [system_message(task, mode, views), {"role": "user", "content": "\n".join(parts) + feedback}]
 
 
-def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:
+def clip_source(source: str, limit: int) -> str:
+    """Annotator source for a prompt, cut to whole lines within `limit` characters with a marker saying so: an
+    annotator may be up to 100,000 characters, and a prompt quoting a few of them whole would not fit a model."""
+    source = source.rstrip()
+    if len(source) <= limit:
+        return source
+    kept = source[: max(0, limit)].rpartition("\n")[0]
+    return f"{kept}\n# ... ({len(source) - len(kept)} more characters of this annotator not shown)"
+
+
+def expert_feedback_text(context: ProposalContext, max_items: int = 5, source_chars: int = SOURCE_CHARS) -> str:
     """The expert's judgement for the prompt: rejected ideas with their reasons (never again), approvals, edits
-    (follow their direction), and the unlabeled rows the expert aimed this generation at. "" when there is none."""
+    (follow their direction), and the unlabeled rows the expert aimed this generation at. "" when there is none.
+    The edited sources share `source_chars` characters."""
     feedback = context.feedback
     if not feedback:
         return ""
@@ -333,9 +365,11 @@ def expert_feedback_text(context: ProposalContext, max_items: int = 5) -> str:
                      + ". Do not propose this idea again, in any wording.")
     for annotator, note in feedback.approved[-max_items:]:
         parts.append(f"- approved {annotator.name!r}" + (f" ({_truncate(note)})" if note else ""))
-    for before, after, note in feedback.edits[-max_items:]:
+    edits = feedback.edits[-max_items:]
+    for before, after, note in edits:
         parts.append(f"- edited {before.name!r}" + (f" ({_truncate(note)})" if note else "")
-                     + "; follow the direction of the edit. After:\n```python\n" + after.source.rstrip() + "\n```")
+                     + "; follow the direction of the edit. After:\n```python\n"
+                     + clip_source(after.source, source_chars // len(edits)) + "\n```")
     if feedback.focus_terms:
         parts.append(f"The expert asks for annotators for these unlabeled rows (words: "
                      f"{', '.join(feedback.focus_terms)}), which the pool does not label well:")

@@ -457,10 +457,11 @@ class OpenAICompatibleClient:
         cfg = self.config
         rhash = request_hash(cfg.model, messages, cfg.temperature, cfg.max_tokens, seed, schema, cfg.base_url)
         if self.store is not None:
-            cached = self.store.cached_llm_reply(rhash)
+            cached = self.store.cached_llm_answer(rhash)
             if cached is not None:
                 self.usage.add_call(cached=True)
-                return LLMReply(cached, 0, 0, 0.0, 0.0, cached=True)
+                # with its finish reason: a cut-off reply's repair prompt names the limit, as the first run's did
+                return LLMReply(cached[0], 0, 0, 0.0, 0.0, cached=True, finish_reason=cached[1])
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
         call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
@@ -632,15 +633,15 @@ class OpenAICompatibleClient:
         self._answered(call, tokens_out)
         self.budget.charge(tokens_in + tokens_out, cost)
         self.usage.add_reply(tokens_in, tokens_out, cost)
-        self._log(record, text, call.latency_s, tokens_in, tokens_out, cost)
         finish = getattr(choice, "finish_reason", None) if choice else None
+        self._log(record, text, call.latency_s, tokens_in, tokens_out, cost, finish_reason=finish)
         return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost, finish_reason=finish)
 
     def _log(self, record: dict, reply: str | None, latency: float, tokens_in: int = 0, tokens_out: int = 0,
-             cost: float = 0.0, error: str | None = None) -> None:
+             cost: float = 0.0, error: str | None = None, finish_reason: str | None = None) -> None:
         if self.store is not None:
             self.store.record_llm_call(**record, reply=reply, tokens_in=tokens_in, tokens_out=tokens_out,
-                                       latency_s=latency, cost_usd=cost, error=error)
+                                       latency_s=latency, cost_usd=cost, error=error, finish_reason=finish_reason)
 
     def _scrub(self, text: str) -> str:
         """Error texts may echo (part of) the key: remove it before anything is stored or raised."""

@@ -35,17 +35,24 @@ class LogsMixin:
     # ---- LLM call log and cache --------------------------------------------------------------
     def record_llm_call(self, *, request_hash: str, role: str, model: str, prompt_hash: str, request: str,
                         reply: str | None, tokens_in: int, tokens_out: int, latency_s: float,
-                        cost_usd: float, error: str | None = None) -> None:
-        self._q("INSERT INTO llm_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        cost_usd: float, error: str | None = None, finish_reason: str | None = None) -> None:
+        self._q("INSERT INTO llm_calls (request_hash, role, model, prompt_hash, request, reply, tokens_in, "
+                "tokens_out, latency_s, cost_usd, error, recorded_at, finish_reason) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [request_hash, role, model, prompt_hash, request, reply, tokens_in, tokens_out, latency_s,
-                 cost_usd, error, utc_now()])
+                 cost_usd, error, utc_now(), finish_reason])
 
     def cached_llm_reply(self, request_hash: str) -> str | None:
-        """The first good reply to this request; an empty one (a 200 with no choices, an error body) is none: it
-        would be served for free from then on instead of asking again."""
-        rows = self._q("SELECT reply FROM llm_calls WHERE request_hash = ? AND error IS NULL AND reply IS NOT NULL "
-                       "AND trim(reply) <> '' ORDER BY recorded_at LIMIT 1", [request_hash])
-        return rows[0][0] if rows else None
+        answer = self.cached_llm_answer(request_hash)
+        return answer[0] if answer else None
+
+    def cached_llm_answer(self, request_hash: str) -> tuple[str, str | None] | None:
+        """(reply, finish_reason) of the first good reply to this request; an empty one (a 200 with no choices, an
+        error body) is none: it would be served for free from then on instead of asking again. The finish reason
+        is None on rows logged before it was kept (migration 009)."""
+        rows = self._q("SELECT reply, finish_reason FROM llm_calls WHERE request_hash = ? AND error IS NULL "
+                       "AND reply IS NOT NULL AND trim(reply) <> '' ORDER BY recorded_at LIMIT 1", [request_hash])
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def llm_spent(self) -> dict[str, float]:
         """What the workspace's LLM calls spent so far: HTTP attempts (one log row each), tokens, dollars."""

@@ -123,4 +123,10 @@ MIGRATIONS: list[tuple[str, str | Callable[[Any], None]]] = [
         "UPDATE annotators SET mined_on_guesses = TRUE "
         "WHERE rationale LIKE '%mined on the unlabeled sample''s guessed labels%';",
     ),
+    (
+        "009_llm_finish_reason",
+        # why a reply ended ("length": it hit max_tokens), so a cached reply is judged as the first one was (a repair
+        # prompt blames the limit only then, and must match to be served from the cache). NULL on older rows
+        "ALTER TABLE llm_calls ADD COLUMN finish_reason VARCHAR;",
+    ),
 ]

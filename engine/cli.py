@@ -239,15 +239,17 @@ def cmd_export(args: argparse.Namespace) -> dict:
 
 def _rows_progress():
     """stderr lines for a corpus run: rows done, rows/s and the time left at that pace (at most one a second)."""
-    started, last = time.monotonic(), [0.0]
+    from engine.corpus.engines import Pace
+
+    started, last, pace = time.monotonic(), [0.0], Pace()
 
     def on_progress(done: int, total: int) -> None:
         now = time.monotonic()
+        rate, left = pace.at(done, total)
         if now - last[0] < 1.0 and done < total:
             return
         last[0] = now
-        rate = done / (now - started) if now > started and done else 0.0
-        eta = f"{(total - done) / rate:,.0f}s" if rate else "?"
+        eta = f"{left:,.0f}s" if left is not None else "?"
         print(f"[{now - started:7.1f}s] labeled {done:,} / {total:,} rows, {rate:,.0f} rows/s, ETA {eta}",
               file=sys.stderr, flush=True)
 

@@ -297,7 +297,7 @@ def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, agg
                        *, batch_size: int = 10_000, registry: JobRegistry = REGISTRY) -> Job:
     """Label a corpus file or glob into Parquet shards on the local engine (see `engine.corpus`), in the
     background; progress is rows done of the corpus's rows. The result is the run's manifest summary."""
-    from engine.corpus.engines import label_corpus
+    from engine.corpus.engines import Pace, label_corpus
     from engine.corpus.labeler import fit_labeler
     from engine.corpus.reading import check_batch_size, find_files, survey
 
@@ -308,10 +308,10 @@ def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, agg
         ctx.set_progress(0.0, f"fitting {aggregator} on the dev rows")
         with _sandbox() as executor:
             labeler = fit_labeler(ctx.store, executor, aggregator)
-        began = time.monotonic()
+        pace = Pace()
 
         def on_progress(done: int, total: int) -> None:
-            rate = done / max(time.monotonic() - began, 1e-9)
+            rate, _ = pace.at(done, total)
             ctx.set_progress(done / max(total, 1), f"labeled {done:,} / {total:,} rows ({rate:,.0f} rows/s)")
 
         return label_corpus(labeler, files, output, batch_size=batch_size, on_progress=on_progress)

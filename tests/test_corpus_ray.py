@@ -148,3 +148,31 @@ def test_a_killed_writer_actor_is_replaced_and_its_batch_redone(cluster, fitted,
     local = label_corpus(labeler, files, tmp_path / "local", batch_size=50)
     assert result["rows"] == local["rows"] == 800 and result["shards"] == 16
     pd.testing.assert_frame_equal(read_output(tmp_path / "ray"), read_output(tmp_path / "local"))
+
+
+def test_a_relative_output_and_a_bad_row_behave_as_on_the_local_engine(cluster, fitted, tmp_path, monkeypatch):
+    """The nodes run in other folders: a relative --output went to theirs (or failed there) while the run record
+    stayed here. A row with no id, found by a worker, came back as Ray's wrapped traceback, not the error itself."""
+    from engine.corpus.reading import CorpusError
+
+    _, labeler = fitted
+    rows = pd.read_csv(ROOT / "data/demo/youtube_spam.csv", dtype=str).head(120)[["id", "text"]]
+    (tmp_path / "c.csv").write_text(rows.to_csv(index=False))
+    monkeypatch.chdir(tmp_path)
+    result = label_corpus(labeler, survey([Path("c.csv")]), "out", engine="ray", ray_address=cluster, batch_size=40)
+    assert result["rows"] == 120 and len(read_output(tmp_path / "out")) == 120
+    rows.loc[100, "id"] = None
+    rows.to_json(tmp_path / "bad.jsonl", orient="records", lines=True)
+    with pytest.raises(CorpusError, match="data row 100 has no 'id' value"):  # 0-based, as the corpus ids
+        label_corpus(labeler, survey([Path("bad.jsonl")]), "bad", engine="ray", ray_address=cluster, batch_size=40)
+
+
+def test_an_unreachable_cluster_is_an_error_at_once():
+    """ray.init retried an address nothing listens on for minutes, saying nothing."""
+    from engine.corpus.engines import EngineUnavailable, _check_reachable
+
+    start = time.monotonic()
+    with pytest.raises(EngineUnavailable, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        _check_reachable(f"127.0.0.1:{1}")
+    assert time.monotonic() - start < 10
+    _check_reachable("auto")  # not an address to try: Ray finds it

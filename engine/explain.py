@@ -101,13 +101,13 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
                           + r" \((\w+)\)", reasons):
             lines.append(f"Rejected: allowing for luck on {found.group(2)} fires, its precision may be as low as "
                          f"{found.group(1)}, under the {found.group(3)} a {found.group(4)} must reach.")
-        elif found := _find(r"over " + NUMBER + r" dev fires and about " + NUMBER + r" on the unlabeled sample "
-                            r"\(worth " + NUMBER + r" rows\), lower bound " + NUMBER + r": \S+ < " + NUMBER
-                            + r" \((\w+)\)", reasons):
-            lines.append(f"Rejected: on the unlabeled sample a text classifier fitted on dev agrees with it on only "
-                         f"about {found.group(2)} of its votes; weighed with its {found.group(1)} dev fires (the "
-                         f"sample worth {found.group(3)} rows), its precision may be as low as {found.group(4)}, "
-                         f"under the {found.group(5)} a {found.group(6)} must reach.")
+        elif found := _find(r"precision " + NUMBER + r" over " + NUMBER + r" dev fires and about " + NUMBER
+                            + r" on the unlabeled sample \(worth " + NUMBER + r" rows\), lower bound " + NUMBER
+                            + r": \S+ < " + NUMBER + r" \((\w+)\)", reasons):
+            lines.append(f"Rejected: it is right on {found.group(1)} of its {found.group(2)} dev fires, and on the "
+                         f"unlabeled sample a text classifier fitted on dev agrees with about {found.group(3)} of its "
+                         f"votes (that sample worth {found.group(4)} rows); together its precision may be as low as "
+                         f"{found.group(5)}, under the {found.group(6)} a {found.group(7)} must reach.")
         elif found := _find(r"^precision " + NUMBER + " < " + NUMBER + r" \((\w+)\)", reasons):
             lines.append(f"Rejected: precision {found.group(1)} is under the {found.group(2)} a {found.group(3)} "
                          "must reach.")

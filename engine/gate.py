@@ -19,6 +19,7 @@ the lock. A candidate whose id is already in the pool is judged as a pool member
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,7 @@ def _setting(name: str, value: Any, kind: type) -> float:
             value = float(value)
         except ValueError:
             value = None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"gate setting {name}: {given!r} is not a number")
     if kind is int and value != int(value):
         raise ValueError(f"gate setting {name}: {given!r} is a count, so a whole number")

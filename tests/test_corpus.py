@@ -355,6 +355,12 @@ def test_the_corpus_columns_are_kept_between_text_and_the_label_columns(wmv_labe
     assert list(labeled["field_label"]) == ["SPAM", "HAM"] and set(labeled["label"]) <= {"SPAM", "HAM", ""}
     assert list(labeled["n"]) == [3, 4] and labeled["n"].dtype == np.int64
     assert list(labeled["score"]) == ["1", "high"]
+    # a corpus holding both `label` and `field_label` keeps both (the first had been written over the second)
+    both = [{"id": "a", "text": "free", "label": "L1", "field_label": "F1"}]
+    (tmp_path / "both.jsonl").write_text(json.dumps(both[0]) + "\n")
+    label_corpus(wmv_labeler, survey([tmp_path / "both.jsonl"]), tmp_path / "both")
+    kept = read_output(tmp_path / "both")
+    assert list(kept["field_label"]) == ["F1"] and list(kept["field_field_label"]) == ["L1"]
 
 
 def test_the_pace_of_a_resumed_run_counts_only_the_rows_it_labels(monkeypatch):

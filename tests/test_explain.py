@@ -91,5 +91,6 @@ def test_a_precision_weighed_with_the_unlabeled_samples_guesses_is_explained_wit
                         pool_evidence={"c": (0.05, 100)}).decisions[0]
     assert decision.verdict == "reject" and any("unlabeled sample" in r for r in decision.reasons)
     text = explain(decision.verdict, decision.reasons, entries[0][2], "spam", 30, 1 / 3, names={}).text()
-    assert "only about 0.05 of its votes" in text and "under the 0.30 a generator must reach" in text
+    assert "right on 0.75 of its 4 dev fires" in text and "agrees with about 0.05 of its votes" in text
+    assert "under the 0.30 a generator must reach" in text
     assert "fires on only 4 dev rows" in text  # the other failure stays

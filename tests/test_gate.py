@@ -263,7 +263,8 @@ def test_gate_config_from_dict():
     # valid JSON of the wrong shape is a ValueError naming what is wrong (the CLI prints it), not a TypeError
     for bad, says in (([1, 2], "an object"), ({"min_fires": None}, "min_fires: None is not a number"),
                       ({"min_fires": "abc"}, "min_fires: 'abc' is not a number"),
-                      ({"min_fires": 2.7}, "a whole number"), ({"max_jaccard": True}, "not a number")):
+                      ({"min_fires": 2.7}, "a whole number"), ({"max_jaccard": True}, "not a number"),
+                      ({"min_fires": float("inf")}, "not a number"), ({"max_jaccard": float("nan")}, "not a number")):
         with pytest.raises(ValueError, match=re.escape(says)):
             GateConfig.from_dict(bad)
 

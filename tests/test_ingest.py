@@ -151,6 +151,10 @@ def test_a_quoted_cell_over_several_lines_is_one_row(tmp_path):
     path = write_csv(tmp_path / "multi.csv", rows, ("id", "text", "label"))  # the last row ends the file quoted
     frame = read_table(path)
     assert frame["text"].tolist() == [r[1] for r in rows]
+    # a stray quote inside an unquoted cell of the last, multi-line record is no open quote (its count was odd)
+    stray = tmp_path / "stray.csv"
+    stray.write_text('id,text,note\n1,one,x\n2,"two\nlines",5" tall\n')
+    assert read_table(stray)["note"].tolist() == ["x", '5" tall']
 
 
 def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
@@ -243,6 +247,9 @@ def test_jsonl_rows_break_at_newlines_only(tmp_path):
     frame = read_table(path)
     assert frame["text"].tolist() == [r["text"] for r in rows]
     assert frame.index.tolist() == [0, 1, 2, 3, 4]  # each row's line, as problems name it
+    # an old Mac's CR-only line ends too (a raw CR is never inside a JSON string)
+    raw = "\r".join(json.dumps(r, ensure_ascii=False) for r in rows).encode("utf-8")  # as the studio's upload
+    assert read_table(raw, "d.jsonl")["text"].tolist() == [r["text"] for r in rows]
 
 
 def test_a_lone_surrogate_is_a_bad_row_not_a_failed_file(tmp_path):

@@ -153,6 +153,12 @@ def test_spec_replies_become_the_offline_templates():
     assert [src for _, src in good] == [expected] and check_source(expected)
     assert len(errors) == 1 and "'maybe' is not one of" in errors[0]
     assert parse_specs("I cannot help with that.", task)[1][0].startswith("no JSON object found")
+    # each spec in a fence of its own: all of them, not the last alone; an example in the prose around them is none
+    apart = ('For example {"label": "HAM", "cues": ["example"]} would do. Mine:\n'
+             '```json\n{"label": "SPAM", "cues": ["free"]}\n```\nand\n'
+             '```json\n{"label": "HAM", "cues": ["lunch"]}\n```')
+    assert [src for _, src in parse_specs(apart, task)[0]] == [
+        render(AnnotatorSpec("cue", label, "sentence", (cue,))) for label, cue in (("SPAM", "free"), ("HAM", "lunch"))]
 
 
 @pytest.mark.parametrize("reply", [

@@ -191,3 +191,18 @@ def test_a_label_described_after_import_is_saved_replaced_and_removed_and_the_ta
     Store.close_all()
     task = Store.open(tmp_path / "ws").load_task()
     assert dict(task.label_descriptions) == {"SPAM": "links, self-promotion"} and task.labels == ("HAM", "SPAM")
+
+
+def test_a_truncated_workspace_is_damaged_and_is_not_kept_open(tmp_path, demo_csv):
+    """A cut-off file may connect and fail on its first read (the migrations'): that had escaped as DuckDB's
+    IOException, a traceback in the CLI, and left the broken connection cached for the next open."""
+    from engine.ingest.importer import import_path
+    from engine.store.workspace import WorkspaceDamaged
+
+    import_path(Store.open(tmp_path / "ws"), demo_csv)
+    Store.close_all()
+    file = tmp_path / "ws" / "workspace.duckdb"
+    file.write_bytes(file.read_bytes()[:300_000])
+    for _ in range(2):  # the second open fails the same way: nothing broken was cached
+        with pytest.raises(WorkspaceDamaged, match="damaged or not a workspace"):
+            Store.open(tmp_path / "ws")

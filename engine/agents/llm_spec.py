@@ -94,11 +94,11 @@ def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_o
     views a spec may name (none or empty: `views_for(task)`); `cut_off`: the reply hit the max_tokens limit,
     then named as the likely cause of its last error.
 
-    The answer is the last fenced block that holds a spec, when one does (the prose around it may quote an example
-    object, and a model that thinks aloud drafts earlier ones); outside thoughts, else."""
+    The answer is what the fenced blocks hold, when any holds a spec (the prose around them may quote an example
+    object; some models fence each spec apart); the whole reply outside thoughts, else."""
     text = without_thoughts(text)
-    objects = next((found for body in reversed(_FENCE.findall(text)) if (found := _objects(body))), None)
-    objects = objects if objects is not None else _objects(text)
+    objects = [found for body in _FENCE.findall(text) for found in _objects(body)]
+    objects = objects or _objects(text)
     hint = CUT_OFF if cut_off else ""
     if not objects:
         return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects' + hint]

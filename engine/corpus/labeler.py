@@ -116,10 +116,9 @@ class Labeler:
         labeled = pd.DataFrame(index=out.index)
         add_label_columns(labeled, self.labels, probs, hard, n_votes, self.made_by, self.separator)
         ours = {*out.columns, *labeled.columns, "source_file", "source_row"}
-        taken = set(ours)
-        for column in batch.frame.columns:  # the corpus's other columns ride along, as export keeps fields
-            if column in (self.text_column, self.id_column):
-                continue
+        kept = [c for c in batch.frame.columns if c not in (self.text_column, self.id_column)]
+        taken = ours | {str(c) for c in kept}  # a corpus holding `label` and `field_label` keeps both
+        for column in kept:  # the corpus's other columns ride along, as export keeps fields
             # the user's `label` or `confidence` must not overwrite ours: `field_label`
             out[field_column(str(column), ours, taken)] = _kept_cells(batch.frame[column])
         out = pd.concat([out, labeled], axis=1)

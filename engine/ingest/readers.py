@@ -102,8 +102,8 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
     records, index, problems = [], [], []
     # "\n" only: str.splitlines() also breaks at U+2028, U+2029, \x85 and \x0c, which JSON strings may hold raw
     # (json.dumps(ensure_ascii=False) and our own JSONL export write them so)
-    for i, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    # a raw CR is never inside a JSON string (control characters are escaped there): CRLF and CR-only files too
+    for i, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -139,7 +139,7 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
             start, end = end + 1, reader.line_num  # the record's first and last line of the file
             if not cells:  # a blank line
                 continue
-            if end > start and (len(cells) != len(header) or _open_quote_at_eof(lines, start, end)):
+            if end > start and (len(cells) != len(header) or _open_quote_at_eof(lines, start, end, sep)):
                 raise IngestError(f"{name}: the quote opened on line {start} is not closed where it should be: "
                                   f"the record starting there runs to line {end}"
                                   f"{' (the end of the file)' if end == len(lines) else ''} and takes the "
@@ -161,10 +161,16 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     return pd.DataFrame(rows, columns=header, index=pd.Index(index, dtype="int64"), dtype=str), problems
 
 
-def _open_quote_at_eof(lines: list[str], start: int, end: int) -> bool:
-    """Whether the record on lines start..end (1-based) ends the file inside a quoted cell: quotes come in pairs
-    in a closed record (an escaped quote is doubled), so an odd count means the last one never closed."""
-    return end == len(lines) and sum(line.count('"') for line in lines[start - 1:end]) % 2 == 1
+def _open_quote_at_eof(lines: list[str], start: int, end: int, sep: str = ",") -> bool:
+    """Whether the record on lines start..end (1-based) ends the file inside a quoted cell: the strict parser says
+    so ("unexpected end of data"); a stray quote inside an unquoted cell (`5" tall`) is no open quote."""
+    if end != len(lines):
+        return False
+    try:
+        list(csv.reader(lines[start - 1:end], delimiter=sep, strict=True))
+    except csv.Error as err:
+        return "unexpected end of data" in str(err)
+    return False
 
 
 ROW_PLACES = "row_places"  # frame.attrs key: {row position: what names the row}, where "row N" would not

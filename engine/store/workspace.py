@@ -46,6 +46,11 @@ class WorkspaceDamaged(WorkspaceUnavailable):
     """The workspace file is not a readable DuckDB database (truncated, overwritten)."""
 
 
+def _damaged(path: Path, err: Exception) -> WorkspaceDamaged:
+    return WorkspaceDamaged(f"cannot open workspace {path}: the file is damaged or not a workspace ({err}); restore "
+                            "it from a copy or use another --workdir")
+
+
 class Store(ExamplesMixin, PoolMixin, LogsMixin):
     _connections: dict[str, duckdb.DuckDBPyConnection] = {}
     _lock = threading.Lock()
@@ -73,12 +78,13 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
                             f"workspace {path} is in use by another process (close the studio or the "
                             f"other `evopool` run first): {err}"
                         ) from err
-                    raise WorkspaceDamaged(f"cannot open workspace {path}: the file is damaged or not a "
-                                           f"workspace ({err}); restore it from a copy or use another "
-                                           f"--workdir") from err
+                    raise _damaged(path, err) from err
+                try:  # a truncated file may connect and fail on its first read
+                    cls(conn, path)._migrate()
+                except duckdb.IOException as err:
+                    conn.close()
+                    raise _damaged(path, err) from err
                 cls._connections[str(path)] = conn
-                store = cls(conn, path)
-                store._migrate()
         return cls(conn, path)
 
     @classmethod

@@ -56,16 +56,23 @@ def _corpus(tmp_path: Path, rows: int | None = None) -> Path:
     return path
 
 
+def exported_pool(store: Store, result, corpus: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`export`'s frame of these soft labels, and its pool rows, whose ids and texts are written to `corpus` (JSONL)
+    for the corpus labeler to label again."""
+    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
+    Store.close_all()
+    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
+    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    return exported, pool_rows
+
+
 def test_labels_equal_the_workspace_export_on_the_same_rows(workspace, wmv_labeler, tmp_path):
     """The same pool and the same dev-fitted aggregator give the corpus rows the labels `export` gives them."""
     store = Store.open(workspace)
     with SandboxExecutor() as executor:
         result = soft_labels(store, executor, "wmv")
-    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
-    Store.close_all()
-    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
     corpus = tmp_path / "pool.jsonl"
-    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    exported, pool_rows = exported_pool(store, result, corpus)
     manifest = label_corpus(wmv_labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=300)
     labeled = read_output(tmp_path / "out")
     assert manifest["rows"] == len(pool_rows) == len(labeled) and manifest["shards"] == -(-len(pool_rows) // 300)
@@ -327,11 +334,8 @@ def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_studen
     with SandboxExecutor() as executor:
         result = soft_labels(store, executor, "auto")
         labeler = fit_labeler(store, executor, "auto")
-    exported = labeled_frame(store, result.soft, result.hard, result.n_votes)
-    Store.close_all()
-    pool_rows = exported[exported["split"] == "pool"].reset_index(drop=True)
     corpus = tmp_path / "pool.jsonl"
-    pool_rows[["id", "text"]].to_json(corpus, orient="records", lines=True, force_ascii=False)
+    exported, pool_rows = exported_pool(store, result, corpus)
     label_corpus(labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=500)
     labeled = read_output(tmp_path / "out")
     assert list(labeled["label"]) == list(pool_rows["label"]) and set(labeled["aggregator"]) == {labeler.made_by}

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -170,7 +171,7 @@ class _Judge:
     audit: np.ndarray | None  # positions of the audit rows; None when too few to judge on
     n_classes: int
 
-    @property
+    @cached_property  # read for every candidate at every C and twice per bootstrap draw
     def classes(self) -> np.ndarray:
         """(k,) bool: the classes every candidate's macro-F1 averages over, wherever it is judged: those the
         judging gold holds (the audit rows' when there are audit rows). A class too small to have audit rows
@@ -481,11 +482,11 @@ class AutoAggregator(BaseAggregator):
         paired bootstrap draws."""
         rng = np.random.default_rng(self.seed)
         pa, pb, truth = a[rows].argmax(axis=1), b[rows].argmax(axis=1), judge.y[rows]
-        wins = 0
+        wins, over = 0, judge.classes
         for _ in range(self.bootstrap):
             draw = rng.integers(0, len(rows), len(rows))
-            wins += (macro_f1(truth[draw], pa[draw], self.n_classes, classes=judge.classes)
-                     > macro_f1(truth[draw], pb[draw], self.n_classes, classes=judge.classes))
+            wins += (macro_f1(truth[draw], pa[draw], self.n_classes, classes=over)
+                     > macro_f1(truth[draw], pb[draw], self.n_classes, classes=over))
         return wins >= confidence * self.bootstrap
 
     def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],

@@ -135,10 +135,12 @@ def _llm_summary(proposer: Any) -> dict | None:
 
 
 def _warn_weak_sandbox(executor: Any) -> None:
-    """One stderr line naming the sandbox layers that are off on this machine (`evopool doctor` says why each)."""
-    off = [name for name, state in executor.containment().items() if not state.startswith("on")]  # as weak_layers
+    """One stderr line naming the sandbox layers that are off on this machine, and why each."""
+    from engine.sandbox.executor import weak_layers
+
+    off = weak_layers(executor.containment(), frozenset({"all"}))
     if off:
-        print(f"sandbox: layers off on this machine: {', '.join(off)} (`evopool doctor` says why; "
+        print(f"sandbox: layers off on this machine: {', '.join(off)} (`evopool doctor` says more; "
               "EVOPOOL_SANDBOX_REQUIRE=all refuses to run without them)", file=sys.stderr, flush=True)
 
 

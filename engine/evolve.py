@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
-from engine.expert_rows import rescore_on_fitness
+from engine.expert_rows import frame_inputs, rescore_on_fitness
 from engine.gate import GateConfig, run_gate
 from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
@@ -36,11 +35,6 @@ class EvolveConfig:
     pool_sample_size: int = 4000  # unlabeled rows an agent may read for word statistics
     seed: int = 0
     pseudo_labels: bool = True  # guess the pool sample with a dev-fitted text classifier (engine/pseudo_labels.py)
-
-
-def frame_inputs(frame: pd.DataFrame) -> list[dict]:
-    """What an annotator reads of each row of `store.examples_frame(...)`: its fields and its text."""
-    return [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=True)]
 
 
 def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,

@@ -20,6 +20,11 @@ from engine.store.workspace import Store
 SIMILAR_SCAN = 20_000  # unlabeled rows compared with a regression row (the first ones, in import order)
 
 
+def frame_inputs(frame: pd.DataFrame) -> list[dict]:
+    """What an annotator reads of each row of `store.examples_frame(...)`: its fields and its text."""
+    return [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=True)]
+
+
 def regression_rows(store: Store, example_ids: Sequence[str], probs: np.ndarray, hard: np.ndarray) -> pd.DataFrame:
     """Fitness rows whose label (out-of-fold, as saved soft labels give dev rows) is not the gold one: id, text,
     gold, predicted, confidence, sorted with the most confident mistakes first. A multi-label row is wrong when its
@@ -105,8 +110,8 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
     if unvoted:
         task = store.load_task()
         frame = store.examples_frame("dev", ids=ids)
-        inputs = [{**f, "text": t} for f, t in zip(frame["fields"], frame["text"], strict=True)]
-        for annotator, result in zip(unvoted, executor.run(unvoted, inputs, list(task.labels)), strict=True):
+        for annotator, result in zip(unvoted, executor.run(unvoted, frame_inputs(frame), list(task.labels)),
+                                     strict=True):
             store.add_votes(annotator.id, list(frame["id"]), result.votes)
     rescore_on_fitness(store, annotators)
     return ids

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
-from engine.evolve import build_context, ensure_votes, frame_inputs, next_generation_config, pool_evidence
+from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
+from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.sandbox.checks import CodeRejected, make_annotator

@@ -136,7 +136,7 @@ def audit_and_fitness_f1(audit_votes: np.ndarray, audit_gold: np.ndarray, fitnes
     leaves out, so the gap between them would not be selection alone. The classes are those the audit gold holds:
     a class the pool names on an audit row but no audit row holds could only score 0 there. Single-label gold."""
     audit_pred = majority_vote(audit_votes, n_classes)
-    judged = np.bincount(np.asarray(audit_gold, dtype=np.int64), minlength=n_classes)[:n_classes] > 0
+    judged = class_counts(audit_gold, n_classes) > 0
     return (macro_f1(audit_gold, audit_pred, n_classes, classes=judged),
             macro_f1(fitness_gold, majority_vote(fitness_votes, n_classes), n_classes, classes=judged), judged)
 

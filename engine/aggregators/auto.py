@@ -75,7 +75,7 @@ from engine.aggregators.parallel import run_calls, worker_count
 from engine.aggregators.student import StudentAggregator, shifted, student_rows
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
-from engine.score import macro_f1
+from engine.score import class_counts, macro_f1
 
 # the student's text views, the first set present: on relation tasks the masked sentence embeddings, the relation
 # TF-IDF (the words between the entities then, SemEval, three seeds: `auto` 0.638 -> 0.652 over whole-sentence
@@ -178,7 +178,7 @@ class _Judge:
         cannot be judged for a vote reader, so it counts for no one; and a class a model names where the gold
         has none is not a 0 averaged in for that model alone."""
         gold = self.y if self.audit is None else self.y[self.audit]
-        return np.bincount(gold, minlength=self.n_classes)[:self.n_classes] > 0
+        return class_counts(gold, self.n_classes) > 0
 
     def rows(self, name: str) -> np.ndarray:
         """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere); all dev

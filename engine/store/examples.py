@@ -190,6 +190,10 @@ class ExamplesMixin:
         return self._df("SELECT e.*, x.text FROM expert_labels e JOIN examples x ON x.id = e.example_id "
                         "ORDER BY e.labeled_at, e.example_id")
 
+    def expert_labeled_ids(self) -> list[str]:
+        """The ids of the rows the expert labeled into dev, sorted (what `expert_labels` lists, without the join)."""
+        return [r[0] for r in self._q("SELECT example_id FROM expert_labels ORDER BY example_id")]
+
     def count_examples(self, split: str | None = None) -> int:
         if split is None:
             return self._q("SELECT count(*) FROM examples")[0][0]

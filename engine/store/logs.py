@@ -42,10 +42,6 @@ class LogsMixin:
                 [request_hash, role, model, prompt_hash, request, reply, tokens_in, tokens_out, latency_s,
                  cost_usd, error, utc_now(), finish_reason])
 
-    def cached_llm_reply(self, request_hash: str) -> str | None:
-        answer = self.cached_llm_answer(request_hash)
-        return answer[0] if answer else None
-
     def cached_llm_answer(self, request_hash: str) -> tuple[str, str | None] | None:
         """(reply, finish_reason) of the first good reply to this request; an empty one (a 200 with no choices, an
         error body) is none: it would be served for free from then on instead of asking again. The finish reason

@@ -49,8 +49,7 @@ def pool_key(store: Store) -> str:
     """Fingerprint of what soft labels depend on: the pool, the number of rows and of dev rows, and, once the expert
     labeled rows into dev, which (after an undo dev's count can come back with other rows; with none labeled, the
     key is what it was before rows could move, so labels saved then stay current)."""
-    expert = store.expert_labels()
-    moved = sorted(map(str, expert["example_id"])) if not expert.empty else []
+    moved = store.expert_labeled_ids()
     text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")]
                       + ([moved] if moved else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

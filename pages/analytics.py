@@ -99,10 +99,7 @@ else:
     for c, label in enumerate(task.labels):
         shown[f"votes {label}"] = counts[:, c]
     if split == "dev":  # each row's whole label set on a multi-label task (as the export writes it)
-        shown_rows = rows.reset_index()
-        gold = dict(zip(shown_rows["id"], export.dev_gold(store, shown_rows, task.labels, task.multi_label),
-                        strict=True))
-        shown["gold"] = [gold[ids[i]] for i in top]
+        shown["gold"] = export.dev_gold(store, rows.loc[shown["id"]].reset_index(), task.labels, task.multi_label)
     st.dataframe(shown, hide_index=True)
 
 st.subheader("Where the pool is weak")

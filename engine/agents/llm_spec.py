@@ -165,10 +165,9 @@ def _objects(text: str) -> list[dict[str, Any]]:
     models' trailing commas (["free", "win",]) and single quotes are tolerated by reading the reply again
     without them, keeping the reading that finds more specs."""
     found = _scan(text)
-    for fixed in (_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", text.replace("'", '"'))):
-        if fixed != text and not found:
-            found = _scan(fixed)
-        elif fixed != text:
+    readings = dict.fromkeys((_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", text.replace("'", '"'))))
+    for fixed in readings:  # each distinct reading once (without single quotes the two are the same)
+        if fixed != text:
             again = _scan(fixed)
             found = again if len(again) > len(found) else found
     return found

@@ -134,11 +134,11 @@ def examples_per_class(context: ProposalContext, rng: np.random.Generator, per_c
     return chosen
 
 
-def _weakest_classes(context: ProposalContext) -> list[int]:
-    """Every class, the pool's weakest first: lowest dev F1, then the smallest share of its dev rows any annotator
-    votes on, then class order (deterministic, so the prompt and its cache key are too)."""
+def _weakest_classes(context: ProposalContext, f1: np.ndarray | None = None) -> list[int]:
+    """Every class, the pool's weakest first: lowest dev F1 (`f1` when the caller has it), then the smallest share of
+    its dev rows any annotator votes on, then class order (deterministic, so the prompt and its cache key are too)."""
     k, labels = len(context.task.labels), context.dev_labels
-    f1 = dev_class_f1(context)
+    f1 = dev_class_f1(context) if f1 is None else f1
     voted = (context.dev_votes != ABSTAIN).any(axis=1) if context.dev_votes.size else np.zeros(len(labels), bool)
     covered = [float(voted[labels == c].mean()) if (labels == c).any() else 0.0 for c in range(k)]
     return sorted(range(k), key=lambda c: (f1[c], covered[c], c))
@@ -271,7 +271,8 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     class_rows = class_counts(gold, len(task.labels))
     thin = [c for c in range(len(task.labels)) if class_rows[c] < THIN_CLASS_ROWS]
     # past MAX_LISTED_LABELS labels only the weakest are listed: hundreds of lines would crowd out the rows
-    listed = set(_weakest_classes(context)[:MAX_LISTED_LABELS])
+    k = len(task.labels)
+    listed = set(range(k)) if k <= MAX_LISTED_LABELS else set(_weakest_classes(context, f1)[:MAX_LISTED_LABELS])
     thin = [c for c in thin if c in listed]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -47,6 +48,11 @@ def store(tmp_path: Path):
     """An empty workspace on a real DuckDB file."""
     yield Store.open(tmp_path / "ws")
     Store.close_all()
+
+
+def charts(at) -> list[dict]:
+    """Every plotly chart on an AppTest's screen, as its JSON spec."""
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def values(array: list | dict) -> list:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import DEMO_CSV, values
+from conftest import DEMO_CSV, charts, values
 from streamlit.testing.v1 import AppTest
 from test_cli import evopool
 
@@ -78,7 +78,7 @@ def test_evolve_and_analytics_show_the_pool_dev_macro_f1_eval_gives_for_mv(built
     expected = built["mv"]["macro_f1"]  # 4 decimals
     at = render("pages/evolve.py")
     assert metrics(at)["Complete generations"] == str(built["mv"]["generation"])
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    spec = charts(at)[0]
     line = next(t for t in spec["data"] if t.get("name") == "dev macro-F1")  # no audit rows: all of dev
     y = values(line["y"])
     assert round(float(y[-1]), 4) == pytest.approx(expected, abs=1e-4)

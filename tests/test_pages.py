@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import held_by_another_process, values
+from conftest import charts, held_by_another_process, values
 from streamlit.testing.v1 import AppTest
 
 from engine import export, score
@@ -78,11 +78,6 @@ def import_and_wait(at: AppTest, workdir: Path) -> None:
     job = REGISTRY.latest(workdir, "import")
     assert job is not None and job.wait(60)
     at.run()
-
-
-def charts(at: AppTest) -> list[dict]:
-    """Every plotly chart on screen, as its JSON spec."""
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def table_with(at: AppTest, column: str) -> pd.DataFrame:
@@ -450,7 +445,7 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     store = seed(home, "audited", generations=2, options=IngestOptions(audit_fraction=0.5))
     assert metrics(run("audited"))["Dev (labeled)"] == "120 (60 audit)"
     # the timeline draws the pool of each generation on the audit rows beside its fitness figure
-    spec = json.loads(run("audited", "pages/evolve.py").get("plotly_chart")[0].proto.spec)
+    spec = charts(run("audited", "pages/evolve.py"))[0]
     lines = {trace.get("name"): trace for trace in spec["data"]}
     assert {"pool size", "fitness macro-F1", "audit macro-F1"} <= set(lines)
     expected = [score.pool_macro_f1(store.vote_matrix(store.pool_ids(g), AUDIT).votes, store.label_indices(AUDIT), 2)

@@ -193,3 +193,38 @@ def test_the_improver_offers_the_seeds_of_its_weak_classes_only():
                               generation=1, seed=0)
     seeded = [p for p in improver_proposals(ws, context, np.random.default_rng(0), 0.25) if not p.mined]
     assert {p.label for p in seeded} == {1, 2}  # lost_or_stolen_card and refund, not card_arrival
+
+
+def _container_rows() -> list[dict]:
+    words = "box bottle jar suitcase bucket team government music river happiness".split()
+    return [{"text": f"the {word} is here"} for word in words for _ in range(2)]
+
+
+def test_nearest_words_come_from_the_packaged_minilm_table_not_from_spelling():
+    from engine.agents.mining import ViewIndex
+    from engine.agents.word_sense import nearest_words
+
+    index = ViewIndex(_container_rows() + [{"text": "a lone crate"}], ("sentence",))
+    near = nearest_words(index, "sentence", "container", 4)
+    assert set(near) == {"box", "jar", "bottle", "bucket"}  # none shares a letter run with "container"
+    assert "crate" not in nearest_words(index, "sentence", "container", 20)  # on one row only: no cue to widen with
+    assert nearest_words(index, "sentence", "member", 4) == ["team"]  # the rest are too far to be worth a guess
+
+
+def test_a_label_word_and_its_neighbours_in_meaning_make_one_seeded_bank_per_view():
+    task = Task(name="rel", labels=("Content-Container", "Member-Collection"),
+                fields=("entity1", "entity2", "span1", "span2"))
+    inputs = []
+    for row in _container_rows():
+        word = row["text"].split()[1]
+        text = f"water in the {word}"
+        inputs.append({"text": text, "entity1": "water", "entity2": word, "span1": [0, 5],
+                       "span2": [13, 13 + len(word)]})
+    y = np.array([0 if i < 10 else 1 for i in range(len(inputs))])
+    ws = build_workspace(task, inputs, y, inputs, ("between", "entity2"))
+    banks = {spec.cues[0]: spec for label, spec in seeded_specs(ws) if label == 0 and spec.view == "entity2"}
+    container = banks[word_cue("container")].cues
+    assert {"box", "jar", "bottle", "bucket"} <= set(container[1:])
+    assert not {"government", "music", "river"} & set(container)
+    for spec in banks.values():  # still plain code the checker passes, read back by the refiner
+        assert check_source(render(spec)) and parse_spec(render(spec)) == spec

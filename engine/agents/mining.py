@@ -149,6 +149,12 @@ class ViewIndex:
             out |= np.array([cue_matches(cue, t.split(), t) for t in texts], dtype=bool)
         return out  # an unseen word or two-word phrase fires nowhere
 
+    def words(self, view: str) -> tuple[list[str], np.ndarray]:
+        """The view's single words (indexed first if it is not yet) and on how many rows each occurs."""
+        self.add_view(view)
+        vocab = self._vocab[view]
+        return vocab, np.asarray(self.matrix[view][:, : len(vocab)].sum(axis=0)).ravel()
+
     def fires(self, view: str, cues: Sequence[str]) -> np.ndarray:
         """(n_rows,) bool: rows where any of `cues` matches the view (indexed first if it is not yet)."""
         self.add_view(view)

@@ -11,6 +11,7 @@ Every role previews the gate in-process (offline_select) and sends only candidat
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -21,7 +22,7 @@ from engine.agents.base import ProposalContext
 from engine.agents.feedback import rejected_specs, repeats_rejected
 from engine.agents.offline_mine import OfflineWorkspace, build_workspace
 from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves, vote_counts
-from engine.agents.templates import parse_spec, render
+from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
 from engine.pseudo_labels import MINED_ON_GUESSES
 from engine.text_views import mined_views
@@ -83,7 +84,7 @@ class OfflineProposer:
         else:
             proposals = self._refined(ws, context, floor, halved)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)  # pool members, human-rejected
-        proposals = [p for p in proposals if _hash(render(p.spec)) not in known]
+        proposals = [p for p in proposals if _spec_hash(p.spec) not in known]
         rejected = rejected_specs(context.feedback)  # the expert said no to these ideas, in any wording
         proposals = [p for p in proposals if not repeats_rejected(p.spec, rejected)]
         votes = _valid_votes(context)
@@ -240,6 +241,13 @@ def _valid_votes(context: ProposalContext) -> np.ndarray:
 
 def _hash(source: str) -> str:
     return code_hash(ast.unparse(ast.parse(source)) + "\n")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _spec_hash(spec: AnnotatorSpec) -> str:
+    """The id a spec's rendered code gets; the same specs come back every generation (banking77: 14,000 proposals
+    in five generations, rendered and parsed again at ~1 ms each)."""
+    return _hash(render(spec))
 
 
 def _candidate(p: Proposal, role: str) -> Candidate:

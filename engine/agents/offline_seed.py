@@ -21,9 +21,13 @@ from engine.agents.mining import MIN_PREFIX, stems
 from engine.agents.offline_mine import OfflineWorkspace
 from engine.agents.offline_select import Proposal
 from engine.agents.templates import AnnotatorSpec
+from engine.agents.word_sense import nearest_words
 
 SEED_BOOST = 2.0  # rank seeded cues above mined ones of equal dev lift: their choice did not read dev
 MAX_WORDS = 6  # content words kept per label (name first, then description)
+NEIGHBOURS = 8  # words of like meaning added to a label word's bank (engine/agents/word_sense.py)
+# views where a label word's neighbours name a class: an entity's own name ("bottle", "suitcase" for a container)
+BANK_VIEWS = ("entity1", "entity2")
 STOPWORDS = frozenset(
     "a an and are as at be by can for from has have in into is it its my not of on or that the this to was "
     "were which with e1 e2 other none any after before your you how what why when where".split()
@@ -53,13 +57,15 @@ def word_cue(word: str) -> str:
 
 
 def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
-    """(class, spec) pairs: each label word alone in each view, and each ordered pair of a class's words as a
+    """(class, spec) pairs: each label word alone in each view, each ordered pair of a class's words as a
     conjunction (the first in the view, the second anywhere in the text), which names like `card_arrival`
-    need: `card` alone fits a dozen banking classes."""
+    need (`card` alone fits a dozen banking classes), and each label word with the words nearest it in meaning
+    as one bank (`neighbour_banks`)."""
     out: list[tuple[int, AnnotatorSpec]] = []
     for label_id, label in enumerate(ws.task.labels):
         words = label_words(label, str(ws.task.label_descriptions.get(label, "")))
         cues = list(dict.fromkeys(word_cue(w) for w in words))
+        out += [(label_id, spec) for spec in neighbour_banks(ws, label, words)]
         for view in ws.views:
             if view not in ("sentence", "between", "near", "lead"):
                 continue  # entity names and short windows say little about a class name's words
@@ -67,6 +73,30 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
             out += [(label_id, AnnotatorSpec("cue", label, view, (first,), also=(second,)))
                     for first, second in permutations(cues, 2)]
     return out
+
+
+def neighbour_banks(ws: OfflineWorkspace, label: str, words: list[str]) -> list[AnnotatorSpec]:
+    """Per label word and view of BANK_VIEWS mined here: the word's cue and the NEIGHBOURS words of that view
+    (in the pool sample, else dev) nearest it in meaning, as one bank. Chosen without reading a label, like
+    the word itself."""
+    index = ws.pool if ws.pool is not None and ws.pool.n_rows else ws.dev
+    out: list[AnnotatorSpec] = []
+    for view in (v for v in BANK_VIEWS if v in ws.views):
+        for word in words:
+            near = [w for w in nearest_words(index, view, word, NEIGHBOURS + 4) if w not in STOPWORDS][:NEIGHBOURS]
+            bank = _dedupe((word_cue(word), *near))
+            if len(bank) > 1:
+                out.append(AnnotatorSpec("cue", label, view, bank))
+    return out
+
+
+def _dedupe(cues: tuple[str, ...]) -> tuple[str, ...]:
+    """Cues in order, without one a prefix cue before it already covers (`arriv*`, then `arrived`)."""
+    kept: list[str] = []
+    for cue in cues:
+        if not any(k.endswith("*") and cue.startswith(k[:-1]) for k in kept) and cue not in kept:
+            kept.append(cue)
+    return tuple(kept)
 
 
 def seeded_proposals(ws: OfflineWorkspace, min_precision: float, classes: Collection[int] | None = None

@@ -211,7 +211,7 @@ def test_nearest_words_come_from_the_packaged_minilm_table_not_from_spelling():
     assert nearest_words(index, "sentence", "member", 4) == ["team"]  # the rest are too far to be worth a guess
 
 
-def test_a_label_word_and_its_neighbours_in_meaning_make_one_seeded_bank_per_view():
+def _container_workspace(y: np.ndarray | None = None):
     task = Task(name="rel", labels=("Content-Container", "Member-Collection"),
                 fields=("entity1", "entity2", "span1", "span2"))
     inputs = []
@@ -220,11 +220,51 @@ def test_a_label_word_and_its_neighbours_in_meaning_make_one_seeded_bank_per_vie
         text = f"water in the {word}"
         inputs.append({"text": text, "entity1": "water", "entity2": word, "span1": [0, 5],
                        "span2": [13, 13 + len(word)]})
-    y = np.array([0 if i < 10 else 1 for i in range(len(inputs))])
-    ws = build_workspace(task, inputs, y, inputs, ("between", "entity2"))
-    banks = {spec.cues[0]: spec for label, spec in seeded_specs(ws) if label == 0 and spec.view == "entity2"}
+    y = np.array([0 if i < 10 else 1 for i in range(len(inputs))]) if y is None else y
+    return build_workspace(task, inputs, y, inputs, ("between", "entity2"))
+
+
+def _banks(ws) -> dict:
+    return {spec.cues[0]: spec for label, spec in seeded_specs(ws) if label == 0 and spec.view == "entity2"}
+
+
+def test_a_label_word_and_its_neighbours_in_meaning_make_one_seeded_bank_per_view():
+    banks = _banks(_container_workspace())
     container = banks[word_cue("container")].cues
     assert {"box", "jar", "bottle", "bucket"} <= set(container[1:])
     assert not {"government", "music", "river"} & set(container)
     for spec in banks.values():  # still plain code the checker passes, read back by the refiner
         assert check_source(render(spec)) and parse_spec(render(spec)) == spec
+
+
+def test_the_banks_read_no_label():
+    ws = _container_workspace()
+    shuffled = _container_workspace(np.random.default_rng(0).permutation(ws.y))
+    flipped = _container_workspace(1 - ws.y)
+    assert _banks(ws) and _banks(ws) == _banks(shuffled) == _banks(flipped)
+
+
+def test_without_the_word_table_the_other_seeds_stay(monkeypatch):
+    import pytest
+
+    from engine.agents import word_sense
+
+    def missing(*_args, **_kwargs):
+        raise OSError("no model files")
+
+    monkeypatch.setattr(word_sense, "_vocabulary", missing)
+    ws = _container_workspace()
+    with pytest.warns(UserWarning, match="word table is not available"):
+        specs = seeded_specs(ws)
+    assert specs and not any(spec.view == "entity2" for _, spec in specs)  # the name's words still seed "between"
+
+
+def test_a_specs_cached_id_is_the_id_of_its_rendered_code():
+    from engine.agents.offline import _hash, _spec_hash
+
+    specs = [AnnotatorSpec("cue", "refund", "sentence", ("refund*", "money back")),
+             AnnotatorSpec("cue", "NOT", "between", ("not",), also=("inhibit*",), unless=("no",)),
+             AnnotatorSpec("surface", "spam", feature="caps_share", op=">=", threshold=0.0),
+             AnnotatorSpec("surface", "spam", feature="caps_share", op=">=", threshold=-0.0)]
+    for spec in specs * 2:  # the second round reads the cache
+        assert _spec_hash(spec) == _hash(render(spec))

@@ -243,10 +243,15 @@ def _hash(source: str) -> str:
     return code_hash(ast.unparse(ast.parse(source)) + "\n")
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _spec_hash(spec: AnnotatorSpec) -> str:
     """The id a spec's rendered code gets; the same specs come back every generation (banking77: 14,000 proposals
-    in five generations, rendered and parsed again at ~1 ms each)."""
+    in five generations, rendered and parsed again at ~1 ms each). The threshold's repr joins the key: 0.0 and -0.0
+    are equal specs that render differently."""
+    return _rendered_hash(spec, repr(spec.threshold))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _rendered_hash(spec: AnnotatorSpec, threshold: str) -> str:
     return _hash(render(spec))
 
 

@@ -12,6 +12,7 @@ offers the weak classes' seeds, at its lower floor.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Collection
 from itertools import permutations
 
@@ -76,14 +77,19 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
 
 
 def neighbour_banks(ws: OfflineWorkspace, label: str, words: list[str]) -> list[AnnotatorSpec]:
-    """Per label word and view of BANK_VIEWS mined here: the word's cue and the NEIGHBOURS words of that view
+    """Per label word and view of BANK_VIEWS mined here: the word's cue and up to NEIGHBOURS words of that view
     (in the pool sample, else dev) nearest it in meaning, as one bank. Chosen without reading a label, like
-    the word itself."""
+    the word itself. No banks (and a warning) where the word table cannot be had: the other seeds do not need it."""
     index = ws.pool if ws.pool is not None and ws.pool.n_rows else ws.dev
     out: list[AnnotatorSpec] = []
     for view in (v for v in BANK_VIEWS if v in ws.views):
         for word in words:
-            near = [w for w in nearest_words(index, view, word, NEIGHBOURS + 4) if w not in STOPWORDS][:NEIGHBOURS]
+            try:
+                near = nearest_words(index, view, word, NEIGHBOURS + 4)
+            except (OSError, ImportError, RuntimeError, ValueError) as err:
+                warnings.warn(f"no banks of like meaning: the word table is not available ({err})", stacklevel=2)
+                return []
+            near = [w for w in near if w not in STOPWORDS][:NEIGHBOURS]
             bank = _dedupe((word_cue(word), *near))
             if len(bank) > 1:
                 out.append(AnnotatorSpec("cue", label, view, bank))

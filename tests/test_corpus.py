@@ -376,3 +376,73 @@ def test_the_pace_of_a_resumed_run_counts_only_the_rows_it_labels(monkeypatch):
     pace = engines.Pace()
     assert pace.at(1_200, 3_500) == (0.0, None)  # resumed at 1,200 rows: no pace yet
     assert pace.at(1_600, 3_500) == (40.0, 47.5)  # 400 rows in 10 s; 1,900 left
+
+
+SHIFTING = [  # JSONL fields typed by their batch of two: `year` int then float (a gap), `maybe` null then int,
+    # `score` int then mixed (text), `extra` absent from the second batch
+    {"text": "subscribe", "year": 2001, "maybe": None, "score": 1, "extra": "x"},
+    {"text": "nice song", "year": 2002, "maybe": None, "score": 2, "extra": "y"},
+    {"text": "free money", "year": None, "maybe": 5, "score": 3},
+    {"text": "great", "year": 2004, "maybe": 6, "score": "high"},
+    {"text": "check my channel", "year": 2005, "maybe": 7, "score": 5, "extra": "z"},
+    {"text": "love it", "year": 2006, "maybe": 8, "score": 6, "extra": "w"},
+]
+
+
+def _one_schema(out: Path) -> pd.DataFrame:
+    """The shards read as one dataset (what `pd.read_parquet`, pyarrow.dataset and DuckDB's `out/*.parquet` do),
+    after checking that every shard has the same schema."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    shards = sorted(out.glob("part-*.parquet"))
+    schemas = [pq.read_schema(p).remove_metadata() for p in shards]
+    assert all(s.equals(schemas[0]) for s in schemas), [str(s) for s in schemas]
+    return ds.dataset(shards, format="parquet").to_table().to_pandas()
+
+
+def test_every_shard_of_a_run_has_one_schema_whatever_its_batch_held(wmv_labeler, tmp_path):
+    """Each batch typed its JSONL fields by what it held; the folder read as one dataset failed (`int64 to null`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
+    labeled = read_output(tmp_path / "out")
+    pd.testing.assert_frame_equal(_one_schema(tmp_path / "out"), labeled)
+    schema = pq.read_schema(tmp_path / "out" / "part-000001.parquet")
+    types, text = {f.name: f.type for f in schema}, (pa.string(), pa.large_string())
+    assert types["year"] == pa.float64() and types["maybe"] == pa.int64()
+    assert types["score"] in text and types["extra"] in text
+    assert list(labeled.columns[:6]) == ["id", "text", "year", "maybe", "score", "extra"]  # corpus columns first
+    assert list(labeled["score"]) == ["1", "2", "3", "high", "5", "6"] and labeled["extra"].isna().sum() == 2
+    assert list(labeled["year"].fillna(0)) == [2001, 2002, 0, 2004, 2005, 2006]
+    assert types["label"] in text and types["source_file"] in text  # ours keep their types
+    assert {types[c] for c in ("confidence", *(f"p_{label}" for label in wmv_labeler.labels))} == {pa.float64()}
+    assert types["n_votes"] == types["source_row"] == pa.int64()
+    again = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
+    assert again["resumed_shards"] == 3  # a rewritten shard keeps its record
+
+
+def test_a_resumed_run_unifies_the_shards_an_earlier_run_left(wmv_labeler, tmp_path, monkeypatch):
+    """The shards a killed run wrote were typed by their own batches: the rerun that completes the run unifies them
+    with its own."""
+    import engine.corpus.engines as engines
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    write = engines.ShardWriter.write
+
+    def dies_at_the_last_batch(self, batch):
+        if batch.index == 2:
+            raise RuntimeError("killed")
+        return write(self, batch)
+
+    monkeypatch.setattr(engines.ShardWriter, "write", dies_at_the_last_batch)
+    with pytest.raises(RuntimeError, match="killed"):
+        label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
+    assert len(list((tmp_path / "out").glob("part-*.parquet"))) == 2 and not (tmp_path / "out" / MANIFEST).exists()
+    monkeypatch.setattr(engines.ShardWriter, "write", write)
+    resumed = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
+    assert resumed["resumed_shards"] == 2 and resumed["rows"] == 6
+    label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "clean", batch_size=2)
+    pd.testing.assert_frame_equal(_one_schema(tmp_path / "out"), read_output(tmp_path / "clean"))

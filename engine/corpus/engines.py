@@ -16,7 +16,15 @@ from typing import Any
 from engine.agents.compiled_executor import CompiledExecutor
 from engine.corpus.labeler import Labeler
 from engine.corpus.reading import CorpusBatch, CorpusError, CorpusFile, check_batch_size, file_names, iter_batches
-from engine.corpus.shards import OutputError, ShardRecord, prepare, shard_name, write_manifest, write_shard
+from engine.corpus.shards import (
+    OutputError,
+    ShardRecord,
+    prepare,
+    shard_name,
+    unify_shards,
+    write_manifest,
+    write_shard,
+)
 
 ENGINES = ("local", "ray")
 Progress = Callable[[int, int], None]  # (rows done, rows in the corpus)
@@ -97,6 +105,7 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
              "labels": list(labeler.labels), "inputs": [{"path": str(f.path), "rows": f.rows} for f in files],
              "resumed_shards": len(done), "seconds": round(seconds, 3),
              "rows_per_s": round(rows_now / seconds, 1) if seconds > 0 else None, "batch_size": batch_size}
+    unify_shards(output, shards)  # a resumed run's earlier shards too: the manifest lists one table
     manifest_path = write_manifest(output, shards, extra)
     return {"manifest": str(manifest_path), "rows": sum(s.rows for s in shards), "shards": len(shards), **extra}
 

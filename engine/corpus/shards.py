@@ -3,7 +3,8 @@ a run record written first (so a rerun resumes the same run or refuses a differe
 and the manifest written last, listing exactly the complete shards.
 
 A shard's own facts (rows, source, fault counts) ride in its Parquet metadata, so a resumed run can list the
-shards a killed run finished without trusting anything but the files.
+shards a killed run finished without trusting anything but the files. Before the manifest, the shards are given one
+schema (`unify_shards`), so the folder reads as one table in pyarrow, pandas or DuckDB.
 """
 from __future__ import annotations
 
@@ -83,17 +84,62 @@ def prepare(output: Path, run: dict[str, Any]) -> dict[int, ShardRecord]:
 def write_shard(output: Path, frame: pd.DataFrame, record: ShardRecord) -> ShardRecord:
     """Write the shard under a temporary name and rename it: a shard's final name means it is complete."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[_META_KEY] = json.dumps(asdict(record)).encode()
-    table = table.replace_schema_metadata(meta)
-    final = output / record.file
-    temporary = output / f".{record.file}.{os.getpid()}.tmp"
-    pq.write_table(table, temporary)
-    os.replace(temporary, final)
+    _write_table(output, table.replace_schema_metadata(meta), record.file)
     return record
+
+
+def _write_table(output: Path, table, name: str) -> None:
+    import pyarrow.parquet as pq
+
+    temporary = output / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(table, temporary)
+    os.replace(temporary, output / name)
+
+
+def unify_shards(output: Path, shards: list[ShardRecord]) -> None:
+    """Rewrite the shards whose schema is not the run's common one (`common_schema`), keeping their record.
+
+    A batch's corpus columns are typed by what that batch holds (JSONL: `year` int here, float where a row lacks it,
+    null where no row has it, text where it mixes kinds, absent where no row names it); readers of the whole folder
+    (`pyarrow.dataset`, `pd.read_parquet`, DuckDB) take one schema and fail or mis-read the shards that differ."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schemas = {s.file: pq.read_schema(output / s.file) for s in shards}
+    common = common_schema(list(schemas.values()))
+    for shard in shards:
+        if schemas[shard.file].remove_metadata().equals(common):
+            continue
+        table = pq.read_table(output / shard.file)
+        columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type)
+                   for f in common]
+        meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}  # pandas' names the old types
+        _write_table(output, pa.table(columns, schema=common.with_metadata(meta)), shard.file)
+
+
+def common_schema(schemas: list):
+    """Every column of any shard, each beside the columns it follows in its shard (a corpus column stays before
+    ours), typed so every shard casts to it: int and float as float, null as the other type, anything else that
+    differs (int in one batch, mixed and so text in another) as text, as `_kept_cells` writes a mixed batch."""
+    import pyarrow as pa
+
+    names: list[str] = []
+    for schema in schemas:
+        for i, name in enumerate(schema.names):
+            if name not in names:
+                names.insert(names.index(schema.names[i - 1]) + 1 if i else 0, name)
+    fields = []
+    for name in names:
+        typed = [pa.schema([s.field(name)]) for s in schemas if name in s.names]
+        try:
+            fields.append(pa.unify_schemas(typed, promote_options="permissive").field(0))
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            fields.append(pa.field(name, pa.large_string()))
+    return pa.schema(fields)
 
 
 def read_record(path: Path) -> ShardRecord:

@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(lab)
     lab.add_argument("--input", required=True, help="a file, a folder or a glob (quote it), e.g. 'corpus/*.parquet'")
     lab.add_argument("--output", required=True, type=Path,
-                     help="folder for the shards and manifest.json (empty, or the same run's to resume it)")
+                     help="folder for the shards and _manifest.json (empty, or the same run's to resume it)")
     lab.add_argument("--engine", choices=ENGINES, default="local",
                      help="local: this process; ray: a Ray cluster (pip install -e '.[ray]')")
     lab.add_argument("--ray-address", help="join this Ray cluster (e.g. 10.0.0.5:6379); default: start a local one")

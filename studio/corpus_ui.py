@@ -15,7 +15,7 @@ def corpus_panel(workdir: Path, aggregator: str) -> None:
     """Inputs, a start button, live progress and the finished run's summary; one corpus job at a time."""
     with st.expander("Label a corpus outside the workspace (Parquet / CSV / JSONL, millions of rows)"):
         st.caption("The pool and the aggregator fitted on this workspace's dev rows label every row of the files "
-                   "and write Parquet shards plus `manifest.json`; nothing is imported. Ids come from an `id` "
+                   "and write Parquet shards plus `_manifest.json`; nothing is imported. Ids come from an `id` "
                    "column, else `<file>:<row>`.")
         left, mid, right = st.columns([3, 3, 1])
         corpus = left.text_input("Corpus: a file, a folder or a glob", key="corpus_input",

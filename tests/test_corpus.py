@@ -410,6 +410,11 @@ def test_every_shard_of_a_run_has_one_schema_whatever_its_batch_held(wmv_labeler
     label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
     labeled = read_output(tmp_path / "out")
     pd.testing.assert_frame_equal(_one_schema(tmp_path / "out"), labeled)
+    # the folder itself, as a user reads it: the manifest and run record are skipped, not read as Parquet
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out"), labeled)
+    import duckdb
+    pd.testing.assert_frame_equal(duckdb.sql(f"select * from read_parquet('{tmp_path / 'out'}/*.parquet') "
+                                             "order by source_row").df(), labeled, check_dtype=False)
     schema = pq.read_schema(tmp_path / "out" / "part-000001.parquet")
     types, text = {f.name: f.type for f in schema}, (pa.string(), pa.large_string())
     assert types["year"] == pa.float64() and types["maybe"] == pa.int64()
@@ -446,3 +451,16 @@ def test_a_resumed_run_unifies_the_shards_an_earlier_run_left(wmv_labeler, tmp_p
     assert resumed["resumed_shards"] == 2 and resumed["rows"] == 6
     label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "clean", batch_size=2)
     pd.testing.assert_frame_equal(_one_schema(tmp_path / "out"), read_output(tmp_path / "clean"))
+
+
+def test_a_run_written_with_the_old_manifest_name_is_still_read_and_resumed(wmv_labeler, tmp_path):
+    from engine.corpus.shards import LEGACY_MANIFEST
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    out = tmp_path / "out"
+    label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), out, batch_size=2)
+    labeled = read_output(out)
+    (out / MANIFEST).rename(out / LEGACY_MANIFEST)  # as a run before the rename left it
+    pd.testing.assert_frame_equal(read_output(out), labeled)
+    again = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), out, batch_size=2)
+    assert again["resumed_shards"] == 3 and (out / MANIFEST).exists() and not (out / LEGACY_MANIFEST).exists()

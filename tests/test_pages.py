@@ -675,7 +675,7 @@ def test_labels_screen_labels_a_corpus_in_the_background_and_shows_the_cluster_c
     at.run()
     assert not at.exception
     assert "Labeled 120 rows into 2 shards" in texts(at)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["engine"] == "local" and [s["rows"] for s in manifest["shards"]] == [100, 20]
 
 

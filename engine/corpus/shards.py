@@ -19,7 +19,9 @@ from typing import Any
 import pandas as pd
 
 RUN_RECORD = "_run.json"
-MANIFEST = "manifest.json"
+# "_": pyarrow, pandas and DuckDB skip it when reading the folder as a dataset (`pd.read_parquet(OUT)`)
+MANIFEST = "_manifest.json"
+LEGACY_MANIFEST = "manifest.json"  # its name before: a resumed or read run of that time still finds it
 _META_KEY = b"evopool_shard"
 
 
@@ -74,6 +76,7 @@ def prepare(output: Path, run: dict[str, Any]) -> dict[int, ShardRecord]:
     for leftover in output.glob(".part-*.tmp"):
         leftover.unlink()
     (output / MANIFEST).unlink(missing_ok=True)  # rewritten when the run completes
+    (output / LEGACY_MANIFEST).unlink(missing_ok=True)
     done = {}
     for path in sorted(output.glob("part-*.parquet")):
         shard = read_record(path)
@@ -176,6 +179,8 @@ def read_output(output: str | Path) -> pd.DataFrame:
     """Every labeled row of a finished run, in corpus order (the manifest's shards, nothing else)."""
     output = Path(output)
     manifest = output / MANIFEST
+    if not manifest.exists() and (output / LEGACY_MANIFEST).exists():
+        manifest = output / LEGACY_MANIFEST
     if not manifest.exists():
         raise OutputError(f"{output} has no manifest: the run did not finish")
     shards = json.loads(manifest.read_text())["shards"]

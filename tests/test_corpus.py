@@ -329,11 +329,19 @@ def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_studen
     must hand it the sample export hands it, or the two label the same rows differently. The sample is shrunk
     to half the demo's pool here so that a small workspace is 'large'."""
     from engine.aggregators.student import unlabeled_sample
+    import engine.embed.cache as embed_cache
+
     monkeypatch.setattr("engine.labeling.auto_unlabeled_sample", lambda n, seed: unlabeled_sample(n, seed, n // 2))
     store = Store.open(workspace)
+    embedded: list[int] = []
+    embed_texts = embed_cache.embed_texts
     with SandboxExecutor() as executor:
         result = soft_labels(store, executor, "auto")
+        monkeypatch.setattr(embed_cache, "embed_texts", lambda s, texts, *a, **k: (
+            embedded.append(len(texts)), embed_texts(s, texts, *a, **k))[1])
         labeler = fit_labeler(store, executor, "auto")
+    # the labeler reads dev and the student's sample: it embeds those and no other pool row
+    assert embedded == [store.count_examples("dev") + store.count_examples("pool") // 2]
     corpus = tmp_path / "pool.jsonl"
     exported, pool_rows = exported_pool(store, result, corpus)
     label_corpus(labeler, survey(find_files(corpus)), tmp_path / "out", batch_size=500)

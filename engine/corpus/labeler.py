@@ -202,6 +202,12 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
     everything = store.examples_frame()
     frame = everything if entry.fits_unlabeled else \
         everything[everything["split"].isin(fit_splits)].reset_index(drop=True)
+    unl = np.zeros(0, dtype=int)
+    if not entry.fits_unlabeled and not task.multi_label:
+        # only dev and the student's sample are read: embedding every pool row (100K imported) cost minutes for nothing
+        unl = student_unlabeled_rows(frame, chooser, seed)  # the rows export's student reads, no others
+        kept = np.union1d(np.flatnonzero((frame["split"] == "dev").to_numpy()), unl)
+        frame, unl = frame.iloc[kept].reset_index(drop=True), np.searchsorted(kept, unl)  # the sample's order kept
     votes = store.vote_matrix(pool, example_ids=list(frame["id"])).votes
     kinds = ("embedding",) if task.multi_label else feature_kinds(task, aggregator)
     embedder = store.get_meta("embedder", DEFAULT_EMBEDDER) if "embedding" in kinds else None
@@ -235,7 +241,6 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
             model.fit(votes, None, features or None)
         else:
             y_dev = frame["label"].to_numpy()[dev].astype(int)
-            unl = student_unlabeled_rows(frame, chooser, seed)  # the rows export's student reads, no others
             unlabeled = (votes[unl], {k: v[unl] for k, v in features.items()} or None) if len(unl) else None
             fit_on_dev(model, aggregator, votes[dev], y_dev, dev_features, audit,
                        store.last_complete_generation() > 0, unlabeled)  # as export does: same choice, same labels

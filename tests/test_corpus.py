@@ -328,8 +328,8 @@ def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_studen
     """Past a size (6,000 pool rows) `auto`'s student learns from a seeded sample of the pool: the corpus labeler
     must hand it the sample export hands it, or the two label the same rows differently. The sample is shrunk
     to half the demo's pool here so that a small workspace is 'large'."""
-    from engine.aggregators.student import unlabeled_sample
     import engine.embed.cache as embed_cache
+    from engine.aggregators.student import unlabeled_sample
 
     monkeypatch.setattr("engine.labeling.auto_unlabeled_sample", lambda n, seed: unlabeled_sample(n, seed, n // 2))
     store = Store.open(workspace)

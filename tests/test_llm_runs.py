@@ -167,6 +167,8 @@ def test_spec_replies_become_the_offline_templates():
     '[{"label": "SPAM", "cues": ["{free}"]}]',
     '[{"label": "SPAM", "cues": ["free",], "view": "sentence",},]',  # trailing commas, common from small models
     '{"annotators": [{"label": "SPAM", "cues": ["free"]}]}',  # the schema's wrapper
+    "[{'label': 'SPAM', 'cues': ['free'], 'reason': 'it's a prize, won't wait'}]",  # single quotes, apostrophes in
+    "{'label':'SPAM','cues':[ 'free' ],}",  # ...and tight or spaced, with a trailing comma
 ])
 def test_a_spec_is_read_whole_whatever_its_values_hold(reply):
     good, errors = parse_specs(f"```json\n{reply}\n```", Task("sms", ("HAM", "SPAM"), {}, ""))

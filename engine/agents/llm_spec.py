@@ -20,6 +20,9 @@ MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
 _JSON_START = re.compile(r"[{\[]")
 _TRAILING_COMMA = re.compile(r",(\s*[\]}])")
+# a single quote that opens or closes a value: after [ { , : or before ] } , : (an apostrophe sits inside a word)
+_OPENING_QUOTE = re.compile(r"([\[{,:]\s*)'")
+_CLOSING_QUOTE = re.compile(r"'(\s*[\]},:])")
 _SPEC_KEYS = ("label", "class")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _THOUGHTS = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -162,10 +165,12 @@ def _view(value: Any, allowed: tuple[str, ...]) -> str:
 def _objects(text: str) -> list[dict[str, Any]]:
     """Every spec (a JSON object with a "label") in a reply, fenced or not, nested in a wrapper or a list or not.
     Each JSON value is decoded whole, so nested values and braces inside strings do not split an object; small
-    models' trailing commas (["free", "win",]) and single quotes are tolerated by reading the reply again
-    without them, keeping the reading that finds more specs."""
+    models' trailing commas (["free", "win",]) and single-quoted strings are tolerated by reading the reply again
+    without them, keeping the reading that finds more specs. Only the quotes that open or close a value are
+    replaced: {'reason': 'it's spam'} keeps its apostrophe."""
     found = _scan(text)
-    readings = dict.fromkeys((_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", text.replace("'", '"'))))
+    double = _CLOSING_QUOTE.sub(r'"\1', _OPENING_QUOTE.sub(r'\1"', text))
+    readings = dict.fromkeys((_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", double)))
     for fixed in readings:  # each distinct reading once (without single quotes the two are the same)
         if fixed != text:
             again = _scan(fixed)

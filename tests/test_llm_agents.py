@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -461,3 +462,13 @@ def test_an_untagged_example_after_the_code_is_prose_not_a_block_to_repair(serve
     proposer = LLMProposer(client_for(server), n_per_role=1, parallel=1)
     assert [c.source for c in proposer.propose("generator", context_for([]))] == [check_source(FREE)]
     assert len(server.requests) == 1  # no paid repair call for it
+
+
+@pytest.mark.parametrize("mode", ["code", "spec"])
+def test_the_system_message_names_each_label_once_when_there_are_many(mode):
+    many = Task("intents", tuple(f"intent_{i:03d}" for i in range(300)), {}, "")
+    content = prompts.system_message(many, mode)["content"]
+    assert all(content.count(json.dumps(label)) == 1 for label in many.labels)
+    assert "the 300 label names listed under Labels above" in content
+    few = Task("sms", ("HAM", "SPAM"), {}, "")
+    assert prompts.system_message(few, mode)["content"].count('"SPAM"') == 2  # few: the contract quotes them too

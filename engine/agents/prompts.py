@@ -40,7 +40,7 @@ def annotator_contract(task: Task) -> str:
     """The rules every annotator must follow; quoted in every prompt."""
     keys = ", ".join(f'"{k}"' for k in ("text", *task.fields))
     keys = f"keys {keys} (all strings)" if task.fields else 'key "text" (a string)'
-    labels = ", ".join(json.dumps(label) for label in task.labels)
+    labels = contract_labels(task)
     multi = ("- The task is multi-label: a row may carry several of these labels. An annotator still returns one "
              "label, the one its cue points to; the pool's votes together give each row its label set, and a vote "
              "counts as right when its label is among the row's labels.\n") if task.multi_label else ""
@@ -63,6 +63,14 @@ def annotator_contract(task: Task) -> str:
     )
 
 
+def contract_labels(task: Task) -> str:
+    """The label names as a contract quotes them: all of them while they are few; past MAX_LISTED_LABELS a pointer
+    to the task's list, which names each already (300 labels written twice filled a small local model's context)."""
+    if len(task.labels) <= MAX_LISTED_LABELS:
+        return ", ".join(json.dumps(label) for label in task.labels)
+    return f"the {len(task.labels)} label names listed under Labels above"
+
+
 def describe_task(task: Task) -> str:
     lines = [f"Task: {task.name}"]
     if task.instructions.strip():
@@ -82,7 +90,7 @@ def system_message(task: Task, mode: str = "code", views: Sequence[str] | None =
 
         return {"role": "system", "content": (
             "You choose cue words for labeling functions (annotators) in a weak-supervision pool.\n\n"
-            + describe_task(task) + "\n\n" + spec_contract(task, views))}
+            + describe_task(task) + "\n\n" + spec_contract(task, views, contract_labels(task)))}
     return {"role": "system", "content": (
         "You write labeling functions (annotators) in Python for a weak-supervision pool.\n\n"
         + describe_task(task) + "\n\n" + annotator_contract(task))}

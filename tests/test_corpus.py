@@ -472,3 +472,22 @@ def test_a_run_written_with_the_old_manifest_name_is_still_read_and_resumed(wmv_
     pd.testing.assert_frame_equal(read_output(out), labeled)
     again = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), out, batch_size=2)
     assert again["resumed_shards"] == 3 and (out / MANIFEST).exists() and not (out / LEGACY_MANIFEST).exists()
+
+
+def test_a_column_its_shards_cannot_share_as_numbers_becomes_text_and_the_run_still_finishes(wmv_labeler, tmp_path):
+    """64-bit ids beside a gap (int64 in one batch, float in the next) do not fit a float: unifying raised and no
+    manifest was ever written, on every rerun too. Such a column is text in every shard, written as a mixed batch
+    writes it (Python's str: `True`, not Arrow's `true`), whichever batch it came from."""
+    big = 1400000000000000001
+    rows = [{"text": "subscribe", "reply_to": big, "flag": True},
+            {"text": "nice song", "reply_to": big + 1, "flag": False},
+            {"text": "free money", "reply_to": None, "flag": True},
+            {"text": "great", "reply_to": 7, "flag": "n/a"}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
+    assert result["rows"] == 4 and (tmp_path / "out" / MANIFEST).exists()
+    labeled = _one_schema(tmp_path / "out")
+    assert list(labeled["reply_to"][:2]) == [str(big), str(big + 1)]  # no digit lost to a float
+    assert pd.isna(labeled["reply_to"][2]) and labeled["reply_to"][3] == "7.0"  # the gap made its batch floats
+    assert list(labeled["flag"]) == ["True", "False", "True", "n/a"]
+    pd.testing.assert_frame_equal(labeled, read_output(tmp_path / "out"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -108,20 +109,64 @@ def unify_shards(output: Path, shards: list[ShardRecord]) -> None:
 
     A batch's corpus columns are typed by what that batch holds (JSONL: `year` int here, float where a row lacks it,
     null where no row has it, text where it mixes kinds, absent where no row names it); readers of the whole folder
-    (`pyarrow.dataset`, `pd.read_parquet`, DuckDB) take one schema and fail or mis-read the shards that differ."""
+    (`pyarrow.dataset`, `pd.read_parquet`, DuckDB) take one schema and fail or mis-read the shards that differ.
+    A column some shard's values do not fit in the common type (64-bit ids beside a gap: int and float, past float's
+    2^53; a far date in a finer time unit) becomes text in every shard. Nothing here may cost a finished run its
+    manifest: a shard that still cannot be rewritten keeps its own schema, with a warning."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schemas = {s.file: pq.read_schema(output / s.file) for s in shards}
+    schemas = {s.file: pq.read_schema(output / s.file).remove_metadata() for s in shards}
     common = common_schema(list(schemas.values()))
+    unfit = {f.name for s in shards if not schemas[s.file].equals(common)
+             for f in _unfit_fields(pq.read_table(output / s.file), common)}
+    if unfit:
+        common = pa.schema([pa.field(f.name, pa.large_string()) if f.name in unfit else f for f in common])
     for shard in shards:
-        if schemas[shard.file].remove_metadata().equals(common):
+        if schemas[shard.file].equals(common):
             continue
-        table = pq.read_table(output / shard.file)
-        columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type)
-                   for f in common]
-        meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}  # pandas' names the old types
-        _write_table(output, pa.table(columns, schema=common.with_metadata(meta)), shard.file)
+        try:
+            table = pq.read_table(output / shard.file)
+            columns = [_conformed(table, f, len(table)) for f in common]
+            meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}  # names the old types
+            _write_table(output, pa.table(columns, schema=common.with_metadata(meta)), shard.file)
+        except pa.ArrowException as err:
+            warnings.warn(f"corpus output: {shard.file} keeps its own column types ({err})", stacklevel=2)
+
+
+def _unfit_fields(table, common) -> list:
+    """The fields of `common` some value of `table` does not fit (a safe cast fails)."""
+    import pyarrow as pa
+
+    unfit = []
+    for f in common:
+        if f.name in table.column_names and not _is_text(f.type) and table[f.name].type != f.type:
+            try:
+                table[f.name].cast(f.type)
+            except pa.ArrowException:
+                unfit.append(f)
+    return unfit
+
+
+def _conformed(table, f, rows: int):
+    """`table`'s column `f.name` in type `f.type`: nulls where the shard lacks it; text as `_kept_cells` writes a
+    mixed batch (Python's `str` of each value: `True`, `1e-07`, not Arrow's `true`, `1e-7`)."""
+    import pyarrow as pa
+
+    if f.name not in table.column_names:
+        return pa.nulls(rows, f.type)
+    column = table[f.name]
+    if column.type == f.type:
+        return column
+    if _is_text(f.type) and not _is_text(column.type):
+        return pa.array([None if v is None else str(v) for v in column.to_pylist()], f.type)
+    return column.cast(f.type)
+
+
+def _is_text(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
 
 
 def common_schema(schemas: list):

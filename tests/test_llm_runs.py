@@ -169,6 +169,7 @@ def test_spec_replies_become_the_offline_templates():
     '{"annotators": [{"label": "SPAM", "cues": ["free"]}]}',  # the schema's wrapper
     "[{'label': 'SPAM', 'cues': ['free'], 'reason': 'it's a prize, won't wait'}]",  # single quotes, apostrophes in
     "{'label':'SPAM','cues':[ 'free' ],}",  # ...and tight or spaced, with a trailing comma
+    "[{'label': 'SPAM', 'cues': ['free'], 'reason': 'it\\'s a \"prize\", rock, 'n' roll'}]",  # escaped, quoted
 ])
 def test_a_spec_is_read_whole_whatever_its_values_hold(reply):
     good, errors = parse_specs(f"```json\n{reply}\n```", Task("sms", ("HAM", "SPAM"), {}, ""))

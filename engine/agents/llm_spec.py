@@ -20,9 +20,7 @@ MAX_CUES = 8
 MAX_CUE_WORDS = 4  # longer "cues" are whole sentences copied from the examples: they never generalise
 _JSON_START = re.compile(r"[{\[]")
 _TRAILING_COMMA = re.compile(r",(\s*[\]}])")
-# a single quote that opens or closes a value: after [ { , : or before ] } , : (an apostrophe sits inside a word)
-_OPENING_QUOTE = re.compile(r"([\[{,:]\s*)'")
-_CLOSING_QUOTE = re.compile(r"'(\s*[\]},:])")
+_CLOSES_VALUE = re.compile(r"\s*(?:[,:\]}]|\Z)")  # what may follow a single quote that closes a string
 _SPEC_KEYS = ("label", "class")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _THOUGHTS = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -169,13 +167,46 @@ def _objects(text: str) -> list[dict[str, Any]]:
     without them, keeping the reading that finds more specs. Only the quotes that open or close a value are
     replaced: {'reason': 'it's spam'} keeps its apostrophe."""
     found = _scan(text)
-    double = _CLOSING_QUOTE.sub(r'"\1', _OPENING_QUOTE.sub(r'\1"', text))
+    double = _double_quoted(text)
     readings = dict.fromkeys((_TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", double)))
     for fixed in readings:  # each distinct reading once (without single quotes the two are the same)
         if fixed != text:
             again = _scan(fixed)
             found = again if len(again) > len(found) else found
     return found
+
+
+def _double_quoted(text: str) -> str:
+    """`text` with its single-quoted strings written as JSON strings. Outside a string a ' after [ { , or : opens
+    one; inside it \\' is an apostrophe, a " is escaped, and a ' closes it only before , : ] } or the end (so
+    'it's', 'rock, 'n' roll' keep theirs); double-quoted strings pass as they are."""
+    out: list[str] = []
+    quote, last, i = "", "", 0  # the open string's quote; the last character outside strings
+    while i < len(text):
+        c = text[i]
+        if quote == '"':
+            out.append(text[i:i + 2] if c == "\\" else c)
+            i += 2 if c == "\\" else 1
+            quote = "" if c == '"' else quote
+            continue
+        if quote == "'":
+            if c == "\\" and i + 1 < len(text):
+                out.append("'" if text[i + 1] == "'" else text[i:i + 2])
+                i += 2
+                continue
+            if c == "'" and _CLOSES_VALUE.match(text, i + 1):
+                out.append('"')
+                quote, last = "", '"'
+            else:
+                out.append('\\"' if c == '"' else c)
+        elif c in "\"'" and (c == '"' or last in ("[", "{", ",", ":")):
+            out.append('"')
+            quote = c
+        else:
+            out.append(c)
+            last = c if not c.isspace() else last
+        i += 1
+    return "".join(out)
 
 
 def _scan(text: str) -> list[dict[str, Any]]:

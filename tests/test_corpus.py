@@ -386,7 +386,7 @@ def test_the_pace_of_a_resumed_run_counts_only_the_rows_it_labels(monkeypatch):
     assert pace.at(1_600, 3_500) == (40.0, 47.5)  # 400 rows in 10 s; 1,900 left
 
 
-SHIFTING = [  # JSONL fields typed by their batch of two: `year` int then float (a gap), `maybe` null then int,
+SHIFTING = [  # JSONL fields typed by their batch of two: `year` int with a gap, `maybe` null then int,
     # `score` int then mixed (text), `extra` absent from the second batch
     {"text": "subscribe", "year": 2001, "maybe": None, "score": 1, "extra": "x"},
     {"text": "nice song", "year": 2002, "maybe": None, "score": 2, "extra": "y"},
@@ -425,7 +425,7 @@ def test_every_shard_of_a_run_has_one_schema_whatever_its_batch_held(wmv_labeler
                                              "order by source_row").df(), labeled, check_dtype=False)
     schema = pq.read_schema(tmp_path / "out" / "part-000001.parquet")
     types, text = {f.name: f.type for f in schema}, (pa.string(), pa.large_string())
-    assert types["year"] == pa.float64() and types["maybe"] == pa.int64()
+    assert types["year"] == pa.int64() and types["maybe"] == pa.int64()  # a gap keeps a batch's ints
     assert types["score"] in text and types["extra"] in text
     assert list(labeled.columns[:6]) == ["id", "text", "year", "maybe", "score", "extra"]  # corpus columns first
     assert list(labeled["score"]) == ["1", "2", "3", "high", "5", "6"] and labeled["extra"].isna().sum() == 2
@@ -475,19 +475,22 @@ def test_a_run_written_with_the_old_manifest_name_is_still_read_and_resumed(wmv_
 
 
 def test_a_column_its_shards_cannot_share_as_numbers_becomes_text_and_the_run_still_finishes(wmv_labeler, tmp_path):
-    """64-bit ids beside a gap (int64 in one batch, float in the next) do not fit a float: unifying raised and no
+    """64-bit ids in one batch, a fraction in the next (int64, then float) do not fit a float: unifying raised and no
     manifest was ever written, on every rerun too. Such a column is text in every shard, written as a mixed batch
-    writes it (Python's str: `True`, not Arrow's `true`), whichever batch it came from."""
+    writes it (Python's str: `True`, not Arrow's `true`), whichever batch it came from. A gap alone keeps ints."""
     big = 1400000000000000001
-    rows = [{"text": "subscribe", "reply_to": big, "flag": True},
-            {"text": "nice song", "reply_to": big + 1, "flag": False},
-            {"text": "free money", "reply_to": None, "flag": True},
-            {"text": "great", "reply_to": 7, "flag": "n/a"}]
+    rows = [{"text": "subscribe", "reply_to": big, "flag": True, "views": 10},
+            {"text": "nice song", "reply_to": big + 1, "flag": False, "views": None},
+            {"text": "free money", "reply_to": None, "flag": True, "views": big},
+            {"text": "great", "reply_to": 2.5, "flag": "n/a"}]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
     assert result["rows"] == 4 and (tmp_path / "out" / MANIFEST).exists()
     labeled = _one_schema(tmp_path / "out")
     assert list(labeled["reply_to"][:2]) == [str(big), str(big + 1)]  # no digit lost to a float
-    assert pd.isna(labeled["reply_to"][2]) and labeled["reply_to"][3] == "7.0"  # the gap made its batch floats
+    assert pd.isna(labeled["reply_to"][2]) and labeled["reply_to"][3] == "2.5"
+    import pyarrow.dataset as ds
+    views = ds.dataset(sorted((tmp_path / "out").glob("part-*.parquet"))).to_table()["views"].to_pylist()
+    assert views == [10, None, big, None]  # gaps in both batches: exact ints (pandas reads them as floats)
     assert list(labeled["flag"]) == ["True", "False", "True", "n/a"]
     pd.testing.assert_frame_equal(labeled, read_output(tmp_path / "out"))

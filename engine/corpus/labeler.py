@@ -146,14 +146,19 @@ def _id_text(value: Any, batch: CorpusBatch, i: int, column: str) -> str:
 
 def _kept_cells(column: pd.Series) -> Any:
     """A corpus column as its shard writes it: typed columns as they are; in the rest lists and dicts as JSON, as
-    `export` writes fields (an entity span is `[3, 9]`), and a column mixing kinds of value (`1` and `"x"` in JSONL,
-    which Parquet cannot hold in one column) as text."""
+    `export` writes fields (an entity span is `[3, 9]`), JSON's `1` beside `2.5` as numbers, and a column mixing other
+    kinds of value (`1` and `"x"` in JSONL, which Parquet cannot hold in one column) as text."""
     if column.dtype != object:
         return column.to_numpy()
     cells = [field_cell(_plain(v)) for v in column]
-    if len({type(c) for c in cells if c is not None}) > 1:
+    kinds = {type(c) for c in cells if c is not None}
+    if kinds == {int, float}:
+        cells = [None if c is None else float(c) for c in cells]
+    elif len(kinds) > 1:
         cells = [None if c is None else str(c) for c in cells]
-    return cells
+    kept = np.empty(len(cells), dtype=object)  # as objects: a list put in a frame makes [None, 7] floats again
+    kept[:] = cells
+    return kept
 
 
 def _plain(value: Any) -> Any:

@@ -187,6 +187,12 @@ def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame(rows, columns=header, dtype=str)
 
 
+def _records_frame(records: list[dict]) -> pd.DataFrame:
+    """JSON objects as a frame of their own values: inferred per batch, a field with a gap became float (7 read
+    back as 7.0, a 64-bit id losing digits) in that batch only."""
+    return pd.DataFrame(records, dtype=object)
+
+
 def _read_jsonl(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
     records: list[dict] = []
     for line_no, line in enumerate(_lines(path), start=1):
@@ -200,7 +206,7 @@ def _read_jsonl(path: Path, batch_size: int) -> Iterator[pd.DataFrame]:
             raise CorpusError(f"input file {path}, line {line_no}: a JSONL row must be a JSON object")
         records.append(record)
         if len(records) == batch_size:
-            yield pd.DataFrame.from_records(records)
+            yield _records_frame(records)
             records = []
     if records:
-        yield pd.DataFrame.from_records(records)
+        yield _records_frame(records)

@@ -214,6 +214,27 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert Store.open(tmp_path / "imp" / "mine").count_examples() == 38
 
 
+def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_skip(tmp_path, monkeypatch):
+    """A file with no label column (or one label) cannot be imported however its rows are: the form once called that
+    '1 bad row(s)', promised with the skip box ticked that it 'will be skipped', and after the failed import told
+    the expert to tick that box again."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "nolabel"))
+    Store.open(tmp_path / "nolabel" / "notes")
+    rows = [f"n{i},a free text note about the case number {i}" for i in range(50)]
+    at = run("notes")
+    at.file_uploader(key="upload").upload("notes.csv", "\n".join(["id,text", *rows]).encode(), "text/csv")
+    at.run()
+    assert any("at least two labels" in e.value for e in at.error), [e.value for e in at.error]
+    assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
+    at.checkbox(key="skip_bad_rows").check().run()
+    assert not any("will be skipped" in w.value for w in at.warning), [w.value for w in at.warning]
+    import_and_wait(at, tmp_path / "nolabel" / "notes")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Nothing was imported" in texts(at) and "at least two labels" in texts(at)
+    assert "tick **Import the good rows" not in texts(at)  # skipping rows cannot help
+    assert not Store.open(tmp_path / "nolabel" / "notes").has_data()
+
+
 def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "legal")

@@ -908,3 +908,25 @@ def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_po
     assert lines["audit macro-F1"]["y"][-1] == pytest.approx(audit)
     stored = store.generations()["dev_macro_f1_after"].iloc[-1]
     assert stored != pytest.approx(fitness), "the rejection should move the fitness figure for this test to bite"
+
+
+def test_without_audit_rows_the_timeline_and_the_dev_metric_agree_after_the_expert_changes_the_pool(home):
+    """The demo has no audit rows (dev is too small): the timeline beside the Dev macro-F1 metric drew each
+    generation's stored figure, so after a rejection its last point (and pool size) disagreed with the metric."""
+    from engine.review import reject
+
+    store = seed(home, "judged-no-audit", generations=2)
+    assert not store.count_examples(AUDIT)
+    reject(store, store.pool_ids()[0], "not our guideline")
+    members = store.pool_ids()
+    dev = score.pool_macro_f1(store.vote_matrix(members, FITNESS).votes, store.label_indices(FITNESS), 2)
+    assert store.generations()["dev_macro_f1_after"].iloc[-1] != pytest.approx(dev), "the rejection must bite"
+    for page in ("pages/analytics.py", "pages/evolve.py"):
+        at = run("judged-no-audit", page)
+        if page == "pages/analytics.py":
+            assert metrics(at)["Dev macro-F1"] == f"{dev:.3f}"
+            assert metrics(at)["Annotators in the pool"] == str(len(members))
+        lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"]
+                 for t in c["data"]}
+        assert lines["dev macro-F1"]["y"][-1] == pytest.approx(dev)
+        assert values(lines["pool size"]["y"])[-1] == len(members)

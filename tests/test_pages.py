@@ -790,6 +790,14 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
     at.selectbox(key="aggregator").set_value("mv").run()
     assert "Rows labeled into dev in the studio (5)" in texts(at)
     at.button(key="undo_last_rows").click().run()
+    # the expert's labels (who, when, why) are dropped for good: one click only asks
+    assert "Return 2 row(s) to the unlabeled pool?" in texts(at)
+    assert set(store_of(home, "undo-me").example_ids("dev")) >= set(last)
+    at.button(key="no_return_rows").click().run()  # cancelled: nothing moves
+    assert set(store_of(home, "undo-me").example_ids("dev")) >= set(last)
+    assert "Return 2 row(s) to the unlabeled pool?" not in texts(at)
+    at.button(key="undo_last_rows").click().run()
+    at.button(key="yes_return_rows").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert set(store_of(home, "undo-me").example_ids("pool")) >= set(last)
     assert "2 row(s) went back to the unlabeled pool" in texts(at)
@@ -797,6 +805,9 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
     chooser = next(m for m in at.multiselect if m.label == "Return rows to the unlabeled pool")
     chooser.set_value([first[1]]).run()
     at.button(key="return_rows_go").click().run()
+    assert "Return 1 row(s) to the unlabeled pool?" in texts(at)
+    assert first[1] in store_of(home, "undo-me").example_ids("dev")
+    at.button(key="yes_return_rows").click().run()
     assert not at.exception, [e.value for e in at.exception]
     now = store_of(home, "undo-me")
     assert set(now.example_ids("dev")) == set(dev_before) | {first[0], first[2]}

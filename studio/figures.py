@@ -18,14 +18,17 @@ def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
 
 
 def timeline(generations: pd.DataFrame, audit: dict[int, float] | None = None,
-             fitness: dict[int, float] | None = None, partial: bool = False) -> go.Figure:
+             fitness: dict[int, float] | None = None, partial: bool = False,
+             sizes: dict[int, int] | None = None) -> go.Figure:
     """Pool size (bars) and dev macro-F1 (line) per complete generation; with audit rows, the fitness figure
     the gate optimised and, dashed, the same pool on the audit rows it never saw. `fitness`: the fitness figure
     of the same pools and rows as `audit`, drawn instead of the stored one where given, so that the two lines
-    compare like with like; `partial`: both are over the classes the audit rows hold (some class has none)."""
+    compare like with like; `partial`: both are over the classes the audit rows hold (some class has none);
+    `sizes`: each generation's pool as it stands now (after the expert's verdicts), drawn instead of the stored size."""
     done = generations[generations["status"] == "complete"]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_bar(x=done["number"], y=done["pool_size"], name="pool size", marker_color="#b7d7cd", width=0.5)
+    size = [(sizes or {}).get(int(n), s) for n, s in zip(done["number"], done["pool_size"], strict=True)]
+    fig.add_bar(x=done["number"], y=size, name="pool size", marker_color="#b7d7cd", width=0.5)
     line = [(fitness or {}).get(int(n), f) for n, f in zip(done["number"], done["dev_macro_f1_after"], strict=True)]
     name = ("fitness macro-F1" + (" (classes with audit rows)" if partial else "")) if audit else "dev macro-F1"
     fig.add_scatter(x=done["number"], y=line, name=name, mode="lines+markers",

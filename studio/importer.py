@@ -210,10 +210,19 @@ def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[
         (("dev", "dev"), ("of which audit", "audit"), ("test (holdout)", "test"), ("unlabeled pool", "pool"))))
     for note in plan.notes:
         st.caption(note)
-    if plan.problems:
-        st.warning(f"{len(plan.problems):,} bad row(s)"
+    fatal, rows = _whole_file(plan.problems)
+    for reason in fatal:
+        st.error(f"This file cannot be imported as it is: {reason}.")
+    if rows:
+        st.warning(f"{len(rows):,} bad row(s)"
                    + (" will be skipped." if opts.skip_bad_rows else ": nothing is imported until they are fixed "
                       "or skipped."))
+
+
+def _whole_file(problems: list[RowProblem]) -> tuple[list[str], list[RowProblem]]:
+    """(reasons of the problems of the whole file, the bad rows): row 0 is the file itself (e.g. fewer than two
+    labels), which skipping bad rows cannot fix, so it is never told as a bad row to skip."""
+    return [p.reason for p in problems if p.row == 0], [p for p in problems if p.row != 0]
 
 
 def start(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
@@ -265,8 +274,10 @@ def show_problems(store: Store) -> None:
     if not isinstance(err, IngestError):
         st.error(f"The import failed: {job.error}")
         return
-    problems = [(p.place, p.reason) for p in err.problems]
-    st.error(f"Nothing was imported. {str(err).splitlines()[0]}")
+    fatal, rows = _whole_file(err.problems)
+    problems = [(p.place, p.reason) for p in rows]
+    st.error(f"Nothing was imported. {str(err).splitlines()[0]}"
+             + "".join(f"  \nThe file as a whole: {reason}." for reason in fatal))
     if problems:
         table = pd.DataFrame(problems, columns=["row", "problem"])
         st.dataframe(table, hide_index=True, height=min(400, 38 + 35 * len(table)))

@@ -112,14 +112,19 @@ def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float], bool]:
+def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float], bool, dict[int, int]]:
     store = workspace.open_store(name)
     task = store.load_task()
     k, audit_gold, fitness_gold = len(task.labels), store.gold(AUDIT), store.gold(FITNESS)
-    audit, fitness, partial = {}, {}, False
+    audit, fitness, partial, sizes = {}, {}, False, {}
     for number in store.generations().query("status == 'complete'")["number"]:
         members = store.pool_ids(int(number))
-        audit_votes, fitness_votes = store.vote_matrix(members, AUDIT).votes, store.vote_matrix(members, FITNESS).votes
+        sizes[int(number)] = len(members)
+        fitness_votes = store.vote_matrix(members, FITNESS).votes
+        if not len(audit_gold):  # no audit rows: the fitness rows are all of dev, the figure the metrics show
+            fitness[int(number)] = score.pool_macro_f1(fitness_votes, fitness_gold, k)
+            continue
+        audit_votes = store.vote_matrix(members, AUDIT).votes
         if task.multi_label:
             audit[int(number)] = score.pool_macro_f1(audit_votes, audit_gold, k)
             fitness[int(number)] = score.pool_macro_f1(fitness_votes, fitness_gold, k)
@@ -127,17 +132,16 @@ def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], d
         audit[int(number)], fitness[int(number)], judged = score.audit_and_fitness_f1(
             audit_votes, audit_gold, fitness_votes, fitness_gold, k)
         partial = partial or not judged.all()
-    return audit, fitness, partial
+    return audit, fitness, partial, sizes
 
 
-def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float], bool]:
+def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float], bool, dict[int, int]]:
     """Per generation, the pool as it stood then (human verdicts given since count from the generation last complete
-    when given) scored on the audit rows ({} without audit rows): the honest line; and the same pool on the fitness
+    when given) scored on the audit rows ({} without audit rows): the honest line; the same pool on the fitness
     rows as they are now, the line to compare it with (a generation's stored figure may predate verdicts and rows
-    added to dev). Where the audit rows hold no row of some class, both are over the classes they do hold
-    (`score.audit_and_fitness_f1`), and the third value says so."""
-    if not store.count_examples(AUDIT):
-        return {}, {}, False
+    added to dev; without audit rows this is the line, so it agrees with the screens' Dev macro-F1); and that pool's
+    size (the stored one predates verdicts too). Where the audit rows hold no row of some class, both are over the
+    classes they do hold (`score.audit_and_fitness_f1`), and the third value says so."""
     return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 

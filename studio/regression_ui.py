@@ -12,7 +12,7 @@ from engine.domain import AUDIT, FITNESS
 from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
-from studio import editor, state
+from studio import editor, state, widgets
 
 NOT_LABELED = "(leave unlabeled)"
 
@@ -95,12 +95,23 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
         left, right = st.columns(2)
         if left.button(f"Undo the last addition ({len(last)} row(s))", icon=":material/undo:", key="undo_last_rows",
                        help="they go back to the unlabeled pool, their labels dropped; dev scores are recomputed"):
-            return_to_pool(store, list(last["example_id"]))
+            ask_return(list(last["example_id"]))
         chosen = right.multiselect("Return rows to the unlabeled pool", list(record["example_id"]),
                                    key=f"return_rows_{state.get(state.RETURN_VERSION, 0)}",
                                    placeholder="choose rows by id")
         if chosen and right.button(f"Return {len(chosen)} row(s)", key="return_rows_go", icon=":material/undo:"):
-            return_to_pool(store, chosen)
+            ask_return(chosen)
+    asked = state.get(state.RETURN_ASKED) or []
+    if widgets.confirm("return_rows", f"Return {len(asked)} row(s) to the unlabeled pool? Your labels on them, with "
+                       "who gave them, when and why, are dropped; to have them back you label the rows again.",
+                       "Return them"):
+        return_to_pool(store, state.pop(state.RETURN_ASKED) or [])
+
+
+def ask_return(ids: list[str]) -> None:
+    """Ask before returning rows: it drops the expert's labels for good (nothing undoes the undo)."""
+    state.put(state.RETURN_ASKED, ids)
+    widgets.ask_confirm("return_rows")
 
 
 def return_to_pool(store: Store, ids: list[str]) -> None:

@@ -33,6 +33,7 @@ DESCRIBE_VERSION = "describe_version"  # bumped by a save, an undo or a workspac
 EXPERT_NAME = "expert_name"  # who labels rows into dev (recorded with them)
 RETURN_OPEN = "expert_rows_open"  # rows were returned to the pool: keep their record open across the rerun
 RETURN_VERSION = "return_rows_version"  # bumped by each return: a fresh row chooser (its old choice is gone)
+RETURN_ASKED = "return_rows_asked"  # the ids the expert asked to return to the pool, until confirmed
 
 
 def get(key: str, default: Any = None) -> Any:

@@ -214,6 +214,27 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert Store.open(tmp_path / "imp" / "mine").count_examples() == 38
 
 
+def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_skip(tmp_path, monkeypatch):
+    """A file with no label column (or one label) cannot be imported however its rows are: the form once called that
+    '1 bad row(s)', promised with the skip box ticked that it 'will be skipped', and after the failed import told
+    the expert to tick that box again."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "nolabel"))
+    Store.open(tmp_path / "nolabel" / "notes")
+    rows = [f"n{i},a free text note about the case number {i}" for i in range(50)]
+    at = run("notes")
+    at.file_uploader(key="upload").upload("notes.csv", "\n".join(["id,text", *rows]).encode(), "text/csv")
+    at.run()
+    assert any("at least two labels" in e.value for e in at.error), [e.value for e in at.error]
+    assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
+    at.checkbox(key="skip_bad_rows").check().run()
+    assert not any("will be skipped" in w.value for w in at.warning), [w.value for w in at.warning]
+    import_and_wait(at, tmp_path / "nolabel" / "notes")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Nothing was imported" in texts(at) and "at least two labels" in texts(at)
+    assert "tick **Import the good rows" not in texts(at)  # skipping rows cannot help
+    assert not Store.open(tmp_path / "nolabel" / "notes").has_data()
+
+
 def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "legal")
@@ -769,6 +790,14 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
     at.selectbox(key="aggregator").set_value("mv").run()
     assert "Rows labeled into dev in the studio (5)" in texts(at)
     at.button(key="undo_last_rows").click().run()
+    # the expert's labels (who, when, why) are dropped for good: one click only asks
+    assert "Return 2 row(s) to the unlabeled pool?" in texts(at)
+    assert set(store_of(home, "undo-me").example_ids("dev")) >= set(last)
+    at.button(key="no_return_rows").click().run()  # cancelled: nothing moves
+    assert set(store_of(home, "undo-me").example_ids("dev")) >= set(last)
+    assert "Return 2 row(s) to the unlabeled pool?" not in texts(at)
+    at.button(key="undo_last_rows").click().run()
+    at.button(key="yes_return_rows").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert set(store_of(home, "undo-me").example_ids("pool")) >= set(last)
     assert "2 row(s) went back to the unlabeled pool" in texts(at)
@@ -776,6 +805,9 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
     chooser = next(m for m in at.multiselect if m.label == "Return rows to the unlabeled pool")
     chooser.set_value([first[1]]).run()
     at.button(key="return_rows_go").click().run()
+    assert "Return 1 row(s) to the unlabeled pool?" in texts(at)
+    assert first[1] in store_of(home, "undo-me").example_ids("dev")
+    at.button(key="yes_return_rows").click().run()
     assert not at.exception, [e.value for e in at.exception]
     now = store_of(home, "undo-me")
     assert set(now.example_ids("dev")) == set(dev_before) | {first[0], first[2]}
@@ -887,3 +919,25 @@ def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_po
     assert lines["audit macro-F1"]["y"][-1] == pytest.approx(audit)
     stored = store.generations()["dev_macro_f1_after"].iloc[-1]
     assert stored != pytest.approx(fitness), "the rejection should move the fitness figure for this test to bite"
+
+
+def test_without_audit_rows_the_timeline_and_the_dev_metric_agree_after_the_expert_changes_the_pool(home):
+    """The demo has no audit rows (dev is too small): the timeline beside the Dev macro-F1 metric drew each
+    generation's stored figure, so after a rejection its last point (and pool size) disagreed with the metric."""
+    from engine.review import reject
+
+    store = seed(home, "judged-no-audit", generations=2)
+    assert not store.count_examples(AUDIT)
+    reject(store, store.pool_ids()[0], "not our guideline")
+    members = store.pool_ids()
+    dev = score.pool_macro_f1(store.vote_matrix(members, FITNESS).votes, store.label_indices(FITNESS), 2)
+    assert store.generations()["dev_macro_f1_after"].iloc[-1] != pytest.approx(dev), "the rejection must bite"
+    for page in ("pages/analytics.py", "pages/evolve.py"):
+        at = run("judged-no-audit", page)
+        if page == "pages/analytics.py":
+            assert metrics(at)["Dev macro-F1"] == f"{dev:.3f}"
+            assert metrics(at)["Annotators in the pool"] == str(len(members))
+        lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"]
+                 for t in c["data"]}
+        assert lines["dev macro-F1"]["y"][-1] == pytest.approx(dev)
+        assert values(lines["pool size"]["y"])[-1] == len(members)

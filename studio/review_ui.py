@@ -12,6 +12,8 @@ from studio import queries, state
 ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:material/thumb_up:]",
          "reject": ":red[:material/block:]", "prune": ":orange[:material/content_cut:]",
          "pending": ":gray[:material/hourglass_empty:]"}
+# classes a warning names in its text (600 thin classes filled the screen); the rest go in a table below it
+MAX_NAMED_CLASSES = 12
 
 
 def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> None:
@@ -93,16 +95,21 @@ def explanation(plain: Explanation) -> None:
 
 def thin_class_note(store: Store) -> None:
     """Which classes have too few dev rows to judge an annotator on, and what the expert can do about it."""
-    thin = review.thin_classes(store)
+    thin = sorted(review.thin_classes(store), key=lambda item: item[1])  # the thinnest first
     if not thin:
         return
-    listed = ", ".join(f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin)
+    listed = ", ".join(f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin[:MAX_NAMED_CLASSES])
+    if len(thin) > MAX_NAMED_CLASSES:
+        listed += f" and {len(thin) - MAX_NAMED_CLASSES:,} more classes (all {len(thin):,} listed below)"
     st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
                f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
                "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
                "(*Label rows for dev*: they join dev with your name and the time), import more, describe the class on "
                "the **Project** screen (*Describe a label*: the agents try its words as cues), or judge those "
                "annotators by their fired rows.", icon=":material/warning:")
+    if len(thin) > MAX_NAMED_CLASSES:
+        with st.expander(f"All {len(thin):,} classes with too few dev rows"):
+            st.dataframe(pd.DataFrame(thin, columns=["class", "dev rows"]), hide_index=True)
 
 
 def history(store: Store, annotator_id: str, always: bool = False) -> None:

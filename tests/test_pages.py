@@ -941,3 +941,26 @@ def test_without_audit_rows_the_timeline_and_the_dev_metric_agree_after_the_expe
                  for t in c["data"]}
         assert lines["dev macro-F1"]["y"][-1] == pytest.approx(dev)
         assert values(lines["pool size"]["y"])[-1] == len(members)
+
+
+def test_a_task_with_hundreds_of_labels_names_a_few_and_tables_the_rest(home, tmp_path):
+    """600 labels filled the Project screen's labels line and the Evolve screen's thin-class warning (about 8,800
+    characters each); each now names the first ones and puts every label in a table under it."""
+    labels = [f"intent_{i:03d}" for i in range(300)]
+    rows = [(f"row {i} about {label}", label) for i, label in enumerate(labels * 2)]
+    csv = tmp_path / "intents.csv"
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(csv, index=False)
+    store = Store.open(home / "intents")
+    import_path(store, csv, IngestOptions())
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)  # the Evolve screen's notes follow a complete generation
+    Store.close_all()
+    at = run("intents")
+    assert "300 labels:** `intent_000`" in texts(at) and "and 260 more" in texts(at)
+    assert "intent_299" not in " ".join(m.value for m in at.markdown)
+    assert "All 300 labels" in [e.label for e in at.expander]
+    at = run("intents", "pages/evolve.py")
+    warning = next(w.value for w in at.warning if "Too few dev rows" in w.value)
+    assert "intent\\_000" in warning and "and 288 more classes" in warning and "intent\\_299" not in warning
+    assert len(warning) < 2_000
+    assert "All 300 classes with too few dev rows" in [e.label for e in at.expander]

@@ -41,13 +41,13 @@ if store.count_examples(AUDIT):  # the honest figure beside the one the pool was
         unjudged = [task.labels[c] for c in np.flatnonzero(~judged)]
     same = (f" Both over the {k - len(unjudged)} classes the audit rows hold: none of {', '.join(unjudged)}, so "
             "the audit rows cannot judge those." if unjudged else "")
-    cols[3].metric("Audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
+    cols[3].metric("Pool audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
                    help=f"the pool's {rule} on the audit rows; {fitness_f1:.3f} on the fitness rows the agents and "
                         "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
                         f"of the fitness figure is selection.{same}")
 else:
     fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
-    cols[3].metric("Dev macro-F1", f"{fitness_f1:.3f}",
+    cols[3].metric("Pool dev macro-F1", f"{fitness_f1:.3f}",
                    help=f"the pool's {rule} on the dev rows it was chosen on (no audit rows held back), so "
                         "optimistic")
 

@@ -223,11 +223,11 @@ def summary_metrics(result: SavedLabels) -> None:
     cols[2].metric("Aggregator", result.aggregator, help=auto_text)
     best, audit = scores.macro_f1, scores.audit_macro_f1
     if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on
-        cols[3].metric("Audit macro-F1", f"{audit:.3f}",
+        cols[3].metric("Labels' audit macro-F1", f"{audit:.3f}",
                        help=f"out-of-fold, on the {scores.n_audit} dev rows the agents and the gate never "
                             f"saw; on all dev rows {best:.3f}")
     else:
-        cols[3].metric("Dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",
+        cols[3].metric("Labels' dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",
                        help="out-of-fold; no audit rows: the pool was chosen on these rows, so vote-based figures "
                             "are optimistic")
     if auto_text:

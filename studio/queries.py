@@ -139,7 +139,7 @@ def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float
     """Per generation, the pool as it stood then (human verdicts given since count from the generation last complete
     when given) scored on the audit rows ({} without audit rows): the honest line; the same pool on the fitness
     rows as they are now, the line to compare it with (a generation's stored figure may predate verdicts and rows
-    added to dev; without audit rows this is the line, so it agrees with the screens' Dev macro-F1); and that pool's
+    added to dev; without audit rows this is the line, so it agrees with Analytics' Pool dev macro-F1); and that pool's
     size (the stored one predates verdicts too). Where the audit rows hold no row of some class, both are over the
     classes they do hold (`score.audit_and_fitness_f1`), and the third value says so."""
     return _audit_by_generation(state.workspace_name(), workspace.version(store))

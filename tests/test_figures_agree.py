@@ -83,7 +83,7 @@ def test_evolve_and_analytics_show_the_pool_dev_macro_f1_eval_gives_for_mv(built
     y = values(line["y"])
     assert round(float(y[-1]), 4) == pytest.approx(expected, abs=1e-4)
     at = render("pages/analytics.py")
-    assert metrics(at)["Dev macro-F1"] == f"{expected:.3f}"
+    assert metrics(at)["Pool dev macro-F1"] == f"{expected:.3f}"
     assert metrics(at)["Annotators in the pool"] == str(built["mv"]["pool_size"])
 
 
@@ -94,7 +94,7 @@ def test_labels_screen_shows_the_aggregator_and_dev_macro_f1_eval_gives_for_auto
     shown = "\n".join([c.value for c in at.caption] + [m.value for m in at.markdown])
     assert f"Auto chose {auto['chosen']}" in shown
     assert ("auto keeps it over its teacher unless" in shown) == auto["chosen"].startswith("student<")
-    assert metrics(at)["Dev macro-F1"] == f"{auto['macro_f1']:.3f}"
+    assert metrics(at)["Labels' dev macro-F1"] == f"{auto['macro_f1']:.3f}"
 
 
 def test_annotator_screen_shows_the_precision_and_fires_evopool_pool_prints(built):

@@ -453,7 +453,7 @@ def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_r
                                                         store.label_indices(FITNESS), len(labels))
     assert not judged[music]
     at = run("three", "pages/analytics.py")
-    metric = next(m for m in at.metric if m.label == "Audit macro-F1")
+    metric = next(m for m in at.metric if m.label == "Pool audit macro-F1")
     assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness"
     assert "none of MUSIC" in metric.proto.help and f"{fitness:.3f} on the fitness rows" in metric.proto.help
     # the timeline beside it draws the same comparison, generation by generation
@@ -474,7 +474,7 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert lines["audit macro-F1"]["x"] == [1, 2] and lines["audit macro-F1"]["y"] == pytest.approx(expected)
     assert store.pool_ids(2) == store.pool_ids() and store.pool_ids(0) == []
     at = run("audited", "pages/analytics.py")
-    audit_metric = next(m for m in at.metric if m.label == "Audit macro-F1")
+    audit_metric = next(m for m in at.metric if m.label == "Pool audit macro-F1")
     fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.label_indices(FITNESS), 2)
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
@@ -490,7 +490,7 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     assert saved.dev_scores.choice.chosen_on == "audit" and saved.dev_scores.n_audit == 60
     assert saved.resolved == f"auto:{saved.dev_scores.choice.chosen}"  # the export names what made the labels
     at = run("audited", "pages/labels.py")
-    assert metrics(at)["Audit macro-F1"] == f"{saved.dev_scores.audit_macro_f1:.3f}"
+    assert metrics(at)["Labels' audit macro-F1"] == f"{saved.dev_scores.audit_macro_f1:.3f}"
     assert metrics(at)["Aggregator"] == "auto" and f"Auto chose {saved.dev_scores.choice.chosen}" in texts(at)
     # a student is explained as one: what it learns from, and when it stays over its teacher
     said_student = "auto keeps it over its teacher unless the teacher beats it" in texts(at)
@@ -583,7 +583,7 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     strict = (saved.probs >= 0.95).any(axis=1).sum()
     assert metrics(at)["Rows labeled"] == f"{strict:,} / 120" and strict < (saved.probs >= 0.5).any(axis=1).sum()
     at = run("topics", "pages/analytics.py")
-    assert "Dev macro-F1" in metrics(at)
+    assert "Pool dev macro-F1" in metrics(at)
     # the dev share of each class counts label sets, as the Labels screen's class balance does (not first labels)
     bars = next(t for c in charts(at) for t in c["data"] if t.get("name") == "share of the class in dev")
     store = Store.open(workdir)
@@ -912,7 +912,7 @@ def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_po
     fitness = score.pool_macro_f1(store.vote_matrix(members, FITNESS).votes, store.label_indices(FITNESS), 2)
     audit = score.pool_macro_f1(store.vote_matrix(members, AUDIT).votes, store.label_indices(AUDIT), 2)
     at = run("judged", "pages/analytics.py")
-    metric = next(m for m in at.metric if m.label == "Audit macro-F1")
+    metric = next(m for m in at.metric if m.label == "Pool audit macro-F1")
     assert metric.delta == f"{audit - fitness:+.3f} vs fitness"
     lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
     assert lines["fitness macro-F1"]["y"][-1] == pytest.approx(fitness)  # was the stored, pre-verdict figure
@@ -935,7 +935,7 @@ def test_without_audit_rows_the_timeline_and_the_dev_metric_agree_after_the_expe
     for page in ("pages/analytics.py", "pages/evolve.py"):
         at = run("judged-no-audit", page)
         if page == "pages/analytics.py":
-            assert metrics(at)["Dev macro-F1"] == f"{dev:.3f}"
+            assert metrics(at)["Pool dev macro-F1"] == f"{dev:.3f}"
             assert metrics(at)["Annotators in the pool"] == str(len(members))
         lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"]
                  for t in c["data"]}

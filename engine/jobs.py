@@ -205,7 +205,8 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
         if wrench_folder:
             return import_path(ctx.store, wrench_folder, opts)
         return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels,
-                            read_problems=read_problems or ())
+                            read_problems=read_problems or (),
+                            on_stage=lambda share, what: ctx.set_progress(share, f"{what} of {source}"))
 
     return registry.start("import", workdir, work, {"source": source, "dataset": dataset})
 

@@ -250,7 +250,7 @@ def progress(store: Store) -> None:
         if job is None or not job.running:
             refresh_app()
             return
-        st.progress(0.3, text=f"Importing: {job.message}…")
+        st.progress(min(max(job.progress, 0.05), 1.0), text=f"Importing: {job.message}…")
 
     poll()
     refresh_app.drawn()

@@ -245,3 +245,28 @@ def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(w
     job.stop(now=True)
     assert job.wait(20) and time.monotonic() - asked < 10  # waited out the 60 s answer before
     assert job.status == STOPPED and job.error is None
+
+
+def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch):
+    """The studio's bar stood at 30 % for the whole import: the job now says which stage it is in, and how far."""
+    import pandas as pd
+
+    from engine.ingest.importer import IngestOptions
+    from engine.jobs import JobContext, start_import
+
+    seen: list[tuple[float, str]] = []
+    record = JobContext.set_progress
+
+    def recording(self, progress=None, message=None):
+        seen.append((self.job.progress if progress is None else progress, message or ""))
+        record(self, progress, message)
+
+    monkeypatch.setattr(JobContext, "set_progress", recording)
+    frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False)
+    job = start_import(tmp_path / "ws", frame, IngestOptions(), dataset="demo", source="demo.csv",
+                       registry=JobRegistry())
+    assert job.wait(60) and job.status == DONE, job.error
+    shares = [share for share, _ in seen]
+    assert shares == sorted(shares) and len(set(shares)) >= 3  # it moves forward, stage by stage
+    assert any(f"checking {len(frame):,} rows of demo.csv" == what for _, what in seen)
+    assert any(what.startswith("writing ") for _, what in seen)

@@ -14,6 +14,7 @@ the agents read it); all of them as its `label_set`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,10 +264,14 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
 
 def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
                  labels: tuple[str, ...] | None = None,
-                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportReport:
-    """Validate, draw splits and write the rows; a refused import writes nothing."""
+                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = (),
+                 on_stage: Callable[[float, str], None] | None = None) -> ImportReport:
+    """Validate, draw splits and write the rows; a refused import writes nothing. `on_stage(share done, what)`
+    is told as each stage starts (the studio's progress bar)."""
     if store.has_data():
         raise IngestError(f"workspace {store.path.parent} already holds data; use a new workspace")
+    stage = on_stage or (lambda share, what: None)
+    stage(0.2, f"checking {len(frame):,} rows")
     plan = plan_import(frame, opts, labels, read_problems)
     clean, labels, problems = plan.rows, plan.labels, plan.problems
     fatal = [p for p in problems if p.row == 0]
@@ -287,6 +292,7 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
                 instructions=opts.instructions, fields=field_names, multi_label=opts.multi_label)
     # the rows last, in one transaction: until they land the workspace holds no data, so an import cut short
     # (Ctrl-C, a kill) can simply be run again; rows without a task had left a workspace no command could open
+    stage(0.6, f"writing {len(clean):,} rows")
     store.save_task(task)
     store.set_meta("ingest", {"dev_size": opts.dev_size, "audit_fraction": opts.audit_fraction, "seed": opts.seed,
                               "source": source, "multi_label": opts.multi_label,

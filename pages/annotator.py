@@ -58,9 +58,18 @@ with code_col:
         st.markdown("**Saved version vs your edit** (on dev)")
         st.dataframe(annotator_ui.score_table(saved_score, saved_contribution, result.score, result.contribution),
                      hide_index=True)
+        # a version that only faults would take a working one's place in the pool: saving it takes a second yes
+        broken = result.score is not None and result.score.fires == 0 and result.score.faults > 0
         with st.form("save_edit", border=False):
             note = st.text_input("What did you change, and why? (logged)", key="edit_note")
+            anyway = broken and st.checkbox(
+                f"Save it although it faults on {result.score.faults:,} dev rows and votes on none", key="edit_broken",
+                help="it would replace the saved version in the pool and label nothing")
             if st.form_submit_button("Save as a new version", type="primary", icon=":material/save:"):
+                if broken and not anyway:
+                    st.error("Not saved: the edit faults and never votes. Fix the fault (see above) or tick the box to "
+                             "save it anyway.")
+                    st.stop()
                 try:
                     parent_in_pool = annotator.id in store.pool_ids()
                     saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,

@@ -404,6 +404,25 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "human"
 
 
+
+def test_an_edit_that_only_faults_takes_a_second_yes_to_replace_a_working_version(home):
+    """Code that raises on every dev row passed the checks and, saved, retired the working version it came from
+    and labeled nothing; saving it now needs a tick."""
+    store = seed(home, "edit-broken", generations=1)
+    target = store.pool_ids()[0]
+    at = run("edit-broken", "pages/annotator.py", annotator=target)
+    at.toggle(key="plain_editor").set_value(True).run()
+    at.text_area(key=f"plain_{target}").input("def annotate(example):\n    return example['no such field']\n").run()
+    at.button(key="rescore").click().run()
+    assert not at.exception and "It ran, with faults" in texts(at)
+    button(at, "Save as a new version").click().run()
+    assert "Not saved: the edit faults and never votes" in texts(at)
+    assert store.children_of(target) == [] and target in store.pool_ids()  # nothing replaced
+    at.checkbox(key="edit_broken").check()  # a form's widgets are sent with its button
+    button(at, "Save as a new version").click().run()
+    assert "Saved as a new version" in texts(at) and len(store.children_of(target)) == 1
+
+
 # ---- analytics ----------------------------------------------------------------------------------------
 def test_analytics_screen_shows_the_pool_in_numbers_and_plots(home):
     store = Store.open(home / SEEDED)

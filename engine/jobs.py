@@ -202,11 +202,14 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
 
     def work(ctx: JobContext) -> Any:
         ctx.set_progress(0.1, f"checking and importing {source}")
+
+        def stage(share: float, what: str) -> None:
+            ctx.set_progress(share, f"{what} of {source}")
+
         if wrench_folder:
-            return import_path(ctx.store, wrench_folder, opts)
+            return import_path(ctx.store, wrench_folder, opts, on_stage=stage)
         return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels,
-                            read_problems=read_problems or (),
-                            on_stage=lambda share, what: ctx.set_progress(share, f"{what} of {source}"))
+                            read_problems=read_problems or (), on_stage=stage)
 
     return registry.start("import", workdir, work, {"source": source, "dataset": dataset})
 

@@ -66,21 +66,21 @@ with code_col:
                 f"Save it although it faults on {result.score.faults:,} dev rows and votes on none", key="edit_broken",
                 help="it would replace the saved version in the pool and label nothing")
             if st.form_submit_button("Save as a new version", type="primary", icon=":material/save:"):
-                if broken and not anyway:
+                if broken and not anyway:  # the rest of the screen still draws: the expert decides with it
                     st.error("Not saved: the edit faults and never votes. Fix the fault (see above) or tick the box to "
                              "save it anyway.")
-                    st.stop()
-                try:
-                    parent_in_pool = annotator.id in store.pool_ids()
-                    saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,
-                                             note.strip() or "edited by hand")
-                    state.select_annotator(saved.id)
-                    state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
-                                "pool" + (" and the old version was retired. Restore the old one any time."
-                                          if parent_in_pool else "; the old version was not in it and stays out."))
-                    st.rerun()
-                except CodeRejected as err:
-                    st.error(f"Not saved: {err.reason}")
+                else:
+                    try:
+                        parent_in_pool = annotator.id in store.pool_ids()
+                        saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,
+                                                 note.strip() or "edited by hand")
+                        state.select_annotator(saved.id)
+                        state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
+                                    "pool" + (" and the old version was retired. Restore the old one any time."
+                                              if parent_in_pool else "; the old version was not in it and stays out."))
+                        st.rerun()
+                    except CodeRejected as err:
+                        st.error(f"Not saved: {err.reason}")
     elif changed:
         st.caption("You changed the code: **Re-score on dev** to compare it with the saved version.")
 

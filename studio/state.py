@@ -69,7 +69,9 @@ def select_workspace(name: str | None) -> None:
     elif QP_WORKSPACE in st.query_params:
         del st.query_params[QP_WORKSPACE]
     new_describe_boxes()  # another workspace's drafts go
-    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN):
+    # ...and a confirmation asked there (rows to return are that workspace's rows)
+    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED,
+                ASKING + "return_rows"):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

@@ -247,8 +247,12 @@ def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(w
     assert job.status == STOPPED and job.error is None
 
 
-def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch):
-    """The studio's bar stood at 30 % for the whole import: the job now says which stage it is in, and how far."""
+@pytest.mark.parametrize("wrench", [False, True])
+def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch, wrench):
+    """The studio's bar stood at 30 % for the whole import: the job now says which stage it is in, and how far (a
+    WRENCH folder too)."""
+    import json
+
     import pandas as pd
 
     from engine.ingest.importer import IngestOptions
@@ -263,10 +267,20 @@ def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(JobContext, "set_progress", recording)
     frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False)
-    job = start_import(tmp_path / "ws", frame, IngestOptions(), dataset="demo", source="demo.csv",
-                       registry=JobRegistry())
+    folder = None
+    if wrench:  # the demo's rows as a WRENCH folder
+        folder = tmp_path / "demo"
+        folder.mkdir()
+        (folder / "label.json").write_text(json.dumps({"0": "HAM", "1": "SPAM"}))
+        for split, part in (("train", frame.iloc[:300]), ("valid", frame.iloc[300:])):
+            records = {str(i): {"data": {"text": text}, "label": int(label == "SPAM")}
+                       for i, (text, label) in enumerate(zip(part["text"], part["label"], strict=True))}
+            (folder / f"{split}.json").write_text(json.dumps(records))
+    source = str(folder) if wrench else "demo.csv"
+    job = start_import(tmp_path / "ws", None if wrench else frame, IngestOptions(), dataset="demo", source=source,
+                       wrench_folder=str(folder) if wrench else None, registry=JobRegistry())
     assert job.wait(60) and job.status == DONE, job.error
     shares = [share for share, _ in seen]
     assert shares == sorted(shares) and len(set(shares)) >= 3  # it moves forward, stage by stage
-    assert any(f"checking {len(frame):,} rows of demo.csv" == what for _, what in seen)
+    assert any(what.startswith(f"checking {len(frame):,} rows of ") for _, what in seen)
     assert any(what.startswith("writing ") for _, what in seen)

@@ -417,6 +417,7 @@ def test_an_edit_that_only_faults_takes_a_second_yes_to_replace_a_working_versio
     assert not at.exception and "It ran, with faults" in texts(at)
     button(at, "Save as a new version").click().run()
     assert "Not saved: the edit faults and never votes" in texts(at)
+    assert {"In the pool?", "Lineage", "Where it fires on dev"} <= {h.value for h in at.subheader}  # the rest draws
     assert store.children_of(target) == [] and target in store.pool_ids()  # nothing replaced
     at.checkbox(key="edit_broken").check()  # a form's widgets are sent with its button
     button(at, "Save as a new version").click().run()

@@ -301,8 +301,10 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     return ImportReport(dataset, len(clean), store.split_counts(), labels, tuple(problems), tuple(notes))
 
 
-def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOptions()) -> ImportReport:
-    """Import a CSV / JSONL / Parquet file or a WRENCH folder into an empty workspace."""
+def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOptions(),
+                on_stage: Callable[[float, str], None] | None = None) -> ImportReport:
+    """Import a CSV / JSONL / Parquet file or a WRENCH folder into an empty workspace (`on_stage`: as
+    `import_frame`)."""
     path = Path(path)
     if not path.exists():
         raise IngestError(f"{path} does not exist")
@@ -310,6 +312,8 @@ def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOpti
         frame, labels = read_wrench(path)
         opts = IngestOptions(**{**opts.__dict__, "id_column": "id", "label_column": "label",
                                 "split_column": "split", "text_column": "text"})
-        return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels)
+        return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels,
+                            on_stage=on_stage)
     frame, read_problems = read_rows(path)
-    return import_frame(store, frame, opts, dataset=path.stem, source=str(path), read_problems=read_problems)
+    return import_frame(store, frame, opts, dataset=path.stem, source=str(path), read_problems=read_problems,
+                        on_stage=on_stage)

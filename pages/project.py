@@ -72,7 +72,7 @@ cols[2].metric("Dev (labeled)", f"{counts.get('dev', 0):,}" + (f" ({n_audit:,} a
                     "auto aggregator is chosen on rows the pool was not selected on")
 cols[3].metric("Test (holdout)", f"{counts.get('test', 0):,}")
 MAX_SHOWN_LABELS = 40  # past this many, the labels line names the first ones and the rest open in a table
-shown = ", ".join(f"`{lab}`" for lab in task.labels[:MAX_SHOWN_LABELS])
+shown = ", ".join(queries.code_span(lab) for lab in task.labels[:MAX_SHOWN_LABELS])
 more = f" and {len(task.labels) - MAX_SHOWN_LABELS:,} more" if len(task.labels) > MAX_SHOWN_LABELS else ""
 st.markdown(f"**Task:** {queries.escape_md(task.name)} · **{len(task.labels):,} labels:** {shown}{more}")
 if more:

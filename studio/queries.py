@@ -24,6 +24,15 @@ _PUNCT = set(string.punctuation)
 _NO_AUTOLINK = re.compile(r"(?i)(www\.|://|@)")  # a zero-width space here stops markdown making links
 
 
+def code_span(text: object) -> str:
+    """Text as an inline code span for st.markdown, whatever backticks it holds: fenced by a longer run of them
+    (CommonMark), spaced where it starts or ends with one; newlines become spaces."""
+    text = re.sub(r"\s+", " ", str(text))
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def escape_md(text: object, strip: bool = True) -> str:
     """Data or model text made inert for st.markdown: every ASCII punctuation mark backslash-escaped,
     whitespace runs (newlines would start new markdown blocks) turned into single spaces."""

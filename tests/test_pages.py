@@ -625,6 +625,19 @@ def test_data_text_cannot_become_markup():
     assert "http\\:\u200b" not in out and "\u200b" in out  # no bare URL for markdown to auto-link
 
 
+
+@pytest.mark.parametrize(("label", "span"), [("SPAM", "`SPAM`"), ("a`b", "``a`b``"), ("`odd``", "``` `odd`` ```"),
+                                             ("two\nlines", "`two lines`")])
+def test_a_label_is_one_code_span_whatever_backticks_it_holds(label, span):
+    """The Project screen set each label in single backticks: one holding a backtick broke the line's markup."""
+    from markdown_it import MarkdownIt
+
+    from studio.queries import code_span
+
+    assert code_span(label) == span
+    html = MarkdownIt().renderInline(f"{code_span(label)}, {code_span('next')}")
+    assert html.count("<code>") == 2 and "<code>next</code>" in html
+
 def test_the_words_that_made_it_fire_are_highlighted_and_escaped():
     from studio.editor import cue_words, highlighted
 

@@ -72,6 +72,17 @@ def texts(at: AppTest) -> str:
     return "\n".join(parts)
 
 
+def upload_into_new_workspace(home: Path, monkeypatch, name: str, file_name: str, lines: list[str]) -> AppTest:
+    """A fresh studio home holding one empty workspace `name`, with `lines` uploaded as the CSV `file_name` (the
+    import form is then drawn, nothing imported yet)."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(home))
+    Store.open(home / name)
+    at = run(name)
+    at.file_uploader(key="upload").upload(file_name, "\n".join(lines).encode(), "text/csv")
+    at.run()
+    return at
+
+
 def import_and_wait(at: AppTest, workdir: Path) -> None:
     """Press Import; the import is a background job: wait for it, then let the page poll once more."""
     at.button(key="do_import").click().run()
@@ -218,12 +229,8 @@ def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_ski
     """A file with no label column (or one label) cannot be imported however its rows are: the form once called that
     '1 bad row(s)', promised with the skip box ticked that it 'will be skipped', and after the failed import told
     the expert to tick that box again."""
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "nolabel"))
-    Store.open(tmp_path / "nolabel" / "notes")
     rows = [f"n{i},a free text note about the case number {i}" for i in range(50)]
-    at = run("notes")
-    at.file_uploader(key="upload").upload("notes.csv", "\n".join(["id,text", *rows]).encode(), "text/csv")
-    at.run()
+    at = upload_into_new_workspace(tmp_path / "nolabel", monkeypatch, "notes", "notes.csv", ["id,text", *rows])
     assert any("at least two labels" in e.value for e in at.error), [e.value for e in at.error]
     assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
     at.checkbox(key="skip_bad_rows").check().run()
@@ -848,13 +855,9 @@ def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(ho
 
 
 def test_the_import_form_reads_the_label_set_and_task_name_again_for_another_column_or_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "follow"))
-    Store.open(tmp_path / "follow" / "mine")
     rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'},{'pos' if i % 3 else 'neg'}" for i in range(40)]
-    at = run("mine")
-    at.file_uploader(key="upload").upload("comments.csv", "\n".join(["id,text,label,tone", *rows]).encode(),
-                                          "text/csv")
-    at.run()
+    at = upload_into_new_workspace(tmp_path / "follow", monkeypatch, "mine", "comments.csv",
+                                   ["id,text,label,tone", *rows])
     assert at.text_input(key="map_labels").value == "HAM, SPAM"
     assert at.text_input(key="map_task_name").value == "comments"
     at.text_input(key="map_labels").input("HAM, SPAM, OTHER").run()  # the curator's own set stays while nothing moves
@@ -872,13 +875,9 @@ def test_the_import_form_reads_the_label_set_and_task_name_again_for_another_col
 def test_the_import_form_offers_every_label_of_a_many_class_file(tmp_path, monkeypatch):
     """77 intents (as in BANKING77): the default label set once stopped at 50, and the import then refused every
     row of the other 27 as 'not in the label set' while the CLI took them all."""
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "many"))
-    Store.open(tmp_path / "many" / "intents")
     intents = [f"intent_{i:02d}" for i in range(77)]
     rows = [f"r{i},what the customer asked {i},{intents[i % 77]}" for i in range(154)]
-    at = run("intents")
-    at.file_uploader(key="upload").upload("intents.csv", "\n".join(["id,text,label", *rows]).encode(), "text/csv")
-    at.run()
+    at = upload_into_new_workspace(tmp_path / "many", monkeypatch, "intents", "intents.csv", ["id,text,label", *rows])
     assert not at.exception, [e.value for e in at.exception]
     assert at.text_input(key="map_labels").value == ", ".join(intents)
     assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
@@ -887,12 +886,8 @@ def test_the_import_form_offers_every_label_of_a_many_class_file(tmp_path, monke
 def test_a_label_with_a_comma_survives_the_untouched_label_box(tmp_path, monkeypatch):
     """The box joins the labels with ", " and was read back split on ",": 'yes, definitely' became two labels and
     every row of it was refused."""
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "comma"))
-    Store.open(tmp_path / "comma" / "survey")
     rows = [f'r{i},answer number {i} to the survey,"{("no", "yes, definitely")[i % 2]}"' for i in range(40)]
-    at = run("survey")
-    at.file_uploader(key="upload").upload("survey.csv", "\n".join(["id,text,label", *rows]).encode(), "text/csv")
-    at.run()
+    at = upload_into_new_workspace(tmp_path / "comma", monkeypatch, "survey", "survey.csv", ["id,text,label", *rows])
     assert at.text_input(key="map_labels").value == "no, yes, definitely"
     assert not any("bad row" in w.value for w in at.warning), [w.value for w in at.warning]
     import_and_wait(at, tmp_path / "comma" / "survey")

@@ -10,6 +10,7 @@ SemEval's second entity, "container" is nearest "pod, box, vessel, glass, chambe
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import TYPE_CHECKING
 
@@ -23,24 +24,25 @@ MIN_ROWS = 2  # a word must occur on this many rows of the index: a one-off spel
 MIN_SIMILARITY = 0.2  # cosine in the static table; below it the nearest words of a name are unrelated
 # index -> view -> (vocabulary words, their unit vectors): a view's vocabulary is embedded once per sample
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_queries: dict[str, np.ndarray] = {}  # label word -> unit vector (a task has a few dozen)
-_embedder: list = []  # the one embedder: each new one loads its tokenizer again (30 ms)
+
+
+@functools.cache
+def _embedder():
+    """The one embedder: each new one loads its tokenizer again (30 ms a word when banks were first built)."""
+    from engine.embed.registry import get_embedder
+
+    return get_embedder(WORD_EMBEDDER)
 
 
 def _embed(words: list[str]) -> np.ndarray:
-    if not _embedder:
-        from engine.embed.registry import get_embedder
-
-        _embedder.append(get_embedder(WORD_EMBEDDER))
-    vectors = np.asarray(_embedder[0].encode(words), dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
+    """Unit vectors (the static embedder's rows are normalised already)."""
+    return np.asarray(_embedder().encode(words), dtype=np.float32)
 
 
+@functools.lru_cache(maxsize=4096)
 def _query(word: str) -> np.ndarray:
-    if word not in _queries:
-        _queries[word] = _embed([word])[0]
-    return _queries[word]
+    """A label word's vector (a task has a few dozen words, asked again for every view and proposal)."""
+    return _embed([word])[0]
 
 
 def _vocabulary(index: ViewIndex, view: str) -> tuple[list[str], np.ndarray]:

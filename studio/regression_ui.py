@@ -102,7 +102,7 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
         if chosen and right.button(f"Return {len(chosen)} row(s)", key="return_rows_go", icon=":material/undo:"):
             ask_return(chosen)
     asked = state.get(state.RETURN_ASKED) or []
-    if widgets.confirm("return_rows", f"Return {len(asked)} row(s) to the unlabeled pool? Your labels on them, with "
+    if widgets.confirm(state.RETURN_CONFIRM, f"Return {len(asked)} row(s) to the unlabeled pool? Your labels on them, with "
                        "who gave them, when and why, are dropped; to have them back you label the rows again.",
                        "Return them"):
         return_to_pool(store, state.pop(state.RETURN_ASKED) or [])
@@ -111,7 +111,7 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
 def ask_return(ids: list[str]) -> None:
     """Ask before returning rows: it drops the expert's labels for good (nothing undoes the undo)."""
     state.put(state.RETURN_ASKED, ids)
-    widgets.ask_confirm("return_rows")
+    widgets.ask_confirm(state.RETURN_CONFIRM)
 
 
 def return_to_pool(store: Store, ids: list[str]) -> None:

@@ -34,6 +34,7 @@ EXPERT_NAME = "expert_name"  # who labels rows into dev (recorded with them)
 RETURN_OPEN = "expert_rows_open"  # rows were returned to the pool: keep their record open across the rerun
 RETURN_VERSION = "return_rows_version"  # bumped by each return: a fresh row chooser (its old choice is gone)
 RETURN_ASKED = "return_rows_asked"  # the ids the expert asked to return to the pool, until confirmed
+RETURN_CONFIRM = "return_rows"  # the confirmation dialog's key (`widgets.confirm`)
 
 
 def get(key: str, default: Any = None) -> Any:
@@ -71,7 +72,7 @@ def select_workspace(name: str | None) -> None:
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
     for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED,
-                ASKING + "return_rows"):
+                ASKING + RETURN_CONFIRM):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

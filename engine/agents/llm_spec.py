@@ -37,10 +37,10 @@ def views_for(task: Task, dev: Sequence[dict] | None = None) -> tuple[str, ...]:
     return task_views(task.fields) if dev is None else mined_views(task.fields, dev)
 
 
-def spec_contract(task: Task, views: Sequence[str] | None = None, labels: str | None = None) -> str:
-    """What a structured reply must hold; replaces the code contract in the system message. `views`: the views
-    a spec may name (none or empty: `views_for(task)`); `labels`: how to quote the label names (default: all)."""
-    labels = labels or ", ".join(json.dumps(label) for label in task.labels)
+def spec_contract(task: Task, labels: str, views: Sequence[str] | None = None) -> str:
+    """What a structured reply must hold; replaces the code contract in the system message. `labels`: the label
+    names as the contract quotes them (`prompts.contract_labels`); `views`: the views a spec may name (none or
+    empty: `views_for(task)`)."""
     views = "; ".join(f'"{v}" = {VIEW_PHRASES[v]}' for v in (views or views_for(task)))
     return (
         "Do not write code. Describe each annotator as one JSON object with these keys:\n"

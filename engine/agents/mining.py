@@ -26,6 +26,13 @@ SUFFIXES = (
 )
 
 
+def dedupe_prefixes(cues: tuple[str, ...]) -> tuple[str, ...]:
+    """Drop cues another prefix cue already covers (inhibitor when inhibit* is there)."""
+    prefixes = [c[:-1] for c in cues if c.endswith("*")]
+    kept = [c for c in cues if not any(c != p + "*" and c.startswith(p) for p in prefixes)]
+    return tuple(kept)
+
+
 def stems(word: str) -> set[str]:
     """Prefix cues a word suggests: the word itself and the word minus a common English suffix."""
     out = {word + "*"} if len(word) >= MIN_PREFIX else set()

@@ -207,9 +207,9 @@ def _once(proposals: list[Proposal]) -> list[Proposal]:
     scan's luck), else as first found."""
     kept: dict[str, Proposal] = {}
     for p in proposals:
-        source = render(p.spec)
-        if source not in kept or (kept[source].mined and not p.mined):
-            kept[source] = p
+        key = _spec_hash(p.spec)  # the rendered code's id, cached: rendering each proposal again cost ~1 ms
+        if key not in kept or (kept[key].mined and not p.mined):
+            kept[key] = p
     return list(kept.values())
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from engine.agents import offline_surface as surface
 from engine.agents.base import ProposalContext
-from engine.agents.mining import stems
+from engine.agents.mining import dedupe_prefixes, stems
 from engine.agents.offline_mine import (
     OfflineWorkspace,
     cue_proposals,
@@ -196,7 +196,7 @@ def _label_free_widenings(ws: OfflineWorkspace, spec: AnnotatorSpec) -> list[tup
     stemmed = tuple(sorted({s for cue in spec.cues if "*" not in cue and " " not in cue for s in stems(cue)}
                            | {c for c in spec.cues}, key=lambda c: (len(c), c)))  # ties by name: not set order
     if stemmed != spec.cues and len(stemmed) <= 10:
-        out.append((replace(spec, cues=_dedupe_prefixes(stemmed)), "word stems instead of exact words"))
+        out.append((replace(spec, cues=dedupe_prefixes(stemmed)), "word stems instead of exact words"))
     company = cooccurring_words(ws, spec)
     if company:
         out.append((replace(spec, cues=spec.cues + company),
@@ -253,10 +253,4 @@ def cooccurring_words(ws: OfflineWorkspace, spec: AnnotatorSpec, limit: int = 3,
         out.append(word)
     return tuple(out)
 
-
-def _dedupe_prefixes(cues: tuple[str, ...]) -> tuple[str, ...]:
-    """Drop cues another prefix cue already covers (inhibitor when inhibit* is there)."""
-    prefixes = [c[:-1] for c in cues if c.endswith("*")]
-    kept = [c for c in cues if not any(c != p + "*" and c.startswith(p) for p in prefixes)]
-    return tuple(kept)
 

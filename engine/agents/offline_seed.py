@@ -18,7 +18,7 @@ from itertools import permutations
 
 import numpy as np
 
-from engine.agents.mining import MIN_PREFIX, stems
+from engine.agents.mining import MIN_PREFIX, dedupe_prefixes, stems
 from engine.agents.offline_mine import OfflineWorkspace
 from engine.agents.offline_select import Proposal
 from engine.agents.templates import AnnotatorSpec
@@ -62,11 +62,12 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
     conjunction (the first in the view, the second anywhere in the text), which names like `card_arrival`
     need (`card` alone fits a dozen banking classes), and each label word with the words nearest it in meaning
     as one bank (`neighbour_banks`)."""
+    words_of = [label_words(label, str(ws.task.label_descriptions.get(label, ""))) for label in ws.task.labels]
+    banks = neighbour_banks(ws, words_of)
     out: list[tuple[int, AnnotatorSpec]] = []
-    for label_id, label in enumerate(ws.task.labels):
-        words = label_words(label, str(ws.task.label_descriptions.get(label, "")))
+    for label_id, (label, words) in enumerate(zip(ws.task.labels, words_of, strict=True)):
         cues = list(dict.fromkeys(word_cue(w) for w in words))
-        out += [(label_id, spec) for spec in neighbour_banks(ws, label, words)]
+        out += [(label_id, spec) for spec in banks[label_id]]
         for view in ws.views:
             if view not in ("sentence", "between", "near", "lead"):
                 continue  # entity names and short windows say little about a class name's words
@@ -76,33 +77,25 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
     return out
 
 
-def neighbour_banks(ws: OfflineWorkspace, label: str, words: list[str]) -> list[AnnotatorSpec]:
-    """Per label word and view of BANK_VIEWS mined here: the word's cue and up to NEIGHBOURS words of that view
-    (in the pool sample, else dev) nearest it in meaning, as one bank. Chosen without reading a label, like
-    the word itself. No banks (and a warning) where the word table cannot be had: the other seeds do not need it."""
+def neighbour_banks(ws: OfflineWorkspace, words_of: list[list[str]]) -> list[list[AnnotatorSpec]]:
+    """Per class, a spec per label word (`words_of[class]`) and view of BANK_VIEWS mined here: the word's cue and up
+    to NEIGHBOURS words of that view (in the pool sample, else dev) nearest it in meaning, as one bank. Chosen
+    without reading a label, like the word itself. No banks (and one warning) where the word table cannot be had:
+    the other seeds do not need it."""
     index = ws.pool if ws.pool is not None and ws.pool.n_rows else ws.dev
-    out: list[AnnotatorSpec] = []
-    for view in (v for v in BANK_VIEWS if v in ws.views):
-        for word in words:
-            try:
-                near = nearest_words(index, view, word, NEIGHBOURS + 4)
-            except (OSError, ImportError, RuntimeError, ValueError) as err:
-                warnings.warn(f"no banks of like meaning: the word table is not available ({err})", stacklevel=2)
-                return []
-            near = [w for w in near if w not in STOPWORDS][:NEIGHBOURS]
-            bank = _dedupe((word_cue(word), *near))
-            if len(bank) > 1:
-                out.append(AnnotatorSpec("cue", label, view, bank))
+    out: list[list[AnnotatorSpec]] = [[] for _ in words_of]
+    try:
+        for label, words, banks in zip(ws.task.labels, words_of, out, strict=True):
+            for view in (v for v in BANK_VIEWS if v in ws.views):
+                for word in words:
+                    near = [w for w in nearest_words(index, view, word, NEIGHBOURS + 4) if w not in STOPWORDS]
+                    bank = dedupe_prefixes(tuple(dict.fromkeys((word_cue(word), *near[:NEIGHBOURS]))))
+                    if len(bank) > 1:
+                        banks.append(AnnotatorSpec("cue", label, view, bank))
+    except (OSError, ImportError, RuntimeError, ValueError) as err:
+        warnings.warn(f"no banks of like meaning: the word table is not available ({err})", stacklevel=2)
+        return [[] for _ in words_of]
     return out
-
-
-def _dedupe(cues: tuple[str, ...]) -> tuple[str, ...]:
-    """Cues in order, without one a prefix cue before it already covers (`arriv*`, then `arrived`)."""
-    kept: list[str] = []
-    for cue in cues:
-        if not any(k.endswith("*") and cue.startswith(k[:-1]) for k in kept) and cue not in kept:
-            kept.append(cue)
-    return tuple(kept)
 
 
 def seeded_proposals(ws: OfflineWorkspace, min_precision: float, classes: Collection[int] | None = None

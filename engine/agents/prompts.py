@@ -90,7 +90,7 @@ def system_message(task: Task, mode: str = "code", views: Sequence[str] | None =
 
         return {"role": "system", "content": (
             "You choose cue words for labeling functions (annotators) in a weak-supervision pool.\n\n"
-            + describe_task(task) + "\n\n" + spec_contract(task, views, contract_labels(task)))}
+            + describe_task(task) + "\n\n" + spec_contract(task, contract_labels(task), views))}
     return {"role": "system", "content": (
         "You write labeling functions (annotators) in Python for a weak-supervision pool.\n\n"
         + describe_task(task) + "\n\n" + annotator_contract(task))}

@@ -5,7 +5,7 @@ container's words without looking at a single labeled row; an LLM does the same.
 static word table distilled from MiniLM (engine/embed/static.py) which words of a view's vocabulary (the unlabeled
 pool sample's, or dev's text where there is no sample: no label is read) lie nearest a label's word. On
 SemEval's second entity, "container" is nearest "pod, box, vessel, glass, chamber, jar, bottle, bucket, suitcase"
-(read ad hoc on the train rows: 104 of their 123 rows are Content-Container). Words near a vague name ("entity",
+(read ad hoc on the train rows: most of their rows are Content-Container). Words near a vague name ("entity",
 "message") are a grab bag; the gate's dev check turns those banks away like any other weak candidate.
 """
 from __future__ import annotations

@@ -482,11 +482,11 @@ class AutoAggregator(BaseAggregator):
         paired bootstrap draws."""
         rng = np.random.default_rng(self.seed)
         pa, pb, truth = a[rows].argmax(axis=1), b[rows].argmax(axis=1), judge.y[rows]
-        wins, over = 0, judge.classes
+        wins = 0
         for _ in range(self.bootstrap):
             draw = rng.integers(0, len(rows), len(rows))
-            wins += (macro_f1(truth[draw], pa[draw], self.n_classes, classes=over)
-                     > macro_f1(truth[draw], pb[draw], self.n_classes, classes=over))
+            wins += (macro_f1(truth[draw], pa[draw], self.n_classes, classes=judge.classes)
+                     > macro_f1(truth[draw], pb[draw], self.n_classes, classes=judge.classes))
         return wins >= confidence * self.bootstrap
 
     def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],

@@ -118,8 +118,9 @@ def unify_shards(output: Path, shards: list[ShardRecord]) -> None:
 
     schemas = {s.file: pq.read_schema(output / s.file).remove_metadata() for s in shards}
     common = common_schema(list(schemas.values()))
-    unfit = {f.name for s in shards if not schemas[s.file].equals(common)
-             for f in _unfit_fields(pq.read_table(output / s.file), common)}
+    unfit = {f.name for s in shards if not schemas[s.file].equals(common)  # only the columns whose type differs
+             for f in _unfit_fields(pq.read_table(output / s.file, columns=_differing(schemas[s.file], common)),
+                                    common)}
     if unfit:
         common = pa.schema([pa.field(f.name, pa.large_string()) if f.name in unfit else f for f in common])
     for shard in shards:
@@ -127,11 +128,16 @@ def unify_shards(output: Path, shards: list[ShardRecord]) -> None:
             continue
         try:
             table = pq.read_table(output / shard.file)
-            columns = [_conformed(table, f, len(table)) for f in common]
+            columns = [_conformed(table, f) for f in common]
             meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}  # names the old types
             _write_table(output, pa.table(columns, schema=common.with_metadata(meta)), shard.file)
         except pa.ArrowException as err:
             warnings.warn(f"corpus output: {shard.file} keeps its own column types ({err})", stacklevel=2)
+
+
+def _differing(schema, common) -> list[str]:
+    """The columns of `schema` whose type is not `common`'s."""
+    return [f.name for f in common if f.name in schema.names and schema.field(f.name).type != f.type]
 
 
 def _unfit_fields(table, common) -> list:
@@ -148,13 +154,13 @@ def _unfit_fields(table, common) -> list:
     return unfit
 
 
-def _conformed(table, f, rows: int):
+def _conformed(table, f):
     """`table`'s column `f.name` in type `f.type`: nulls where the shard lacks it; text as `_kept_cells` writes a
     mixed batch (Python's `str` of each value: `True`, `1e-07`, not Arrow's `true`, `1e-7`)."""
     import pyarrow as pa
 
     if f.name not in table.column_names:
-        return pa.nulls(rows, f.type)
+        return pa.nulls(len(table), f.type)
     column = table[f.name]
     if column.type == f.type:
         return column

@@ -1,11 +1,13 @@
 """Background jobs: evolve runs in a thread, its events reach the store, stop works, failures are recorded."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import held_by_another_process
 
@@ -251,9 +253,7 @@ def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(w
 def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch, wrench):
     """The studio's bar stood at 30 % for the whole import: the job now says which stage it is in, and how far (a
     WRENCH folder too)."""
-    import json
-
-    import pandas as pd
+    from test_ingest import wrench_folder
 
     from engine.ingest.importer import IngestOptions
     from engine.jobs import JobContext, start_import
@@ -269,13 +269,10 @@ def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch, wren
     frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False)
     folder = None
     if wrench:  # the demo's rows as a WRENCH folder
-        folder = tmp_path / "demo"
-        folder.mkdir()
-        (folder / "label.json").write_text(json.dumps({"0": "HAM", "1": "SPAM"}))
-        for split, part in (("train", frame.iloc[:300]), ("valid", frame.iloc[300:])):
-            records = {str(i): {"data": {"text": text}, "label": int(label == "SPAM")}
-                       for i, (text, label) in enumerate(zip(part["text"], part["label"], strict=True))}
-            (folder / f"{split}.json").write_text(json.dumps(records))
+        records = {split: json.dumps({str(i): {"data": {"text": text}, "label": int(label == "SPAM")}
+                                      for i, (text, label) in enumerate(zip(part["text"], part["label"], strict=True))})
+                   for split, part in (("train", frame.iloc[:300]), ("valid", frame.iloc[300:]))}
+        folder = wrench_folder(tmp_path / "demo", '{"0": "HAM", "1": "SPAM"}', **records)
     source = str(folder) if wrench else "demo.csv"
     job = start_import(tmp_path / "ws", None if wrench else frame, IngestOptions(), dataset="demo", source=source,
                        wrench_folder=str(folder) if wrench else None, registry=JobRegistry())

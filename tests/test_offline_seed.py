@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.agents.base import ProposalContext
 from engine.agents.offline_mine import build_workspace
@@ -245,8 +246,6 @@ def test_the_banks_read_no_label():
 
 
 def test_without_the_word_table_the_other_seeds_stay(monkeypatch):
-    import pytest
-
     from engine.agents import word_sense
 
     def missing(*_args, **_kwargs):

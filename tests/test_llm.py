@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -171,6 +172,32 @@ def test_429_waits_at_least_retry_after_then_succeeds(fake_openai, store):
     assert second.at - first.at >= 1.0
     errors = store.llm_calls()["error"]
     assert errors.iloc[0] == "HTTP 429: scripted HTTP 429" and pd.isna(errors.iloc[1])
+
+
+def test_cancel_ends_the_wait_before_a_retry(fake_openai, store):
+    """A stopped run does not sit out a server's Retry-After: the wait ends on cancel() and no retry is sent."""
+    fake_openai.fail(429, headers={"Retry-After": "30"})
+    fake_openai.reply("never asked for")
+    client = make_client(fake_openai, store)
+    failed: list[Exception] = []
+
+    def call() -> None:
+        try:
+            client.complete(MESSAGES, role="generator")
+        except LLMCallFailed as err:
+            failed.append(err)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 20
+    while not fake_openai.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the 429 read: the caller now waits out the Retry-After
+    client.cancel()
+    caller.join(timeout=10)  # a deadline for a hung wait, far below the 30 s asked for
+    assert not caller.is_alive(), "the wait before the retry outlived cancel()"
+    assert len(failed) == 1 and "cancelled" in str(failed[0])
+    assert len(fake_openai.requests) == 1
 
 
 def test_500_then_success_is_retried_by_openai_and_each_attempt_is_logged(fake_openai, store):

@@ -350,6 +350,7 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
         self.slots = _Slots(slots)
         self.sockets = _SocketTracker.install(self)
         self.cancelled = False
+        self._cancel_event = threading.Event()  # ends a wait before a retry (`_InterruptibleOpenAI`)
         self.answers = 0  # HTTP answers received, any status: a request's place in a server's queue
         self._answers_lock = threading.Lock()
 
@@ -407,12 +408,34 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
             self._adapter.usage.add_attempt()
         return response
 
+    def wait_before_retry(self, seconds: float) -> None:
+        """Sleep `seconds` before openai's next attempt, or less when the client is cancelled meanwhile (the
+        attempt is then refused at once in `send`)."""
+        self._cancel_event.wait(max(seconds, 0.0))
+
     def cancel(self) -> int:
         """Refuse every later attempt and close the connections of those in flight; returns how many
         connections were open."""
         self.cancelled = True
+        self._cancel_event.set()
         self.slots.close()
         return self.sockets.shutdown_all() if self.sockets is not None else 0
+
+
+class _InterruptibleOpenAI(openai.OpenAI):
+    """openai's client, whose wait before a retry (a server's Retry-After: up to a minute) ends as soon as the
+    client is cancelled: a stopped run does not wait for it. `with_options` copies keep the class and share the
+    HTTP client, which holds the cancel event. Overrides openai's private `_sleep_for_retry` (signature of openai
+    1.x to 3.x); an HTTP client without `wait_before_retry` sleeps as openai does."""
+
+    def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+        wait = getattr(self._client, "wait_before_retry", None)
+        if wait is None:
+            super()._sleep_for_retry(retries_taken=retries_taken, max_retries=max_retries, options=options,
+                                     response=response)
+            return
+        headers = response.headers if response is not None else None
+        wait(self._calculate_retry_timeout(max_retries - retries_taken, options, headers))
 
 
 class OpenAICompatibleClient:
@@ -435,8 +458,8 @@ class OpenAICompatibleClient:
         self._key = config.resolved_api_key()
         self._current = threading.local()  # the `_Call` this thread is making
         self._http = _AttemptLoggingClient(self, config.max_parallel)
-        self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, timeout=config.timeout_s,
-                                     max_retries=config.max_retries, http_client=self._http)
+        self._openai = _InterruptibleOpenAI(base_url=config.base_url, api_key=self._key, timeout=config.timeout_s,
+                                             max_retries=config.max_retries, http_client=self._http)
 
     @property
     def parallel(self) -> int:

@@ -1,12 +1,21 @@
 """engine.sandbox.checks: extracting annotator source from LLM text, checking it, normalising and naming it."""
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
 
+from engine.agents.llm import split_reply
 from engine.domain import Candidate, code_hash
-from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source, extract_code, make_annotator
+from engine.sandbox.checks import (
+    ALLOWED_IMPORTS,
+    CodeRejected,
+    check_source,
+    extract_code,
+    fenced_blocks,
+    make_annotator,
+)
 
 GOOD = textwrap.dedent('''
     """Spam words."""
@@ -72,6 +81,20 @@ def test_extract_takes_last_revision_and_skips_other_languages():
         "```python\ndef annotate(example):\n    return 'v2'\n```"
     )
     assert "'v2'" in extract_code(reply)
+
+
+def test_an_inline_code_span_in_prose_does_not_open_a_block():
+    """One fence grammar for the editor, code replies and spec replies: a fence opens at the start of a line, so a
+    reply's inline ```annotate``` span does not swallow the block after it."""
+    reply = ("Call ```annotate``` on each row:\n```python\ndef annotate(example):\n    return 'spam'\n```\n"
+             "Or as a spec:\n```json\n[{\"label\": \"spam\", \"cues\": [\"free\"]}]\n```")
+    assert extract_code(reply) == "def annotate(example):\n    return 'spam'\n"
+    assert [code for _, code in split_reply(reply)] == ["def annotate(example):\n    return 'spam'\n"]
+    blocks = fenced_blocks(reply)
+    assert [(b.tag, b.closed, b.python) for b in blocks] == [("python", True, True), ("json", True, False)]
+    assert json.loads(blocks[1].body) == [{"label": "spam", "cues": ["free"]}]
+    (cut,) = fenced_blocks("Here:\n```python\ndef annotate(e):\n    return 'a'")
+    assert not cut.closed and cut.body.startswith("def annotate")
 
 
 def test_extract_raw_code_without_fences():

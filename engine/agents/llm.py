@@ -28,11 +28,8 @@ from engine.agents.base import ProposalContext
 from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
 from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient, LLMReply
-from engine.sandbox.checks import CodeRejected, check_source, extract_code
+from engine.sandbox.checks import CodeRejected, Fenced, check_source, extract_code, fenced_blocks
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
-_OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*)\Z", re.DOTALL | re.MULTILINE)
-_PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
 MODES = ("code", "spec", "auto")
 AUTO_SWITCH_AFTER = 2  # free-code calls in a row with nothing usable before "auto" switches to spec
 
@@ -45,12 +42,10 @@ def _prose_before(text: str, start: int, end: int) -> str:
 _CODE_WORDS = re.compile(r"^\s*(?:def|import|from|class)\s|\breturn\b", re.MULTILINE)
 
 
-def _is_code_block(tag: str, body: str) -> bool:
+def _is_code_block(block: Fenced) -> bool:
     """A python-tagged block, or an untagged one that reads as code (a definition, an import, a return): an untagged
     example call (`>>> annotate(...)`) or printed output after the code is prose, not a block to check or repair."""
-    if tag.lower() not in _PYTHON_TAGS or not body.strip():
-        return False
-    return bool(tag) or bool(_CODE_WORDS.search(body))
+    return block.python and (bool(block.tag) or bool(_CODE_WORDS.search(block.body)))
 
 
 def split_reply(text: str) -> list[tuple[str, str]]:
@@ -61,13 +56,11 @@ def split_reply(text: str) -> list[tuple[str, str]]:
     passed to `extract_code`, which accepts bare code (and raises `CodeRejected` when there is none).
     """
     blocks, last_end = [], 0
-    for match in _FENCE.finditer(text):
-        if _is_code_block(match.group(1), match.group(2)):
-            blocks.append((_prose_before(text, last_end, match.start()), match.group(2)))
-        last_end = match.end()
-    unclosed = _OPEN_FENCE.search(text, last_end)
-    if unclosed and unclosed.group(1).lower() in _PYTHON_TAGS and unclosed.group(2).strip():
-        blocks.append((_prose_before(text, last_end, unclosed.start()), unclosed.group(2)))
+    for block in fenced_blocks(text):
+        # an unclosed block is the end of a cut-off reply: checked whatever it holds, so the error can say so
+        if _is_code_block(block) if block.closed else block.python:
+            blocks.append((_prose_before(text, last_end, block.start), block.body))
+        last_end = block.end
     if not blocks and "```" not in text:
         blocks.append(("", extract_code(text)))
     if not blocks:

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.domain import Task
+from engine.sandbox.checks import fenced_blocks
 from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8
@@ -22,7 +23,6 @@ _JSON_START = re.compile(r"[{\[]")
 _TRAILING_COMMA = re.compile(r",(\s*[\]}])")
 _CLOSES_VALUE = re.compile(r"\s*(?:[,:\]}]|\Z)")  # what may follow a single quote that closes a string
 _SPEC_KEYS = ("label", "class")
-_FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _THOUGHTS = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _THOUGHT_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
 _THOUGHT_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
@@ -98,7 +98,7 @@ def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_o
     The answer is what the fenced blocks hold, when any holds a spec (the prose around them may quote an example
     object; some models fence each spec apart); the whole reply outside thoughts, else."""
     text = without_thoughts(text)
-    objects = [found for body in _FENCE.findall(text) for found in _objects(body)]
+    objects = [found for block in fenced_blocks(text) for found in _objects(block.body)]
     objects = objects or _objects(text)
     hint = CUT_OFF if cut_off else ""
     if not objects:

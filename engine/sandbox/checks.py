@@ -15,6 +15,7 @@ import math
 import re
 import string
 import unicodedata
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -83,9 +84,33 @@ ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(_public_names(
     re, math, string, collections, itertools, functools, unicodedata,
 ) - {"mro", "Formatter", "format_map"})
 MAX_SOURCE_CHARS = 100_000
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+# a fence opens at the start of a line (a reply's inline ```code``` span is prose) and closes at the start of a later
+# one, or the block runs to the end of the reply (a reply cut off inside it)
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:(^[ \t]*```)|\Z)", re.DOTALL | re.MULTILINE)
 _DEFINES_ANNOTATE = re.compile(r"^\s*def\s+annotate\s*\(", re.MULTILINE)
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """One fenced block of a reply: its tag (``python`` -> "python"), its body, where it spans in the reply, and
+    whether its closing fence came (False: the reply ended inside it)."""
+
+    tag: str
+    body: str
+    start: int
+    end: int
+    closed: bool
+
+    @property
+    def python(self) -> bool:
+        """Tagged python (or untagged) and not empty: a block that may hold code."""
+        return self.tag.lower() in _PYTHON_TAGS and bool(self.body.strip())
+
+
+def fenced_blocks(text: str) -> list[Fenced]:
+    """Every fenced block of `text` in order (the one fence grammar of code replies, spec replies and the editor)."""
+    return [Fenced(m.group(1), m.group(2), m.start(), m.end(), m.group(3) is not None) for m in _FENCE.finditer(text)]
 
 
 class CodeRejected(ValueError):
@@ -102,7 +127,7 @@ def extract_code(text: str) -> str:
     Fenced blocks tagged python (or untagged) win; among several, the last one defining `annotate`
     (a reply's revised version usually comes last). Unfenced text is taken as-is when it parses as code.
     """
-    blocks = [body for tag, body in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS and body.strip()]
+    blocks = [block.body for block in fenced_blocks(text) if block.python]
     if blocks:
         with_annotate = [b for b in blocks if _DEFINES_ANNOTATE.search(b)]
         chosen = with_annotate[-1] if with_annotate else blocks[0]

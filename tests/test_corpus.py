@@ -46,6 +46,12 @@ def wmv_labeler(workspace):
     return labeler
 
 
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """A JSON Lines corpus of `rows`, one object per line."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def _corpus(tmp_path: Path, rows: int | None = None) -> Path:
     """The demo's text as a Parquet corpus without an id column (the ids must come from file and row)."""
     frame = pd.read_csv(ROOT / "data/demo/youtube_spam.csv", dtype=str)[["text"]]
@@ -314,11 +320,11 @@ def test_the_corpus_labeler_reads_the_relation_feature_as_the_workspace_does(tmp
 def test_ids_from_an_id_column_are_the_same_whatever_the_batch_and_a_missing_one_is_named(wmv_labeler, tmp_path):
     rows = [{"id": 1, "text": "subscribe"}, {"id": 2, "text": "nice song"}, {"id": 3, "text": "free"},
             {"text": "no id here"}]
-    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:3]) + "\n")
+    write_jsonl(tmp_path / "in.jsonl", rows[:3])
     for size in (1, 2, 3):  # batch sizes put the rows in different company: "1" stays "1"
         label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / f"out{size}", batch_size=size)
         assert list(read_output(tmp_path / f"out{size}")["id"]) == ["1", "2", "3"]
-    (tmp_path / "gap.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_jsonl(tmp_path / "gap.jsonl", rows)
     with pytest.raises(CorpusError, match="data row 3 has no 'id' value"):  # was the id "nan" (and "1.0" beside it)
         label_corpus(wmv_labeler, survey([tmp_path / "gap.jsonl"]), tmp_path / "gap", batch_size=4)
 
@@ -358,7 +364,7 @@ def test_the_corpus_columns_are_kept_between_text_and_the_label_columns(wmv_labe
              "n": 3, "score": 1},
             {"id": "b", "text": "nice song", "entity1": "song", "span1": [5, 9], "label": "HAM", "n": 4,
              "score": "high"}]
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(tmp_path / "in.jsonl", rows)
     label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out")
     labeled = read_output(tmp_path / "out")
     assert list(labeled.columns[:7]) == ["id", "text", "entity1", "span1", "field_label", "n", "score"]
@@ -369,7 +375,7 @@ def test_the_corpus_columns_are_kept_between_text_and_the_label_columns(wmv_labe
     assert list(labeled["score"]) == ["1", "high"]
     # a corpus holding both `label` and `field_label` keeps both (the first had been written over the second)
     both = [{"id": "a", "text": "free", "label": "L1", "field_label": "F1"}]
-    (tmp_path / "both.jsonl").write_text(json.dumps(both[0]) + "\n")
+    write_jsonl(tmp_path / "both.jsonl", both[:1])
     label_corpus(wmv_labeler, survey([tmp_path / "both.jsonl"]), tmp_path / "both")
     kept = read_output(tmp_path / "both")
     assert list(kept["field_label"]) == ["F1"] and list(kept["field_field_label"]) == ["L1"]
@@ -414,7 +420,7 @@ def test_every_shard_of_a_run_has_one_schema_whatever_its_batch_held(wmv_labeler
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    write_jsonl(tmp_path / "in.jsonl", SHIFTING)
     label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
     labeled = read_output(tmp_path / "out")
     pd.testing.assert_frame_equal(_one_schema(tmp_path / "out"), labeled)
@@ -442,7 +448,7 @@ def test_a_resumed_run_unifies_the_shards_an_earlier_run_left(wmv_labeler, tmp_p
     with its own."""
     import engine.corpus.engines as engines
 
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    write_jsonl(tmp_path / "in.jsonl", SHIFTING)
     write = engines.ShardWriter.write
 
     def dies_at_the_last_batch(self, batch):
@@ -464,7 +470,7 @@ def test_a_resumed_run_unifies_the_shards_an_earlier_run_left(wmv_labeler, tmp_p
 def test_a_run_written_with_the_old_manifest_name_is_still_read_and_resumed(wmv_labeler, tmp_path):
     from engine.corpus.shards import LEGACY_MANIFEST
 
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHIFTING))
+    write_jsonl(tmp_path / "in.jsonl", SHIFTING)
     out = tmp_path / "out"
     label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), out, batch_size=2)
     labeled = read_output(out)
@@ -483,7 +489,7 @@ def test_a_column_its_shards_cannot_share_as_numbers_becomes_text_and_the_run_st
             {"text": "nice song", "reply_to": big + 1, "flag": False, "views": None},
             {"text": "free money", "reply_to": None, "flag": True, "views": big},
             {"text": "great", "reply_to": 2.5, "flag": "n/a"}]
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(tmp_path / "in.jsonl", rows)
     result = label_corpus(wmv_labeler, survey([tmp_path / "in.jsonl"]), tmp_path / "out", batch_size=2)
     assert result["rows"] == 4 and (tmp_path / "out" / MANIFEST).exists()
     labeled = _one_schema(tmp_path / "out")

@@ -227,6 +227,9 @@ def cmd_export(args: argparse.Namespace) -> dict:
 
     if args.format == "hf" and not hf_available():
         raise MissingExtra(HF_MISSING)
+    fmt = (args.format or args.out.suffix.lstrip(".") or "csv").lower()
+    if args.spreadsheet_safe and fmt != "csv":
+        raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels
 
     with CompiledExecutor() as executor:
@@ -234,7 +237,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
                              threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
                                        args.format, extra={"dev_scores": result.dev_scores.to_dict()},
-                                       threshold=result.threshold)
+                                       threshold=result.threshold, spreadsheet=args.spreadsheet_safe)
     return {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
             "aggregator": result.soft.aggregator}
 
@@ -439,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="csv, jsonl, parquet (default: from --out's suffix, else csv) or hf: a Hugging Face "
                          "DatasetDict folder with ClassLabel features (needs the hf extra: pip install "
                          "'evopool-studio[hf]')")
+    ex.add_argument("--spreadsheet-safe", action="store_true",
+                    help="CSV only: put an apostrophe before every text cell that starts with = + - @ (or a tab), "
+                         "so Excel or LibreOffice shows it as text instead of running it as a formula; those cells "
+                         "then differ from the data by that apostrophe (the manifest counts them)")
     labeling(ex)
     ex.set_defaults(handler=cmd_export)
 

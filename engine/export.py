@@ -19,6 +19,9 @@ from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")  # one file each
 EXPORT_FORMATS = (*FORMATS, "hf")  # hf: a Hugging Face DatasetDict folder (engine/export_hf.py)
+# what a spreadsheet reads as the start of a formula (OWASP, "CSV injection"): a comment that begins "=HYPERLINK("
+# runs when the CSV is opened in Excel or LibreOffice
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def probability_column(label: str) -> str:
@@ -131,13 +134,32 @@ def add_label_columns(out: pd.DataFrame, labels: tuple[str, ...], probs: np.ndar
     out["aggregator"] = made_by
 
 
-def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
-    """The labeled frame as the bytes of a CSV, JSONL or Parquet file (for a download button or a file)."""
+def spreadsheet_safe(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The frame with every text cell a spreadsheet would run as a formula (it starts with one of FORMULA_START)
+    behind a leading apostrophe, which spreadsheets show as text, and how many cells were so quoted. The cells then
+    differ from the data by that apostrophe, so it is a choice for a CSV meant to be opened, not trained on."""
+    out, quoted = frame.copy(), 0
+    for column in out.columns:
+        cells = out[column]
+        if cells.dtype != object and not pd.api.types.is_string_dtype(cells.dtype):
+            continue  # numbers, booleans, times: a spreadsheet reads them as values
+        risky = cells.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_START)).to_numpy(dtype=bool)
+        if risky.any():
+            out[column] = cells.where(~risky, "'" + cells[risky].astype(str))
+            quoted += int(risky.sum())
+    return out, quoted
+
+
+def frame_bytes(frame: pd.DataFrame, fmt: str, spreadsheet: bool = False) -> bytes:
+    """The labeled frame as the bytes of a CSV, JSONL or Parquet file (for a download button or a file).
+    `spreadsheet`: a CSV safe to open in a spreadsheet (`spreadsheet_safe`)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if spreadsheet and fmt != "csv":
+        raise ValueError(f"only a CSV is made safe for spreadsheets, not {fmt!r}")
     buffer = io.BytesIO()
     if fmt == "csv":
-        frame.to_csv(buffer, index=False)
+        (spreadsheet_safe(frame)[0] if spreadsheet else frame).to_csv(buffer, index=False)
     elif fmt == "jsonl":
         frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
     else:
@@ -147,10 +169,10 @@ def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None) -> Path:
+def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None, spreadsheet: bool = False) -> Path:
     out = Path(out)
     fmt = (fmt or out.suffix.lstrip(".") or "csv").lower()
-    data = frame_bytes(frame, fmt)
+    data = frame_bytes(frame, fmt, spreadsheet)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, data)
     return out
@@ -184,17 +206,20 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
 
 def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.ndarray, out: str | Path,
                  fmt: str | None = None, extra: dict | None = None,
-                 threshold: float | None = None) -> tuple[Path, Path]:
+                 threshold: float | None = None, spreadsheet: bool = False) -> tuple[Path, Path]:
     """Write the labeled dataset and a `<file>.manifest.json` beside it (threshold: multi-label only).
 
-    fmt "hf" writes a folder in the Hugging Face `datasets` layout (needs the `hf` extra)."""
+    fmt "hf" writes a folder in the Hugging Face `datasets` layout (needs the `hf` extra). `spreadsheet`: a CSV
+    safe to open in a spreadsheet (`spreadsheet_safe`; the manifest counts the cells quoted)."""
     frame = labeled_frame(store, soft, hard, n_votes)
+    if spreadsheet:
+        extra = {**(extra or {}), "spreadsheet_safe": {"quoted_cells": spreadsheet_safe(frame)[1]}}
     if fmt == "hf":
         from engine.export_hf import write_hf
 
         path = write_hf(frame, store.load_task().labels, out, label_separator(store))
     else:
-        path = write_frame(frame, out, fmt)
+        path = write_frame(frame, out, fmt, spreadsheet)
     manifest_path = path.with_name(path.name + ".manifest.json")
     manifest_text = json.dumps(manifest(store, soft, frame, extra, threshold), indent=2)
     write_atomically(manifest_path, manifest_text.encode("utf-8"))

@@ -95,9 +95,19 @@ regression_ui.expert_rows_table(store, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------
 st.subheader("Download")
+spreadsheet = st.toggle("CSV safe to open in a spreadsheet", key="csv_spreadsheet_safe",
+                        help="An apostrophe before every text cell that starts with = + - @ (or a tab), so Excel or "
+                             "LibreOffice shows it as text instead of running it as a formula (a comment such as "
+                             "=HYPERLINK(...) would). Those cells then differ from your data by the apostrophe: "
+                             "leave this off for a CSV you train on.")
+if spreadsheet:
+    quoted = export.spreadsheet_safe(frame)[1]
+    st.caption(f"{quoted:,} cell{'' if quoted == 1 else 's'} will start with an apostrophe in the CSV." if quoted
+               else "No cell looks like a formula: the CSV is the same either way.")
 cols = st.columns(4) + st.columns(4)  # the data in four formats, then the pool and the manifest
 for col, fmt in zip(cols[:3], ("csv", "jsonl", "parquet"), strict=True):
-    col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt),
+    col.download_button(f"Labeled data (.{fmt})", lambda fmt=fmt: export.frame_bytes(frame, fmt,
+                                                                                   spreadsheet and fmt == "csv"),
                         file_name=f"{name}-labels.{fmt}", mime=labels_ui.MIME[fmt], on_click="ignore",
                         icon=":material/download:", key=f"download_{fmt}", type="primary" if fmt == "csv" else
                         "secondary")

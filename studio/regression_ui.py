@@ -102,8 +102,8 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
         if chosen and right.button(f"Return {len(chosen)} row(s)", key="return_rows_go", icon=":material/undo:"):
             ask_return(chosen)
     asked = state.get(state.RETURN_ASKED) or []
-    if widgets.confirm(state.RETURN_CONFIRM, f"Return {len(asked)} row(s) to the unlabeled pool? Your labels on them, with "
-                       "who gave them, when and why, are dropped; to have them back you label the rows again.",
+    if widgets.confirm(state.RETURN_CONFIRM, f"Return {len(asked)} row(s) to the unlabeled pool? Your labels on them, "
+                       "with who gave them, when and why, are dropped; to have them back you label the rows again.",
                        "Return them"):
         return_to_pool(store, state.pop(state.RETURN_ASKED) or [])
 

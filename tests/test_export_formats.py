@@ -2,6 +2,8 @@
 its own reader (pandas, datasets.load_from_disk): the same rows, labels and probabilities in every format."""
 from __future__ import annotations
 
+import io
+import json
 import sys
 
 import pandas as pd
@@ -10,6 +12,7 @@ from conftest import DEMO_CSV
 from test_cli import evopool
 
 from engine.cli import main
+from engine.export import FORMULA_START, frame_bytes, spreadsheet_safe
 from engine.export_hf import HF_MISSING, hf_available
 from engine.store.workspace import Store
 
@@ -39,6 +42,44 @@ def test_parquet_and_csv_hold_the_same_labels(workspace, tmp_path):
         assert (parquet[column].astype(str) == csv[column].astype(str)).all(), column
     assert (parquet["p_SPAM"] - csv["p_SPAM"]).abs().max() < 1e-6
     assert (tmp_path / "a.parquet.manifest.json").exists()
+
+
+def test_a_spreadsheet_safe_csv_quotes_what_a_spreadsheet_would_run():
+    """Text cells that start a formula get a leading apostrophe; numbers, other text and other formats stay."""
+    frame = pd.DataFrame({"id": ["a", "b", "c", "d", "e", "f"],
+                          "text": ['=HYPERLINK("http://x","win")', "+1 555", "-- sub4sub", "@me", "\tcmd", "fine"],
+                          "p_SPAM": [-0.0, 1.0, 0.5, 0.25, 0.0, 1.0]})
+    safe, quoted = spreadsheet_safe(frame)
+    assert quoted == 5 and safe["text"].tolist() == ["'" + t for t in frame["text"][:5]] + ["fine"]
+    assert safe["id"].tolist() == frame["id"].tolist() and safe["p_SPAM"].equals(frame["p_SPAM"])
+    assert frame["text"].iloc[0].startswith("=")  # the caller's frame is left as it was
+    back = pd.read_csv(io.BytesIO(frame_bytes(frame, "csv", spreadsheet=True)), keep_default_na=False)
+    assert back["text"].tolist() == safe["text"].tolist()
+    plain = pd.read_csv(io.BytesIO(frame_bytes(frame, "csv")), keep_default_na=False)
+    assert plain["text"].tolist() == frame["text"].tolist()
+    with pytest.raises(ValueError, match="only a CSV"):
+        frame_bytes(frame, "jsonl", spreadsheet=True)
+
+
+def test_the_cli_writes_a_spreadsheet_safe_csv_and_counts_its_quoted_cells(workspace, tmp_path):
+    plain_out, safe_out = tmp_path / "plain.csv", tmp_path / "safe.csv"
+    export(workspace, plain_out, "csv")
+    _, done = evopool("export", "--workdir", workspace, "--out", str(safe_out), "--aggregator", "mv",
+                      "--spreadsheet-safe")
+    assert done.returncode == 0, done.stderr
+    plain = pd.read_csv(plain_out, keep_default_na=False, dtype=str)
+    safe = pd.read_csv(safe_out, keep_default_na=False, dtype=str)
+    risky = plain["text"].str.startswith(FORMULA_START)
+    assert risky.any()  # the demo's comments hold some ("-" and "+" lead a few)
+    assert (safe["text"][risky] == "'" + plain["text"][risky]).all()
+    assert safe["text"][~risky].equals(plain["text"][~risky])
+    manifest = json.loads((tmp_path / "safe.csv.manifest.json").read_text())
+    text_columns = [c for c in plain.columns if not c.startswith("p_") and c not in ("confidence", "n_votes")]
+    quoted = sum(int(plain[c].str.startswith(FORMULA_START).sum()) for c in text_columns)
+    assert manifest["spreadsheet_safe"]["quoted_cells"] == quoted > 0
+    _, refused = evopool("export", "--workdir", workspace, "--out", str(tmp_path / "x.parquet"), "--aggregator",
+                         "mv", "--spreadsheet-safe")
+    assert refused.returncode == 2 and "--spreadsheet-safe" in refused.stderr and not (tmp_path / "x.parquet").exists()
 
 
 def test_the_hugging_face_layout_loads_back_with_class_labels(workspace, tmp_path):

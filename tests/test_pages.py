@@ -6,6 +6,7 @@ a workspace get their own copy, seeded the same way.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -553,6 +554,11 @@ def test_labels_screen_before_and_after_computing(home):
         table.columns)
     buttons = {b.proto.label: b.proto for b in at.get("download_button")}
     assert len(buttons) == 6 and not buttons["Hugging Face dataset (.zip)"].disabled
+    assert "start with an apostrophe" not in texts(at)
+    at.toggle(key="csv_spreadsheet_safe").set_value(True).run()  # the demo's comments: some start with - or +
+    quoted = re.search(r"([\d,]+) cells will start with an apostrophe in the CSV", texts(at))
+    assert not at.exception and quoted and int(quoted.group(1).replace(",", "")) > 0
+    at.toggle(key="csv_spreadsheet_safe").set_value(False).run()
     at.multiselect(key="browse_class").set_value(["SPAM"]).run()
     assert set(table_with(at, "n_votes")["label"]) == {"SPAM"}
     assert isinstance(table_with(at, "n_votes"), pd.DataFrame)

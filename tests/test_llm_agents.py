@@ -187,6 +187,26 @@ def test_prompts_stay_bounded_with_300_labels_and_huge_annotators():
         assert "more characters of this annotator not shown" in user
 
 
+def test_past_the_listed_labels_the_improver_names_and_aims_at_the_weakest_it_lists():
+    """One order of "weakest" (lowest dev F1, then least covered): with 40 labels all at F1 0, the 36 the prompt lists,
+    the weak labels it asks to fix and the label the first spec call aims at are the uncovered ones first."""
+    k = 40
+    task = Task("topics", tuple(f"topic_{c}" for c in range(k)))
+    dev = tuple(Example(f"d{c}-{j}", f"row {j} about subject{c}", "dev", c) for c in range(k) for j in range(2))
+    y = np.array([ex.label for ex in dev])
+    votes = np.where(y < 30, (y + 1) % 30, ABSTAIN)  # topics 0-29 always voted wrong, 30-39 never voted on
+    member = Annotator("wrong", "wrong", FREE, "generator", 0)
+    context = ProposalContext(task, dev, (), (member,), {"wrong": score_annotator("wrong", votes, y)},
+                              votes[:, None], 2, 0)
+    order = prompts.weakest_classes(context)
+    assert order[:10] == list(range(30, 40)) and order[10:] == list(range(30))
+    user = prompts.improver_messages(context, np.random.default_rng(0), 2)[1]["content"]
+    listed = {line.split('"')[1] for line in user.splitlines() if line.startswith('- "')}
+    named = set(json.loads("[" + user.split("fix the weak labels (")[1].split(")")[0] + "]"))
+    assert len(listed) == 36 and named == listed == {task.labels[c] for c in order[:36]}
+    assert LLMProposer._spec_label("improver", 0, None, context) == "topic_30"
+
+
 def test_improver_sees_weak_classes_and_word_clusters():
     # MEETING fires on rows 3, 5 (ham); CALL on rows 1, 3, 7 (spam). Majority vote: 1->spam, 3->ham (tie goes
     # to the lower id), 5->ham, 7->spam. ham F1 = 2*2/(2+6) = 0.50; spam F1 = 2*1/(2+6) = 0.25 (weak).

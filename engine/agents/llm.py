@@ -223,15 +223,14 @@ class LLMProposer:
     @staticmethod
     def _spec_label(role: str, index: int, parent: Annotator | None, context: ProposalContext) -> str | None:
         """The label a spec call is aimed at: the generator's calls take the labels in turn (shifted each
-        generation), the improver's start from the label with the lowest dev F1, a refiner keeps its
+        generation), the improver's start from the weakest label (`prompts.weakest_classes`), a refiner keeps its
         parent's. Small models mix up which label a cue signals; one label per call leaves them no choice."""
         labels = context.task.labels
         if role == "refiner":
             score = context.scores.get(parent.id) if parent is not None else None
             return labels[score.label] if score is not None and 0 <= score.label < len(labels) else None
         if role == "improver":
-            order = np.argsort(prompts.dev_class_f1(context), kind="stable")
-            return labels[int(order[index % len(labels)])]
+            return labels[prompts.weakest_classes(context)[index % len(labels)]]
         return labels[(index + context.generation) % len(labels)]
 
     def _run(self, jobs: list[_Job]) -> list[tuple[_Job, _Outcome]]:

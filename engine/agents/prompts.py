@@ -126,14 +126,18 @@ def _distinct(context: ProposalContext, rows: np.ndarray | tuple[int, ...]) -> n
 
 
 def examples_per_class(context: ProposalContext, rng: np.random.Generator, per_class: int = 3,
-                       max_total: int = MAX_EXAMPLES) -> list[Example]:
+                       max_total: int = MAX_EXAMPLES, weakest: Sequence[int] | None = None) -> list[Example]:
     """A seeded handful of dev examples of each class (fewer per class when there are many classes), at most
     `max_total` in all: with more classes than that, one example each of the `max_total` classes the pool does
-    worst on (lowest dev F1, then least covered), so a task with hundreds of labels keeps a bounded prompt."""
+    worst on (`weakest_classes`; `weakest` when the caller has it), so a task with hundreds of labels keeps a
+    bounded prompt."""
     k = len(context.task.labels)
     take = max(1, min(per_class, max_total // max(k, 1)))
     labels = context.dev_labels
-    shown = set(range(k)) if k <= max_total else set(_weakest_classes(context)[:max_total])
+    if k <= max_total:
+        shown = set(range(k))
+    else:
+        shown = set((weakest_classes(context) if weakest is None else weakest)[:max_total])
     chosen: list[Example] = []
     for c in range(k):
         rows = _distinct(context, np.flatnonzero(labels == c)) if c in shown else np.zeros(0, dtype=np.int64)
@@ -142,9 +146,10 @@ def examples_per_class(context: ProposalContext, rng: np.random.Generator, per_c
     return chosen
 
 
-def _weakest_classes(context: ProposalContext, f1: np.ndarray | None = None) -> list[int]:
+def weakest_classes(context: ProposalContext, f1: np.ndarray | None = None) -> list[int]:
     """Every class, the pool's weakest first: lowest dev F1 (`f1` when the caller has it), then the smallest share of
-    its dev rows any annotator votes on, then class order (deterministic, so the prompt and its cache key are too)."""
+    its dev rows any annotator votes on, then class order (deterministic, so the prompt and its cache key are too).
+    The one order of "weakest" for the improver's prompt, the labels it lists and the label a spec call aims at."""
     k, labels = len(context.task.labels), context.dev_labels
     f1 = dev_class_f1(context) if f1 is None else f1
     voted = (context.dev_votes != ABSTAIN).any(axis=1) if context.dev_votes.size else np.zeros(len(labels), bool)
@@ -274,14 +279,14 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     of `views`."""
     assert_no_holdout(context)
     task, f1 = context.task, dev_class_f1(context)
-    weak = [c for c in np.argsort(f1, kind="stable") if f1[c] < WEAK_F1]
+    k, order = len(task.labels), weakest_classes(context, f1)
+    # past MAX_LISTED_LABELS labels only the weakest are listed: hundreds of lines would crowd out the rows; the weak
+    # labels the request names are among them
+    listed = set(range(k)) if k <= MAX_LISTED_LABELS else set(order[:MAX_LISTED_LABELS])
+    weak = [c for c in order if f1[c] < WEAK_F1 and c in listed]
     gold = context.dev_label_sets if context.dev_label_sets is not None else context.dev_labels
-    class_rows = class_counts(gold, len(task.labels))
-    thin = [c for c in range(len(task.labels)) if class_rows[c] < THIN_CLASS_ROWS]
-    # past MAX_LISTED_LABELS labels only the weakest are listed: hundreds of lines would crowd out the rows
-    k = len(task.labels)
-    listed = set(range(k)) if k <= MAX_LISTED_LABELS else set(_weakest_classes(context, f1)[:MAX_LISTED_LABELS])
-    thin = [c for c in thin if c in listed]
+    class_rows = class_counts(gold, k)
+    thin = [c for c in range(k) if class_rows[c] < THIN_CLASS_ROWS and c in listed]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
               + f", {class_rows[c]} dev row{'s' if class_rows[c] != 1 else ''}" + (" (few)" if c in thin else "")
@@ -303,7 +308,7 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
             parts += _cluster_lines(context, clusters, rng, votes)
     if not grouped:
         parts.append("\nSome labeled examples:")
-        parts += [render_example(ex, task) for ex in examples_per_class(context, rng, per_class=2)]
+        parts += [render_example(ex, task) for ex in examples_per_class(context, rng, per_class=2, weakest=order)]
     where = "the groups above" if grouped else "the examples above"
     if label is not None:
         target = _for_label(label, where, words)

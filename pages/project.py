@@ -1,5 +1,4 @@
 """Project & data: open or create a workspace, bring data in (or load the demo), see what is there."""
-import pandas as pd
 import streamlit as st
 
 from engine.domain import AUDIT
@@ -72,12 +71,9 @@ cols[2].metric("Dev (labeled)", f"{counts.get('dev', 0):,}" + (f" ({n_audit:,} a
                     "auto aggregator is chosen on rows the pool was not selected on")
 cols[3].metric("Test (holdout)", f"{counts.get('test', 0):,}")
 MAX_SHOWN_LABELS = 40  # past this many, the labels line names the first ones and the rest open in a table
-shown = ", ".join(queries.code_span(lab) for lab in task.labels[:MAX_SHOWN_LABELS])
-more = f" and {len(task.labels) - MAX_SHOWN_LABELS:,} more" if len(task.labels) > MAX_SHOWN_LABELS else ""
-st.markdown(f"**Task:** {queries.escape_md(task.name)} · **{len(task.labels):,} labels:** {shown}{more}")
-if more:
-    with st.expander(f"All {len(task.labels):,} labels"):
-        st.dataframe(pd.DataFrame({"label": list(task.labels)}), hide_index=True)
+shown = widgets.name_a_few([queries.code_span(lab) for lab in task.labels], MAX_SHOWN_LABELS)
+st.markdown(f"**Task:** {queries.escape_md(task.name)} · **{len(task.labels):,} labels:** {shown}")
+widgets.table_of_all([[lab] for lab in task.labels], ["label"], MAX_SHOWN_LABELS, f"All {len(task.labels):,} labels")
 if task.instructions:
     st.markdown(f"**Instructions:** {queries.escape_md(task.instructions)}")
 describe_ui.descriptions_table(task)

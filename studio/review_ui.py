@@ -7,7 +7,7 @@ import streamlit as st
 from engine import review
 from engine.explain import Explanation
 from engine.store.workspace import Store
-from studio import queries, state
+from studio import queries, state, widgets
 
 ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:material/thumb_up:]",
          "reject": ":red[:material/block:]", "prune": ":orange[:material/content_cut:]",
@@ -98,18 +98,16 @@ def thin_class_note(store: Store) -> None:
     thin = sorted(review.thin_classes(store), key=lambda item: item[1])  # the thinnest first
     if not thin:
         return
-    listed = ", ".join(f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin[:MAX_NAMED_CLASSES])
-    if len(thin) > MAX_NAMED_CLASSES:
-        listed += f" and {len(thin) - MAX_NAMED_CLASSES:,} more classes (all {len(thin):,} listed below)"
+    listed = widgets.name_a_few([f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin],
+                                MAX_NAMED_CLASSES, f"classes (all {len(thin):,} listed below)")
     st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
                f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
                "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
                "(*Label rows for dev*: they join dev with your name and the time), import more, describe the class on "
                "the **Project** screen (*Describe a label*: the agents try its words as cues), or judge those "
                "annotators by their fired rows.", icon=":material/warning:")
-    if len(thin) > MAX_NAMED_CLASSES:
-        with st.expander(f"All {len(thin):,} classes with too few dev rows"):
-            st.dataframe(pd.DataFrame(thin, columns=["class", "dev rows"]), hide_index=True)
+    widgets.table_of_all(thin, ["class", "dev rows"], MAX_NAMED_CLASSES,
+                         f"All {len(thin):,} classes with too few dev rows")
 
 
 def history(store: Store, annotator_id: str, always: bool = False) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from engine.jobs import REGISTRY, Job
@@ -227,3 +228,17 @@ def default_from(key: str, source: object, default: str) -> None:
     if key not in st.session_state or st.session_state.get(mark) != source:
         st.session_state[key] = default
         st.session_state[mark] = source
+
+
+def name_a_few(names: list[str], limit: int, noun: str = "") -> str:
+    """The first `limit` of `names` (already formatted as markdown), joined by commas, and past that
+    "and N more <noun>": a line that stays a line for a task with hundreds of labels (`table_of_all` lists them)."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit:,} more" + (f" {noun}" if noun else "") if len(names) > limit else "")
+
+
+def table_of_all(rows: list, columns: list[str], limit: int, title: str) -> None:
+    """Past `limit` rows, every one of them in a table under an expander (what `name_a_few` left unnamed)."""
+    if len(rows) > limit:
+        with st.expander(title):
+            st.dataframe(pd.DataFrame(rows, columns=columns), hide_index=True)

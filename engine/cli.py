@@ -157,6 +157,16 @@ def _label_descriptions(path: str | None) -> dict[str, str]:
     return value
 
 
+def _same_data(store: Store, data: Path) -> None:
+    """DATA given for a workspace that already holds data: a rerun with the file it was imported from goes on; another
+    file is refused (it would not be imported, and the run would evolve the old data as if it were the new)."""
+    source = (store.get_meta("ingest") or {}).get("source")
+    if source is None or Path(source).resolve() != Path(data).resolve():
+        raise UsageError(f"the workspace already holds data (imported from {source or 'the studio'}), so {data} "
+                         "would not be imported: leave DATA out to evolve the workspace as it is, or give a new "
+                         f"--workdir to import {data}")
+
+
 def cmd_run(args: argparse.Namespace) -> dict:
     from engine.agents.compiled_executor import CompiledExecutor
 
@@ -172,6 +182,8 @@ def cmd_run(args: argparse.Namespace) -> dict:
         report = import_path(store, args.data, opts)
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
               file=sys.stderr, flush=True)
+    elif args.data:
+        _same_data(store, args.data)
     gate = _gate_config(args.gate_config)
     config = EvolveConfig(gate=gate, seed=args.seed)
     started = time.monotonic()

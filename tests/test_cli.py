@@ -103,6 +103,23 @@ def test_run_takes_the_task_name_and_label_descriptions_at_import(tmp_path, demo
     assert out.returncode == 2 and "expected a JSON object" in out.stderr
 
 
+def test_run_with_other_data_on_a_workspace_that_holds_data_is_refused(tmp_path, demo_csv):
+    """Only an empty workspace imports DATA: a rerun with the same file goes on, another file is refused (it used to be
+    ignored without a word, the old rows evolved as if they were the new)."""
+    ws = str(tmp_path / "ws")
+    _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
+    assert out.returncode == 0, out.stderr
+    _, again = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
+    assert again.returncode == 0, again.stderr
+    other = tmp_path / "other.csv"
+    other.write_bytes(demo_csv.read_bytes())
+    for data in (str(other), str(tmp_path / "missing.csv")):
+        _, refused = evopool("run", data, "--workdir", ws, "--generations", "0")
+        assert refused.returncode == 2 and "already holds data" in refused.stderr and data in refused.stderr
+    assert Store.open(ws).count_examples() == 2056  # nothing imported, nothing lost
+    Store.close_all()
+
+
 def test_describe_sets_replaces_prints_and_removes_a_labels_description_after_import(tmp_path, demo_csv):
     ws = str(tmp_path / "ws")
     _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")

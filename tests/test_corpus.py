@@ -137,15 +137,16 @@ def test_missing_and_corrupt_inputs_are_named(tmp_path):
 
 
 def test_the_surveyed_rows_are_the_rows_read(tmp_path):
-    """The progress total (and ETA) is the survey's count: a last line without its newline is a row, a blank JSONL
-    line (which the reader skips) is not."""
+    """The progress total (and ETA) is the survey's count: a last line without its newline is a row, a blank line
+    (which both readers skip: a CSV's used to fail the run at its end as a row of 0 cells) is not."""
     files = {"last.csv": "text\nsubscribe\nnice song", "last.jsonl": '{"text": "a"}\n{"text": "b"}',
-             "blank.jsonl": '{"text": "a"}\n\n{"text": "b"}\n  \n{"text": "c"}\n\n'}
+             "blank.jsonl": '{"text": "a"}\n\n{"text": "b"}\n  \n{"text": "c"}\n\n',
+             "blank.csv": "id,text\n1,a\n\n2,b\n3,c\n\n"}
     for name, body in files.items():
         (tmp_path / name).write_text(body)
     surveyed = survey([tmp_path / name for name in files])
-    assert [f.rows for f in surveyed] == [2, 2, 3]
-    assert [sum(len(b.frame) for b in iter_batches([f], 10)) for f in surveyed] == [2, 2, 3]
+    assert [f.rows for f in surveyed] == [2, 2, 3, 3]
+    assert [sum(len(b.frame) for b in iter_batches([f], 10)) for f in surveyed] == [2, 2, 3, 3]
 
 
 def test_cli_reports_a_corrupt_file_and_a_foreign_output_in_one_line(workspace, tmp_path, capsys):

@@ -109,15 +109,11 @@ def check_batch_size(batch_size: int) -> None:
 
 
 def _count_rows(path: Path, kind: str) -> int:
-    """The rows the reader will yield (the progress total): JSONL's non-blank lines (blank ones are skipped), CSV's
-    lines after the header, the last one counted when no newline ends it."""
+    """The rows the reader will yield (the progress total): the non-blank lines (both readers skip blank ones), after
+    the header for a CSV (a cell holding line breaks counts once per line: the total is an estimate there)."""
     with path.open("rb") as handle:
-        if kind == "jsonl":
-            return sum(1 for line in handle if line.strip())
-        lines, last = 0, b"\n"
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
-    return lines + (last != b"\n") - 1
+        lines = sum(1 for line in handle if line.strip())
+    return lines if kind == "jsonl" else max(lines - 1, 0)
 
 
 def iter_batches(files: list[CorpusFile], batch_size: int) -> Iterator[CorpusBatch]:
@@ -172,6 +168,8 @@ def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
         header = [h.strip() or f"Unnamed: {i}" for i, h in enumerate(next(reader))]
         rows: list[list[str]] = []
         for row_no, cells in enumerate(reader):
+            if not cells:
+                continue  # a blank line (a trailing one, or between rows) holds no row, as the importer reads it
             if len(cells) != len(header):
                 raise CorpusError(f"input file {path}, data row {row_no} (line {reader.line_num}): {len(cells)} "
                                   f"cells where the header has {len(header)}")

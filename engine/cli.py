@@ -208,6 +208,12 @@ def cmd_run(args: argparse.Namespace) -> dict:
     stopped = _not_complete(store, args.generations)
     if stopped:
         result["stopped"] = stopped
+    from engine.review import IDLE_ADVICE, idle_generations
+
+    idle = idle_generations(store.generations())
+    if idle >= 2 and done:
+        result["idle_generations"] = idle
+        print(f"the last {idle} generations proposed nothing new: {IDLE_ADVICE}", file=sys.stderr, flush=True)
     llm = _llm_summary(proposer)
     if llm is not None:
         result["llm"] = llm

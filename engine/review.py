@@ -149,6 +149,24 @@ def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanat
     return out
 
 
+def idle_generations(generations: pd.DataFrame) -> int:
+    """How many of the last complete generations in a row drew no candidate at all (`store.generations()`): the
+    agents found nothing new their preview of the gate expects to pass on these dev rows, so more generations alone
+    will not grow the pool (SemEval's 178 dev rows: nothing after the first)."""
+    done = generations[generations["status"] == "complete"].sort_values("number")
+    idle = 0
+    for proposed in reversed(done["n_candidates"].tolist()):
+        if proposed:
+            break
+        idle += 1
+    return idle
+
+
+IDLE_ADVICE = ("more generations alone will not grow the pool. What can: label more dev rows (most of all of the "
+               "classes with few), describe the labels (their words become cues), write an annotator yourself, or "
+               "let LLM agents propose")
+
+
 def class_rows(store: Store) -> dict[str, int]:
     """Fitness rows (the dev rows the gate judges on) of each class, in label order."""
     task = store.load_task()

@@ -1,6 +1,7 @@
 """Evolve: run generations in the background, watch the agents live, and judge the gate's verdicts."""
 import streamlit as st
 
+from engine import review
 from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
 from engine.llm.costs import META_KEY as BUDGET_KEY
@@ -94,6 +95,11 @@ else:
     st.info("No complete generation yet: press **Run** above.")
     st.stop()
 
+idle = review.idle_generations(generations)
+if idle >= 2:
+    st.info(f"The last {idle} generations proposed nothing new: {review.IDLE_ADVICE} (the **Labels** screen, the "
+            "**Project** screen, the **Annotator** editor, the agents' choice above).",
+            icon=":material/hourglass_empty:")
 review_ui.thin_class_note(store)
 
 # ---- verdicts -------------------------------------------------------------------------------------

@@ -103,6 +103,30 @@ def test_run_takes_the_task_name_and_label_descriptions_at_import(tmp_path, demo
     assert out.returncode == 2 and "expected a JSON object" in out.stderr
 
 
+def test_generations_that_propose_nothing_are_counted_and_told(tmp_path, demo_csv):
+    """The demo's offline agents run dry after two generations: the run says so, with what would grow the pool."""
+    summary, out = evopool("run", str(demo_csv), "--workdir", str(tmp_path / "ws"), "--generations", "5")
+    assert out.returncode == 0, out.stderr
+    proposed = [g.n_candidates for g in Store.open(tmp_path / "ws").generations().itertuples()]
+    Store.close_all()
+    idle = len(proposed) - max((i + 1 for i, n in enumerate(proposed) if n), default=0)
+    assert idle >= 2 and summary["idle_generations"] == idle
+    assert f"the last {idle} generations proposed nothing new" in out.stderr and "label more dev rows" in out.stderr
+    summary, out = evopool("run", "--workdir", str(tmp_path / "ws"), "--generations", "0")
+    assert out.returncode == 0 and "idle_generations" not in summary  # a run of no generation says nothing of it
+
+
+def test_idle_generations_counts_the_trailing_complete_ones_without_candidates():
+    from engine.review import idle_generations
+
+    frame = pd.DataFrame({"number": [1, 2, 3, 4, 5], "n_candidates": [9, 0, 3, 0, 0],
+                          "status": ["complete"] * 4 + ["running"]})
+    assert idle_generations(frame) == 1  # the running one is not counted, generation 3 proposed
+    assert idle_generations(frame.assign(status="complete")) == 2
+    assert idle_generations(frame.assign(n_candidates=0, status="complete")) == 5
+    assert idle_generations(frame.iloc[:0]) == 0
+
+
 def test_run_with_other_data_on_a_workspace_that_holds_data_is_refused(tmp_path, demo_csv):
     """Only an empty workspace imports DATA: a rerun with the same file goes on, another file is refused (it used to be
     ignored without a word, the old rows evolved as if they were the new)."""

@@ -16,7 +16,7 @@ import pytest
 from conftest import charts, held_by_another_process, values
 from streamlit.testing.v1 import AppTest
 
-from engine import export, score
+from engine import export, review, score
 from engine.agents.offline import OfflineProposer
 from engine.domain import AUDIT, FITNESS, SoftLabels
 from engine.evolve import evolve
@@ -127,6 +127,19 @@ def test_annotators_that_share_a_name_get_their_own_on_screen():
 
     table = pd.DataFrame({"name": ["SPAM: links", "HAM: song", "SPAM: links", "SPAM: links"]})
     assert list(unique_names(table)["name"]) == ["SPAM: links", "HAM: song", "SPAM: links #2", "SPAM: links #3"]
+
+
+def test_the_evolve_screen_says_when_generations_propose_nothing(tmp_path, monkeypatch):
+    """The demo's offline agents run dry after two generations: past that the screen says more will not help, and
+    what will."""
+    at = run(SEEDED, "pages/evolve.py")
+    assert "proposed nothing new" not in texts(at)  # two generations, both with candidates
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))  # its own home: the shared one's workspace list stays as it is
+    store = seed(tmp_path, "dry", generations=5)
+    idle = review.idle_generations(store.generations())
+    assert idle >= 2
+    shown = texts(run("dry", "pages/evolve.py"))
+    assert f"The last {idle} generations proposed nothing new" in shown and "label more dev rows" in shown
 
 
 def test_sidebar_picks_the_workspace_and_shows_its_facts(home):

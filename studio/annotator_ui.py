@@ -24,8 +24,9 @@ def pick(store: Store, table: pd.DataFrame) -> str | None:
     labels = {r.id: f"{'● ' if r.in_pool else '○ '}{r.name} · {r.verdict} · gen {r.generation} · {r.id[:8]}"
               for r in ordered.itertuples()}
     current = state.annotator_id()
-    if current not in ids:
+    if current not in ids:  # none chosen yet: keep the one shown, so a verdict that reorders the list keeps it here
         current = ids[0]
+        state.select_annotator(current)
     if st.session_state.get(state.PICK_ANNOTATOR) != current:  # chosen elsewhere: a link, a plot, a save
         st.session_state[state.PICK_ANNOTATOR] = current
     st.selectbox("Annotator (● in the pool, ○ not)", ids, format_func=labels.get, key=state.PICK_ANNOTATOR,

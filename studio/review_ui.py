@@ -19,8 +19,9 @@ MAX_NAMED_CLASSES = 12
 def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> None:
     """Approve (or restore) / reject (or disable) with a required reason; logged as a human verdict."""
     action = "Reject" if in_pool else "Approve"
+    note_key = f"note_{key}_{annotator_id}"
     with st.form(f"verdict_{key}_{annotator_id}", border=False):
-        note = st.text_input("Your reason (logged)", key=f"note_{key}_{annotator_id}",
+        note = st.text_input("Your reason (logged)", key=note_key,
                              placeholder="e.g. fires on song titles, not spam" if in_pool else "e.g. precise enough")
         clicked = st.form_submit_button(action + (" (take out of the pool)" if in_pool else " (put in the pool)"),
                                         icon=":material/block:" if in_pool else ":material/check_circle:")
@@ -33,6 +34,7 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> No
         shown = annotator.name if annotator is not None and annotator.name else annotator_id[:8]
         state.flash(f"{'Rejected' if in_pool else 'Approved'} {shown} — logged with your reason. "
                     "You can undo it any time.")
+        st.session_state.pop(note_key, None)  # the form now offers the opposite verdict: not with this reason
         st.rerun()
 
 

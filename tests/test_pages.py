@@ -357,6 +357,21 @@ def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):
     assert (latest["verdict"], latest["decided_by"], latest["note"]) == ("reject", "human",
                                                                          "fires on song titles, not spam")
     assert "logged with your reason" in texts(at)
+    assert at.text_input(key=f"note_card_{accepted}").value == ""  # the Approve it now offers starts without a reason
+
+
+def test_a_verdict_on_the_annotator_screen_keeps_the_annotator_on_screen(home):
+    """Opened with no annotator chosen, the screen shows the pool's first; rejecting it reorders the list, and the
+    screen stays on it (it showed the next member, ready to be rejected with the same reason)."""
+    seed(home, "verdict-here", generations=1)
+    at = run("verdict-here", "pages/annotator.py")
+    shown = at.selectbox(key="pick_annotator").value
+    at.text_input(key=f"note_annotator_{shown}").input("fires on song titles")
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Reject")).click().run()
+    assert not at.exception and at.selectbox(key="pick_annotator").value == shown
+    assert metrics(at)["Verdict"] == "reject" and at.query_params["annotator"] in (shown, [shown])
+    assert at.text_input(key=f"note_annotator_{shown}").value == ""
+    assert any(b.label.startswith("Approve") for b in at.get("form_submit_button"))
 
 
 def test_run_button_starts_a_background_generation(home):

@@ -108,6 +108,8 @@ st.caption("Every candidate with the gate's verdict and reasons. Approve or reje
            "verdict needs a reason, is logged, and every later generation respects it. Undo by reversing it.")
 done = generations[generations["status"] == "complete"]["number"].tolist()
 a, b = st.columns([1, 2])
+if st.session_state.get("verdict_newest") != done[-1]:  # a generation completed since: show its verdicts
+    st.session_state["verdict_newest"] = st.session_state["verdict_generation"] = done[-1]
 number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation")
 only = b.segmented_control("Show", ["all", "accept", "reject", "prune"], default="all", key="verdict_filter")
 review_ui.candidate_cards(store, int(number), only or "all")

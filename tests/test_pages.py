@@ -377,12 +377,14 @@ def test_a_verdict_on_the_annotator_screen_keeps_the_annotator_on_screen(home):
 def test_run_button_starts_a_background_generation(home):
     seed(home, "run-me", generations=1)
     at = run("run-me", "pages/evolve.py")
+    assert at.selectbox(key="verdict_generation").value == 1
     at.button(key="evolve_start").click().run()
     job = REGISTRY.latest(home / "run-me", "evolve")
     assert job is not None and job.wait(120) and job.status == "done", job and job.error
     at.run()
     shown = metrics(at)
     assert shown["Complete generations"] == "2"
+    assert at.selectbox(key="verdict_generation").value == 2  # the verdicts shown are the new generation's
     assert "Last run finished" in texts(at)
     verdicts = Store.open(home / "run-me").verdicts(generation=2)
     gate = verdicts[verdicts["decided_by"] == "gate"]

@@ -176,6 +176,23 @@ def test_dawid_skene_reads_single_class_annotators_through_abstention():
     assert macro_f1(y, ds.predict(votes), 2) > 0.75
 
 
+def test_dawid_skene_gives_no_row_to_a_class_nobody_votes_for():
+    """The same single-class annotators, with a third class in the label set that none votes and no label holds:
+    EM must not make it the class of "everyone abstains" (it took rows and the macro-F1 fell)."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 400)
+    votes = np.full((400, 4), ABSTAIN)
+    for j, cls in enumerate((0, 0, 1, 1)):
+        fires = rng.random(400) < np.where(y == cls, 0.7, 0.1)
+        votes[fires, j] = cls
+    two = DawidSkene(2).fit(votes).predict_proba(votes)
+    three = DawidSkene(3).fit(votes)
+    proba = three.predict_proba(votes)
+    assert (proba[:, 2] == 0).all() and (proba.argmax(axis=1) == two.argmax(axis=1)).all()
+    labeled = np.where(np.arange(400) < 5, 2, -1)  # a label of the third class makes it a class again
+    assert DawidSkene(3).fit(votes, labeled).predict_proba(votes)[:, 2].max() > 0
+
+
 def test_evoagg_out_of_fold_differs_from_in_sample():
     y, votes, X = synthetic(5, 90, 4)
     model = EvoAgg(K).fit(votes, y, X)

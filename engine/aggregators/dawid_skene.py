@@ -5,6 +5,8 @@ fires is all the information it carries (ignoring abstentions makes such an anno
 constant, and EM collapses to one class). Fitted on the votes of the rows it is given, which may be
 unlabeled; where labels are given (y >= 0) they start the EM and stay clamped, which makes it
 semi-supervised. EM starts from the (smoothed) majority vote; rows nobody votes on start at the prior.
+A class no annotator votes for and no given label holds stays at probability 0: left free, EM makes it the class of
+"everyone abstains" and hands it the rows few annotators fire on (a label with no dev row took a third of the demo).
 """
 from __future__ import annotations
 
@@ -38,11 +40,16 @@ class DawidSkene(BaseAggregator):
         onehot = _responses(v, k)
         counts = vote_counts(v, k).astype(np.float64)
         total = counts.sum(axis=1, keepdims=True)
-        start_prior = class_prior(y, k)
-        post = np.where(total > 0, (counts + 0.01) / (total + 0.01 * k), start_prior)
-        labeled = np.zeros(n, dtype=bool)
-        if y is not None:
-            labeled = y >= 0
+        labeled = np.zeros(n, dtype=bool) if y is None else y >= 0
+        seen = counts.sum(axis=0) > 0
+        if labeled.any():
+            seen[np.unique(y[labeled])] = True
+        self.classes_seen_ = seen if seen.any() else np.ones(k, dtype=bool)
+        start_prior = class_prior(y, k) * self.classes_seen_
+        start_prior /= start_prior.sum()
+        post = np.where(total > 0, (counts + 0.01) / (total + 0.01 * k), start_prior) * self.classes_seen_
+        post /= post.sum(axis=1, keepdims=True)
+        if labeled.any():
             post[labeled] = np.eye(k)[y[labeled]]
         self.n_iter_ = 0
         for it in range(1, self.max_iter + 1):
@@ -69,6 +76,7 @@ class DawidSkene(BaseAggregator):
         k = self.n_classes
         log_conf = np.log(self.confusion_).transpose(0, 2, 1).reshape(-1, k)  # row (j, response) -> per class
         scores = np.log(self.prior_)[None, :] + np.asarray(onehot @ log_conf)
+        scores[:, ~self.classes_seen_] = -np.inf
         return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
 
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:

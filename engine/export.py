@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -103,11 +104,12 @@ def dev_gold(store: Store, frame: pd.DataFrame, labels: tuple[str, ...], multi_l
     return gold
 
 
-def verdict_record(store: Store) -> dict:
+def verdict_record(store: Store, pool_ids: Sequence[str] | None = None) -> dict:
     """For the manifest: why each pool member is there (the deciding verdict and its reasons), and every
-    override the expert made against the gate, with the reason they typed."""
+    override the expert made against the gate, with the reason they typed. `pool_ids`: that pool's members
+    (default: the pool now)."""
     verdicts = store.verdicts()
-    pool = set(store.pool_ids())
+    pool = set(store.pool_ids() if pool_ids is None else pool_ids)
     latest = verdicts.groupby("annotator_id").tail(1) if not verdicts.empty else verdicts
     members = {row.annotator_id: {"verdict": row.verdict, "decided_by": row.decided_by,
                                   "reasons": list(row.reasons), "note": row.note or ""}
@@ -179,12 +181,15 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None, sp
 
 
 def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | None = None,
-             threshold: float | None = None) -> dict:
+             threshold: float | None = None, pool_ids: Sequence[str] | None = None) -> dict:
     """Provenance of an export: which pool, which aggregator, when, and how many rows per split.
 
-    A multi-label export also records `multi_label: true`, the threshold and the label separator.
+    `pool_ids`: the pool that made the labels, when that is not the pool now (the studio's saved labels); the
+    manifest then also says whether the pool has changed since (`pool_changed_since`). A multi-label export also
+    records `multi_label: true`, the threshold and the label separator.
     """
-    pool = store.pool_ids()
+    pool = store.pool_ids() if pool_ids is None else list(pool_ids)
+    changed = {} if pool_ids is None else {"pool_changed_since": sorted(pool) != sorted(store.pool_ids())}
     multi = store.load_task().multi_label
     return {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -199,7 +204,8 @@ def manifest(store: Store, soft: SoftLabels, frame: pd.DataFrame, extra: dict | 
         "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
         "unlabeled_rows": int((frame["labels" if multi else "label"] == "").sum()),
         **({"multi_label": True, "threshold": threshold, "label_separator": label_separator(store)} if multi else {}),
-        **verdict_record(store),
+        **changed,
+        **verdict_record(store, pool),
         **(extra or {}),
     }
 

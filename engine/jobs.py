@@ -276,7 +276,7 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
         store = ctx.store
         if not store.pool_ids():
             raise ValueError("the pool is empty: evolve at least one generation first")
-        key = pool_key(store)
+        key, pool = pool_key(store), store.pool_ids()
         with (executor_factory or _sandbox)() as executor:
             ctx.set_progress(0.05, f"labeling every row with {aggregator}")
             result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)
@@ -284,7 +284,7 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
             if compare:
                 ctx.set_progress(0.7, "comparing aggregators on dev (out-of-fold)")
                 comparison = labeling.compare_aggregators(store, executor, on_event=ctx.emit)
-        return save_labels(ctx.job.workdir, aggregator, result, comparison, key)
+        return save_labels(ctx.job.workdir, aggregator, result, comparison, key, pool)
 
     return registry.start("labels", workdir, work, {"aggregator": aggregator, "compare": compare})
 

@@ -122,7 +122,7 @@ cols[3].download_button("Hugging Face dataset (.zip)",
                         export_hf.HF_MISSING)
 cols[4].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
                         mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
-cols[5].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame),
+cols[5].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame, spreadsheet),
                         file_name=f"{name}-labels.manifest.json", mime="application/json", on_click="ignore",
                         icon=":material/receipt_long:", key="download_manifest",
                         help="provenance: the pool, the aggregator (and what auto chose), dev and audit scores")

@@ -33,7 +33,8 @@ def saved(name: str, aggregator: str) -> SavedLabels | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _frame(name: str, aggregator: str, created_at: str, threshold: float | None) -> pd.DataFrame:
+def _frame(name: str, aggregator: str, created_at: str, threshold: float | None, rows_version: object
+           ) -> pd.DataFrame:
     store = workspace.open_store(name)
     result = saved(name, aggregator)
     if threshold is not None:
@@ -43,9 +44,11 @@ def _frame(name: str, aggregator: str, created_at: str, threshold: float | None)
 
 
 def labeled_frame(name: str, result: SavedLabels) -> pd.DataFrame:
-    """Every row with its hard label, confidence, per-class probabilities and provenance (the export)."""
+    """Every row with its hard label, confidence, per-class probabilities and provenance (the export). Its split
+    and gold_label columns are the workspace's now, so its rows' version is in the cache key: rows labeled into dev
+    since must read as dev in this session's download as in any other's."""
     threshold = result.dev_scores.threshold if result.hard.ndim == 2 else None
-    return _frame(name, result.aggregator, result.created_at, threshold)
+    return _frame(name, result.aggregator, result.created_at, threshold, workspace.open_store(name).rows_version())
 
 
 def at_threshold(store: Store, result: SavedLabels, threshold: float) -> SavedLabels:
@@ -188,11 +191,15 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
     return True, said
 
 
-def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame) -> str:
-    """The export manifest (what `evopool export` writes beside the file) for these saved labels."""
+def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame, spreadsheet: bool = False) -> str:
+    """The export manifest (what `evopool export` writes beside the file) for these saved labels: the pool that made
+    them (when they recorded it) and, for a spreadsheet-safe CSV, how many cells it quoted."""
     soft = SoftLabels(result.probs, result.example_ids, result.resolved)
     extra = {"dev_scores": result.dev_scores.to_dict(), "computed_at": result.created_at}
-    return json.dumps(export.manifest(store, soft, frame, extra, result.dev_scores.threshold), indent=2, default=str)
+    if spreadsheet:
+        extra["spreadsheet_safe"] = {"quoted_cells": export.spreadsheet_safe(frame)[1]}
+    return json.dumps(export.manifest(store, soft, frame, extra, result.dev_scores.threshold,
+                                      result.pool_ids or None), indent=2, default=str)
 
 
 def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:

@@ -606,6 +606,32 @@ def test_labels_screen_before_and_after_computing(home):
         assert "Hugging Face dataset: off" in texts(at) and "pip install" in texts(at)
 
 
+def test_the_downloads_describe_the_labels_they_hold_after_the_pool_and_dev_change(home):
+    """The manifest names the pool that made the saved labels (and says the pool changed since), counts a
+    spreadsheet-safe CSV's quoted cells, and the download frame's splits follow rows labeled into dev since."""
+    from engine.expert_rows import label_rows
+    from engine.review import reject
+
+    store = seed(home, "changed-since", generations=1)
+    assert start_labels(home / "changed-since", "mv", compare=False).wait(180)
+    saved = load_labels(home / "changed-since", "mv")
+    made_by = store.pool_ids()
+    assert list(saved.pool_ids) == made_by
+    frame = labels_ui.labeled_frame("changed-since", saved)
+    manifest = json.loads(labels_ui.manifest_json(store, saved, frame, spreadsheet=True))
+    assert manifest["pool_changed_since"] is False
+    assert manifest["spreadsheet_safe"]["quoted_cells"] == export.spreadsheet_safe(frame)[1]
+    reject(store, made_by[0], "fires on song titles")
+    row = str(frame.loc[frame["split"] == "pool", "id"].iloc[0])
+    with SandboxExecutor() as executor:
+        label_rows(store, executor, {row: "SPAM"}, by="tester")
+    manifest = json.loads(labels_ui.manifest_json(store, saved, labels_ui.labeled_frame("changed-since", saved)))
+    assert [a["id"] for a in manifest["pool"]] == made_by and manifest["pool_changed_since"] is True
+    assert set(manifest["pool_verdicts"]) == set(made_by) and "spreadsheet_safe" not in manifest
+    again = labels_ui.labeled_frame("changed-since", saved).set_index("id")
+    assert (again.loc[row, "split"], again.loc[row, "gold_label"]) == ("dev", "SPAM")
+
+
 def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, monkeypatch):
     from test_multilabel import write_csv  # the topics data: cue words for one or two of three labels
 

@@ -13,6 +13,7 @@ import io
 import json
 import uuid
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class SavedLabels:
     comparison: pd.DataFrame  # one row per aggregator (may be empty)
     pool_key: str
     created_at: str
+    pool_ids: tuple[str, ...] = ()  # the pool that made them (empty: saved before it was recorded)
 
 
 def pool_key(store: Store) -> str:
@@ -59,8 +61,10 @@ def _labels_base(workdir: Path, aggregator: str) -> Path:
     return Path(workdir) / LABELS_DIR / aggregator
 
 
-def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: Any, key: str) -> Path:
-    """Keep a LabelingResult beside the workspace: arrays in .npz, the rest in .json."""
+def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: Any, key: str,
+                pool: Sequence[str] = ()) -> Path:
+    """Keep a LabelingResult beside the workspace: arrays in .npz, the rest in .json. `pool`: the ids of the pool
+    that made it, for the manifest of a later download (the pool may have changed by then)."""
     base = _labels_base(Path(workdir), aggregator)
     base.parent.mkdir(parents=True, exist_ok=True)
     soft = result.soft
@@ -68,7 +72,7 @@ def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: A
     arrays = io.BytesIO()
     np.savez_compressed(arrays, probs=soft.probs, hard=np.asarray(result.hard), n_votes=np.asarray(result.n_votes),
                         example_ids=np.asarray(soft.example_ids, dtype=str), batch=np.asarray(batch))
-    meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key,
+    meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key, "pool_ids": list(pool),
             "dev_scores": result.dev_scores.to_dict(),
             "comparison": _records(comparison),
             "created_at": utc_now().isoformat(timespec="seconds"), "batch": batch}
@@ -107,6 +111,6 @@ def load_labels(workdir: str | Path, aggregator: str) -> SavedLabels | None:
                                arrays["hard"], arrays["n_votes"],
                                DevScores.from_dict(meta.get("dev_scores")),
                                pd.DataFrame.from_records(meta.get("comparison", [])), meta["pool_key"],
-                               meta.get("created_at", ""))
+                               meta.get("created_at", ""), tuple(meta.get("pool_ids", ())))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None

@@ -1,6 +1,7 @@
 """The labeled dataset in the Hugging Face `datasets` layout: a DatasetDict (one split per workspace split:
-dev, pool, test) saved to disk, whose `label` and `gold_label` are ClassLabel features (a `labels` sequence of
-them on a multi-label task), so `datasets.load_from_disk(path)` gives the next tool the class names.
+dev, pool, test) saved to disk, whose `label` and `gold_label` are ClassLabel features (on a multi-label task
+`labels` and `gold_label` are sequences of them, [] for none), so `datasets.load_from_disk(path)` gives the next
+tool the class names.
 
 `datasets` is an optional extra (`pip install 'evopool-studio[hf]'`); it is imported only here, on use.
 """
@@ -54,7 +55,8 @@ def _class_ids(names: pd.Series, labels: tuple[str, ...]) -> list[int]:
 
 
 def dataset_dict(frame: pd.DataFrame, labels: tuple[str, ...], separator: str = "|"):
-    """The export frame as a DatasetDict keyed by split; label columns become ClassLabel ids (-1: none)."""
+    """The export frame as a DatasetDict keyed by split; label columns become ClassLabel ids (-1: none), lists of
+    them on a multi-label frame (one with `labels`)."""
     if not hf_available():
         raise RuntimeError(HF_MISSING)
     from datasets import ClassLabel, Dataset, DatasetDict, Sequence
@@ -65,11 +67,14 @@ def dataset_dict(frame: pd.DataFrame, labels: tuple[str, ...], separator: str = 
     if "label" in table:
         table["label"] = _class_ids(table["label"], labels)
         casts["label"] = class_label
-    if "labels" in table:
-        index = {label: i for i, label in enumerate(labels)}
-        table["labels"] = [[index[p] for p in str(s).split(separator) if p in index] for s in table["labels"]]
-        casts["labels"] = Sequence(class_label)
-    if "gold_label" in table and separator not in "".join(map(str, table["gold_label"])):
+    # the task's type (a multi-label frame has `labels`) decides gold_label's feature, never its cells: a
+    # single label may hold the separator, and a dev split may happen to hold only one-label sets
+    multi = "labels" in table
+    index = {label: i for i, label in enumerate(labels)}
+    for column in [c for c in ("labels", "gold_label") if multi and c in table]:
+        table[column] = [[index[p] for p in str(s).split(separator) if p in index] for s in table[column]]
+        casts[column] = Sequence(class_label)
+    if "gold_label" in table and not multi:
         table["gold_label"] = _class_ids(table["gold_label"], labels)
         casts["gold_label"] = class_label
     whole = Dataset.from_pandas(table.reset_index(drop=True), preserve_index=False)

@@ -90,7 +90,7 @@ frame = labels_ui.labeled_frame(name, result)
 labels_ui.browse(name, store, frame, task.labels)
 
 # ---- regression list ---------------------------------------------------------------------------------
-regression_ui.label_like(store, regression_ui.regression_list(store, result), task.labels)
+regression_ui.label_like(store, regression_ui.regression_list(store, result), task.labels, task.multi_label)
 regression_ui.expert_rows_table(store, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -33,8 +34,9 @@ def regression_list(store: Store, result: SavedLabels) -> pd.DataFrame:
     return wrong
 
 
-def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> None:
-    """The regression table; for the selected row, unlabeled rows like it in an editor with a label column."""
+def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi_label: bool = False) -> None:
+    """The regression table; for the selected row, unlabeled rows like it in an editor with a label column (a label
+    set per row on a multi-label task)."""
     if wrong.empty:
         return
     # keyed by the list itself: a selection is a position, which must not carry over to another list (another
@@ -52,21 +54,31 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...]) -> No
     if like.empty:
         st.caption("No unlabeled row shares its words.")
         return
-    like.insert(2, "your label", NOT_LABELED)
+    if multi_label:
+        column = "your labels"
+        like.insert(2, column, [[] for _ in range(len(like))])
+        config = st.column_config.MultiselectColumn(options=list(labels),
+                                                    help="every label the row has; none leaves it unlabeled")
+    else:
+        column = "your label"
+        like.insert(2, column, NOT_LABELED)
+        config = st.column_config.SelectboxColumn(options=[NOT_LABELED, *labels], required=True)
     with st.form("label_like", border=False):
         edited = st.data_editor(like, hide_index=True, key=f"like_{row['id']}", disabled=["id", "text", "similarity"],
-                                column_config={"your label": st.column_config.SelectboxColumn(
-                                    options=[NOT_LABELED, *labels], required=True)})
+                                column_config={column: config})
         who = st.text_input("Your name (recorded with the labels)", key=state.EXPERT_NAME,
                             value=state.get(state.EXPERT_NAME) or os.environ.get("USER", ""))
         submitted = st.form_submit_button("Add the labeled rows to dev", icon=":material/add_task:")
     if submitted:
-        chosen = {i: label for i, label in zip(edited["id"], edited["your label"], strict=True)
-                  if label != NOT_LABELED}
+        if multi_label:  # a cleared cell comes back as None
+            chosen = {i: list(given) for i, given in zip(edited["id"], edited[column], strict=True)
+                      if given is not None and len(given)}
+        else:
+            chosen = {i: label for i, label in zip(edited["id"], edited[column], strict=True) if label != NOT_LABELED}
         add_to_dev(store, chosen, who, f"like dev row {row['id']} ({row['gold']}, labeled {row['predicted']})")
 
 
-def add_to_dev(store: Store, chosen: dict[str, str], who: str, note: str) -> None:
+def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note: str) -> None:
     if not chosen:
         st.warning("Pick a label for at least one row first.")
         return
@@ -88,8 +100,9 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
         return
     with st.expander(f"Rows labeled into dev in the studio ({len(record)})",
                      expanded=state.get(state.RETURN_OPEN, False)):
+        names = [label_names(labels, v, s) for v, s in zip(record["label"], record["label_set"], strict=True)]
         st.dataframe(pd.DataFrame({"when": record["labeled_at"].astype(str).str[:19], "by": record["labeled_by"],
-                                   "id": record["example_id"], "label": [labels[int(v)] for v in record["label"]],
+                                   "id": record["example_id"], "label": names,
                                    "text": record["text"], "note": record["note"]}), hide_index=True)
         last = record[record["labeled_at"] == record["labeled_at"].max()]
         left, right = st.columns(2)
@@ -106,6 +119,12 @@ def expert_rows_table(store: Store, labels: tuple[str, ...]) -> None:
                        "with who gave them, when and why, are dropped; to have them back you label the rows again.",
                        "Return them"):
         return_to_pool(store, state.pop(state.RETURN_ASKED) or [])
+
+
+def label_names(labels: tuple[str, ...], label: int, label_set: object) -> str:
+    """A stored row's label name, or on a multi-label row its whole set, comma separated (label is its first)."""
+    members = label_set if isinstance(label_set, (list, tuple, np.ndarray)) else [label]
+    return ", ".join(labels[int(c)] for c in members)
 
 
 def ask_return(ids: list[str]) -> None:

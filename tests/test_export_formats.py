@@ -138,3 +138,25 @@ def test_the_studio_download_zip_unzips_to_a_loadable_dataset(workspace, tmp_pat
     loaded = datasets.load_from_disk(str(tmp_path / "unzipped" / "demo-labels"))
     assert sum(len(loaded[s]) for s in loaded) == len(frame)
     assert loaded["test"].features["label"].names == ["HAM", "SPAM"]
+
+
+def test_hugging_face_gold_label_features_follow_the_task_type_not_the_cells():
+    datasets = pytest.importorskip("datasets")
+    from engine.export_hf import dataset_dict
+
+    def frame(column: str, predicted: list[str], gold: list[str]) -> pd.DataFrame:
+        return pd.DataFrame({"id": ["a", "b", "c"], "text": ["x", "y", "z"], "split": ["dev", "dev", "pool"],
+                             column: predicted, "gold_label": gold})
+
+    # single-label: a label holding the separator is still one class
+    single = dataset_dict(frame("label", ["spam|ads", "ham", ""], ["spam|ads", "ham", ""]), ("ham", "spam|ads"))
+    gold = single["dev"].features["gold_label"]
+    assert isinstance(gold, datasets.ClassLabel) and gold.names == ["ham", "spam|ads"]
+    assert single["dev"]["gold_label"] == [1, 0] and single["pool"]["gold_label"] == [-1]
+    # multi-label: gold_label is a list of class ids like `labels`, whether or not a dev row has two labels
+    labels = ("politics", "sports", "tech")
+    for gold_cells, want in ((["sports", "tech", ""], [[1], [2]]), (["politics|sports", "tech", ""], [[0, 1], [2]])):
+        multi = dataset_dict(frame("labels", ["sports", "tech|sports", ""], gold_cells), labels)
+        features = multi["dev"].features
+        assert features["gold_label"] == features["labels"] == datasets.Sequence(datasets.ClassLabel(names=[*labels]))
+        assert multi["dev"]["gold_label"] == want and multi["pool"]["gold_label"] == [[]]

@@ -598,6 +598,12 @@ def test_labels_screen_before_and_after_computing(home):
     assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples(FITNESS)} dev rows" in texts(at)
     shown_wrong = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
     assert list(shown_wrong["id"]) == list(wrong["id"])
+    # rows like one of them get one label each (a single-label task: no label sets)
+    like = label_like_rows(at, wrong["id"][0], {0: "SPAM", 1: "HAM"}, "your label")
+    moved = store_of(home, "label-me").examples_frame("dev", ids=list(like["id"][:3]))
+    assert dict(zip(moved["id"], moved["label"], strict=True)) == {like["id"][0]: 1, like["id"][1]: 0}
+    assert moved["label_set"].isna().all()
+    assert set(table_with(at, "by")["label"]) == {"SPAM", "HAM"}
     with pytest.MonkeyPatch.context() as patch:  # without `datasets` the option is off and says how to get it
         patch.setitem(sys.modules, "datasets", None)
         at.run()
@@ -681,6 +687,52 @@ def test_a_multi_label_task_from_the_import_form_to_the_labels_screen(tmp_path, 
     assert shares == pytest.approx(list(score.class_shares(store.gold("dev"), 3)))
     assert sum(shares) > 1.0  # rows with two labels count for both
 
+
+
+def label_like_rows(at: AppTest, regression_id: str, edits: dict[int, object], column: str, who: str = "ana"):
+    """Select the regression row `regression_id`, give the rows like it (by position) `edits` in `column` of the
+    editor and submit; returns the editor's rows as drawn before the edit."""
+    table = next(d for d in at.dataframe if "predicted" in d.value.columns)
+    picked = list(table.value["id"]).index(regression_id)
+    at.session_state[table.key] = {"selection": {"rows": [picked], "columns": [], "cells": []}}
+    at.run()
+    editor = at.data_editor[0]
+    like = editor.value
+    assert column in like.columns, list(like.columns)
+    at.session_state[editor.key] = {"edited_rows": {i: {column: v} for i, v in edits.items()}, "added_rows": [],
+                                    "deleted_rows": []}
+    at.text_input(key="expert_name").input(who)
+    button(at, "Add the labeled rows to dev").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return like
+
+
+def test_rows_like_a_multi_label_regression_row_get_a_label_set_each(tmp_path, monkeypatch):
+    from test_multilabel import write_csv  # the topics data: cue words for one or two of three labels
+
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "ml"))
+    write_csv(tmp_path / "topics.csv")
+    data = pd.read_csv(tmp_path / "topics.csv", keep_default_na=False)
+    data.loc[data["id"] == "dev-1", "label"] = "sports"  # a politics row mislabeled: one the labels get wrong
+    data.to_csv(tmp_path / "topics.csv", index=False)
+    store = seed(tmp_path / "ml", "topics", generations=1, options=IngestOptions(multi_label=True),
+                 data=tmp_path / "topics.csv")
+    job = start_labels(store.path.parent, "evoagg", compare=False)
+    assert job.wait(180) and job.status == "done", job.error
+    at = run("topics", "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("evoagg").run()
+    # a label outside the label set is refused, naming the row and the label; nothing moves
+    like = label_like_rows(at, "dev-1", {0: ["politics", "weather"]}, "your labels")
+    assert f"row {like['id'][0]}: ['weather'] not in the label set" in texts(at)
+    assert like["id"][0] in store_of(tmp_path / "ml", "topics").example_ids("pool")
+    like = label_like_rows(at, "dev-1", {0: ["politics", "sports"], 1: ["tech"], 2: []}, "your labels")
+    now = store_of(tmp_path / "ml", "topics")
+    moved = now.examples_frame("dev", ids=list(like["id"][:3]))
+    assert dict(zip(moved["id"], moved["label_set"], strict=True)) == {like["id"][0]: (0, 1), like["id"][1]: (2,)}
+    record = table_with(at, "by")
+    assert dict(zip(record["id"], record["label"], strict=True)) == {like["id"][0]: "politics, sports",
+                                                                      like["id"][1]: "tech"}
 
 # ---- safe markdown ------------------------------------------------------------------------------------
 def test_data_text_cannot_become_markup():

@@ -337,6 +337,30 @@ def test_parquet_round_trip(tmp_path):
     assert report.split_counts == {"dev": 2, "pool": 1, "test": 1}
 
 
+def test_a_parquet_index_is_data_or_nothing_never_the_row_number(tmp_path):
+    """`df.set_index("pmid").to_parquet(...)` restores the PMIDs as the index, which was taken for the row number:
+    each row was stored under PMID+1 and its problems named rows the file does not have; a filtered frame's
+    unnamed index (0, 2, 3, ...) named the wrong row."""
+    frame = pd.DataFrame({"pmid": [31000000, 31000017, 31000342, 31000999],
+                          "text": ["aspirin inhibits cox", "no interaction here", "", "drug blocks the receptor"],
+                          "label": ["inhibitor", "none", "none", "inhibitor"]})
+    frame.set_index("pmid").to_parquet(tmp_path / "pmid.parquet")
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), tmp_path / "pmid.parquet", IngestOptions(id_column="pmid"))
+    assert [str(p) for p in err.value.problems] == ["row 3: empty text in column 'text'"]
+    store = Store.open(tmp_path / "b")
+    import_path(store, tmp_path / "pmid.parquet", IngestOptions(id_column="pmid", skip_bad_rows=True))
+    assert sorted(store.example_ids()) == ["31000000", "31000017", "31000999"]
+    frame.drop(columns="pmid").iloc[[0, 2, 3]].to_parquet(tmp_path / "filtered.parquet")  # index 0, 2, 3
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "c"), tmp_path / "filtered.parquet")
+    assert [str(p) for p in err.value.problems] == ["row 2: empty text in column 'text'"]
+    # a caller's own frame: its index is no row of any file either
+    plan = plan_import(frame.set_index("pmid"), IngestOptions(labels=("inhibitor", "none"), dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 3: empty text in column 'text'"]
+    assert plan.rows["id"].tolist() == ["1", "2", "4"]
+
+
 def test_second_import_into_same_workspace_is_refused(tmp_path, demo_csv):
     store = Store.open(tmp_path / "ws")
     import_path(store, demo_csv)

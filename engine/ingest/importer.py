@@ -24,7 +24,7 @@ import pandas as pd
 from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.readers import ROW_PLACES, read_rows, read_wrench
+from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench
 from engine.ingest.splits import assign_splits, mark_audit
 from engine.store.workspace import Store
 
@@ -147,7 +147,8 @@ def _unknown(names: list[str], labels: tuple[str, ...]) -> str | None:
 def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
     """Check and normalise a raw frame. Returns (clean frame, label names, problems).
 
-    A problem's row is the row of the file: the frame's index when it is the reader's row positions."""
+    A problem's row is the row of the file: the frame's index where a reader set it to the row positions, else
+    the row's place in the frame."""
     opts = with_text_column(frame, opts)
     if opts.text_column not in frame.columns:
         raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
@@ -171,7 +172,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     problems: list[RowProblem] = []
     seen_ids: dict[str, int] = {}
     keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
-    positions = frame.index if pd.api.types.is_integer_dtype(frame.index) else pd.RangeIndex(len(frame))
+    positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
     places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
     # each column as a list once (the cells boxed as `.iloc` boxes them): a pandas lookup per cell cost
     # ~0.1 ms, a minute at 100K rows

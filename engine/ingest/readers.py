@@ -17,6 +17,10 @@ import pandas as pd
 
 from engine.ingest.errors import IngestError, RowProblem
 
+# frame.attrs key: the index is each row's 0-based place in its file, set by these readers only (a caller's own
+# frame may hold any integers there: a filtered frame's 0, 2, 3, ...)
+ROW_POSITIONS = "row_positions"
+
 
 def _decode(raw: bytes, name: str) -> str:
     try:
@@ -41,9 +45,9 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
 def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.DataFrame, list[RowProblem]]:
     """The readable rows of a file and a problem for each row that is not (a ragged CSV row, a bad JSONL line).
 
-    The frame's index is each row's 0-based position among the file's data rows, so a later check can still
-    name the row of the file after bad rows were dropped. A file that cannot be read at all (empty, not UTF-8,
-    not Parquet, an unknown type) raises `IngestError`.
+    The frame's index is each row's 0-based position among the file's data rows (marked so in
+    `attrs[ROW_POSITIONS]`), so a later check can still name the row of the file after bad rows were dropped. A
+    file that cannot be read at all (empty, not UTF-8, not Parquet, an unknown type) raises `IngestError`.
     """
     name = str(name or source)
     suffix = Path(name).suffix.lower()
@@ -51,17 +55,31 @@ def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.D
     if not raw.strip():
         raise IngestError(f"{name} is empty: there is nothing to import")
     if suffix == ".parquet":
-        try:
-            return pd.read_parquet(io.BytesIO(raw)), []
-        except Exception as err:  # pyarrow raises several types for a corrupt file
-            raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
-    text = _decode(raw, name)
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        return _read_jsonl(text)
-    if suffix in (".csv", ".tsv", ".txt"):
-        return _read_delimited(text, "\t" if suffix == ".tsv" else ",", name)
-    raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
-                      "or a WRENCH folder)")
+        frame, problems = _read_parquet(raw, name), []
+    elif suffix in (".jsonl", ".ndjson", ".json"):
+        frame, problems = _read_jsonl(_decode(raw, name))
+    elif suffix in (".csv", ".tsv", ".txt"):
+        frame, problems = _read_delimited(_decode(raw, name), "\t" if suffix == ".tsv" else ",", name)
+    else:
+        raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
+                          "or a WRENCH folder)")
+    frame.attrs[ROW_POSITIONS] = True
+    return frame, problems
+
+
+def _read_parquet(raw: bytes, name: str) -> pd.DataFrame:
+    """A Parquet file's columns, with a plain 0..n-1 index: the index pandas restores is no row number."""
+    try:
+        frame = pd.read_parquet(io.BytesIO(raw))
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
+    if any(level is not None for level in frame.index.names):  # `df.set_index("pmid")`: its ids are data
+        clash = [str(level) for level in frame.index.names if level in frame.columns]
+        if clash:
+            raise IngestError(f"{name}: its index and a column are both named {', '.join(map(repr, clash))}; "
+                              "rename one and save the file again")
+        frame = frame.reset_index()  # as engine/corpus/reading.py reads it
+    return frame.reset_index(drop=True)  # an unnamed index (a filtered frame's 0, 2, 3, ...) is dropped
 
 
 # JSON text reaches a lone surrogate only through a \uD800-\uDFFF escape (decoded UTF-8 holds none): lines without
@@ -231,4 +249,5 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
     frame = pd.DataFrame.from_records(rows)
     frame.attrs[ROW_PLACES] = places
+    frame.attrs[ROW_POSITIONS] = True
     return frame, labels

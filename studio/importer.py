@@ -10,7 +10,7 @@ import streamlit as st
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
-from engine.ingest.readers import read_rows, read_wrench
+from engine.ingest.readers import read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
@@ -48,7 +48,7 @@ def _read_location(path: str, stamp: tuple) -> tuple[pd.DataFrame, tuple[str, ..
     location = Path(path)
     try:
         if location.is_dir():
-            return *read_wrench(location), []
+            return read_wrench_rows(location)
         frame, problems = read_rows(location)
     except IngestError:
         raise

@@ -311,6 +311,34 @@ def test_a_wrench_row_problem_names_its_file_and_record(tmp_path):
     assert [str(p) for p in err.value.problems] == ["valid.json record 5: empty text in column 'text'"]
 
 
+def test_wrench_label_names_that_are_digits_stay_the_labels_they_name(tmp_path):
+    """Star ratings {"0": "1", "1": "5"}: the index 1 was turned into "1" and read again as the name "1", so every
+    row was filed under the first class; a label that is no index of label.json is a bad record, named."""
+    records = json.loads(wrench_records(20))
+    records["7"]["label"] = 2
+    folder = wrench_folder(tmp_path / "w", '{"0": "1", "1": "5"}', train=wrench_records(20),
+                           valid=json.dumps(records), test=wrench_records(10))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), folder)
+    assert [str(p) for p in err.value.problems] == [
+        "valid.json record 7: label 2 is not a label index of label.json (0 to 1)"]
+    store = Store.open(tmp_path / "b")
+    report = import_path(store, folder, IngestOptions(skip_bad_rows=True))
+    assert report.labels == ("1", "5")
+    gold = dict(zip(store.example_ids("dev"), store.label_indices("dev"), strict=True))
+    assert gold == {f"valid-{i}": i % 2 for i in range(20) if i != 7}
+
+
+def test_a_digit_label_is_a_name_never_an_index_into_the_label_set():
+    """Stance labels -1 and 1 given as the label set: a stray 0 was read as index 0 and became -1."""
+    frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "label": ["-1", "1", "0", "1"],
+                          "text": ["we oppose this ruling", "we support this ruling", "the court adjourned",
+                                   "strong support for the appeal"]})
+    plan = plan_import(frame, IngestOptions(labels=("-1", "1"), dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 3: label '0' is not in the label set (-1, 1)"]
+    assert [plan.labels[i] for i in plan.rows["label"]] == ["-1", "1", "1"]
+
+
 @pytest.mark.parametrize(("label_json", "files", "message"), [
     ("{not json", {}, "label.json is not valid JSON"),
     ('["neg", "pos"]', {}, "label.json must be a JSON object"),

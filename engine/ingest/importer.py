@@ -24,7 +24,7 @@ import pandas as pd
 from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench
+from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench_rows
 from engine.ingest.splits import assign_splits, mark_audit
 from engine.store.workspace import Store
 
@@ -106,31 +106,26 @@ def cell_text(value) -> str:
     return str(value).strip()
 
 
-def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
-    """A cell's label name, or None when blank. Integer cells index into `labels` when names are known."""
-    text = cell_text(value)
-    if text == "":
-        return None
-    if labels is not None and text not in labels and text.lstrip("-").isdigit():
-        index = int(text)
-        return labels[index] if 0 <= index < len(labels) else text
-    return text
+def _label_of(value) -> str | None:
+    """A cell's label name as written, or None when blank. A digit is a name, never an index into the label set:
+    with labels "1" and "5" (stars), or "-1" and "1" (stance), an index would file a row under another label."""
+    return cell_text(value) or None
 
 
-def _label_names(value, labels: tuple[str, ...] | None, opts: IngestOptions) -> list[str] | None:
+def _label_names(value, opts: IngestOptions) -> list[str] | None:
     """A cell's label names (one, or several for a multi-label task, duplicates dropped); None when blank."""
     if not opts.multi_label:
-        name = _label_of(value, labels)
+        name = _label_of(value)
         return None if name is None else [name]
     if isinstance(value, np.ndarray):  # Parquet list cells
         value = value.tolist()
     if isinstance(value, (list, tuple)):  # JSONL list cells
         parts = list(value)
-    elif _label_of(value, None) is None:
+    elif _label_of(value) is None:
         return None
     else:
         parts = str(value).split(opts.label_separator)
-    names = [name for name in (_label_of(p, labels) for p in parts) if name is not None]
+    names = [name for name in map(_label_of, parts) if name is not None]
     return list(dict.fromkeys(names)) or None
 
 
@@ -165,7 +160,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
 
     if opts.multi_label and not opts.label_separator:
         raise IngestError("a multi-label import needs a label separator (e.g. '|')")
-    raw_labels = ([_label_names(v, labels, opts) for v in frame[opts.label_column]] if has_labels
+    raw_labels = ([_label_names(v, opts) for v in frame[opts.label_column]] if has_labels
                   else [None] * len(frame))
     if labels is None:
         labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
@@ -310,11 +305,11 @@ def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOpti
     if not path.exists():
         raise IngestError(f"{path} does not exist")
     if path.is_dir():
-        frame, labels = read_wrench(path)
+        frame, labels, read_problems = read_wrench_rows(path)
         opts = IngestOptions(**{**opts.__dict__, "id_column": "id", "label_column": "label",
                                 "split_column": "split", "text_column": "text"})
         return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels,
-                            on_stage=on_stage)
+                            read_problems=read_problems, on_stage=on_stage)
     frame, read_problems = read_rows(path)
     return import_frame(store, frame, opts, dataset=path.stem, source=str(path), read_problems=read_problems,
                         on_stage=on_stage)

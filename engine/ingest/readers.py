@@ -210,9 +210,19 @@ def _json_object(path: Path, what: str) -> tuple[dict, str]:
 
 
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
+    """`read_wrench_rows` for a folder that must be clean: any bad record refuses it."""
+    frame, labels, problems = read_wrench_rows(folder)
+    if problems:
+        raise IngestError(f"{folder} has records that cannot be read", problems)
+    return frame, labels
 
-    The `weak_labels` are dropped here: annotators and agents must never see them. The frame's
+
+def read_wrench_rows(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...], list[RowProblem]]:
+    """A WRENCH folder as a frame (id, text, label name, split, field columns), its label names, and a problem
+    for each record whose label is no index of label.json.
+
+    Labels are turned into names here, where they are known to be indices: a table's cell "1" is the label named
+    "1". The `weak_labels` are dropped: annotators and agents must never see them. The frame's
     `attrs[ROW_PLACES]` names each row by its file and record ("valid.json record 5"), for the row problems.
     """
     folder = Path(folder)
@@ -225,7 +235,7 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
         raise IngestError(f"label.json must name the labels 0 to {len(names) - 1}; it has no "
                           f"{', '.join(map(repr, missing))} (its keys: {', '.join(map(repr, names))})")
     labels = tuple(str(names[str(i)]) for i in range(len(names)))
-    rows, places = [], {}
+    rows, index, places, problems = [], [], {}, []
     for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
         path = folder / f"{file_split}.json"
         if not path.exists():
@@ -241,13 +251,29 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
             field = lone_surrogate(record) if escapes else None
             if field is not None:
                 raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
+            position = len(places)
+            places[position] = f"{path.name} record {key}"
+            label, refused = _wrench_label(record.get("label"), labels)
+            if refused:
+                problems.append(RowProblem(position + 1, refused, places[position]))
+                continue
             data = dict(data)
-            places[len(rows)] = f"{path.name} record {key}"
             rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
-                         "label": record.get("label"), "split": split, **data})
-    if not rows:
+                         "label": label, "split": split, **data})
+            index.append(position)
+    if not places:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    frame = pd.DataFrame.from_records(rows)
+    frame = pd.DataFrame.from_records(rows, index=pd.Index(index, dtype="int64"))
     frame.attrs[ROW_PLACES] = places
     frame.attrs[ROW_POSITIONS] = True
-    return frame, labels
+    return frame, labels, problems
+
+
+def _wrench_label(value, labels: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """A WRENCH record's label index as its name (None: no label), or why it names none."""
+    if value is None:
+        return None, None
+    text = str(value).strip()
+    if not isinstance(value, bool) and text.lstrip("-").isdigit() and 0 <= int(text) < len(labels):
+        return labels[int(text)], None
+    return None, f"label {value!r} is not a label index of label.json (0 to {len(labels) - 1})"

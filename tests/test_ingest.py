@@ -289,6 +289,31 @@ def test_missing_cells_are_blank_and_integers_stay_integers(tmp_path):
     assert plan.rows.set_index("id").loc["5", "split"] == "pool"
 
 
+def test_a_gap_in_a_typed_column_loses_no_digit_and_stores_no_nan(tmp_path):
+    """One JSONL row without an id turned the 64-bit ids into floats (ids collapsed into 'duplicate id'), and an int
+    field with a gap into 2015.0 and NaN; a NaN float64 field was stored as NaN; a Parquet string column's missing
+    text was imported as the text "<NA>"."""
+    rows = [{"id": 1234567890123456789 + i, "text": f"sample sentence number {i}", "label": "ab"[i % 2],
+             "year": 2015} for i in range(6)]
+    del rows[2]["id"], rows[4]["year"]
+    path = tmp_path / "ids.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    store = Store.open(tmp_path / "a")
+    report = import_path(store, path, IngestOptions(skip_bad_rows=True))
+    assert [str(p) for p in report.skipped] == ["row 3: empty id"]
+    fields = {e.id: e.fields for e in store.examples()}
+    assert sorted(fields) == [str(1234567890123456789 + i) for i in (0, 1, 3, 4, 5)]
+    assert fields["1234567890123456789"] == {"year": 2015} and fields["1234567890123456793"] == {"year": None}
+    table = pd.DataFrame({"text": pd.array(["one two", None, "five six", "seven"], dtype="string"),
+                          "label": ["a", "b", "a", "b"], "score": [0.5, float("nan"), 1.0, 2.0],
+                          "count": pd.array([1, 2, None, 4], dtype="Int64")})
+    table.to_parquet(tmp_path / "na.parquet")
+    plan = plan_import(read_table(tmp_path / "na.parquet"), IngestOptions(dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 2: empty text in column 'text'"]
+    assert plan.rows["fields"].tolist() == [{"score": 0.5, "count": 1}, {"score": 1.0, "count": None},
+                                            {"score": 2.0, "count": 4}]
+
+
 def wrench_folder(path, label_json: str = '{"0": "neg", "1": "pos"}', **files: str):
     """A WRENCH folder with this label.json and these split files (train=..., valid=..., test=...)."""
     path.mkdir()

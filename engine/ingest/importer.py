@@ -179,7 +179,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         row_no = int(positions[i]) + 1
         where = places.get(positions[i], "")
         text = texts[i]
-        if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
+        if _missing(text) or not str(text).strip():  # pd.NA too: a Parquet string column's gap is no "<NA>"
             problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}", where))
             continue
         row_id = cell_text(row_ids[i]) if has_id else str(row_no)
@@ -219,15 +219,18 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     return pd.DataFrame(out), labels, problems
 
 
+def _missing(value) -> bool:
+    """None, NaN, pd.NA or NaT (a list or dict cell is never missing)."""
+    return pd.api.types.is_scalar(value) and bool(pd.isna(value))
+
+
 def _plain(value):
-    """A field value as JSON-able plain Python (numpy arrays and scalars become lists / numbers)."""
+    """A field value as JSON-able plain Python (numpy arrays and scalars become lists / numbers, a gap None)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    return value
+        value = value.item()  # a float64 NaN is still NaN: checked below
+    return None if _missing(value) else value
 
 
 # ---- importing -----------------------------------------------------------------------------------

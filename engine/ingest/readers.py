@@ -138,7 +138,9 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
             continue
         records.append(record)
         index.append(i - 1)
-    return pd.DataFrame.from_records(records, index=pd.Index(index, dtype="int64")), problems
+    # dtype=object: each cell as JSON wrote it; inferred, a column with a gap became float (a 64-bit id lost its last
+    # digits, 2015 became 2015.0)
+    return pd.DataFrame(records, index=pd.Index(index, dtype="int64"), dtype=object), problems
 
 
 def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
@@ -263,7 +265,7 @@ def read_wrench_rows(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...],
             index.append(position)
     if not places:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    frame = pd.DataFrame.from_records(rows, index=pd.Index(index, dtype="int64"))
+    frame = pd.DataFrame(rows, index=pd.Index(index, dtype="int64"), dtype=object)  # as JSONL: no int turns float
     frame.attrs[ROW_PLACES] = places
     frame.attrs[ROW_POSITIONS] = True
     return frame, labels, problems

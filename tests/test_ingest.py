@@ -132,6 +132,13 @@ def test_ragged_csv_names_every_bad_row_and_the_good_rows_can_be_imported(tmp_pa
     assert report.n_rows == 27 and [p.row for p in report.skipped] == [4, 9, 12]
 
 
+def test_a_cell_longer_than_csvs_default_limit_is_read(tmp_path, default_csv_limit):
+    """A judgment of 200,000 characters refused the whole file ("field larger than field limit")."""
+    judgment = "the court finds " * 12_500
+    path = write_csv(tmp_path / "long.csv", [("1", judgment, "a"), ("2", "short text", "b")], ("id", "text", "label"))
+    assert read_table(path)["text"].tolist() == [judgment, "short text"]
+
+
 def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path):
     """The quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97
     rows after it without a word, and its message named the last line, not the quote's."""

@@ -11,11 +11,16 @@ import csv
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from engine.ingest.errors import IngestError, RowProblem
+
+# csv's default cell limit (131,072 characters) refused a file with one long judgment; a C long caps it
+# (32 bits on Windows). Set before each read: it is csv's one global setting
+CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 # frame.attrs key: the index is each row's 0-based place in its file, set by these readers only (a caller's own
 # frame may hold any integers there: a filtered frame's 0, 2, 3, ...)
@@ -150,6 +155,7 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     that runs to the end of the file inside a quote, or that spans several lines and has the wrong cell count,
     refuses the file (naming the line where it started) rather than becoming one skippable bad row."""
     lines = io.StringIO(text, newline="").readlines()  # the lines as the reader counts them
+    csv.field_size_limit(CSV_FIELD_LIMIT)
     reader = csv.reader(lines, delimiter=sep)
     try:
         header = next(reader)

@@ -172,6 +172,27 @@ def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     assert any("dev size 500 asked for, but the file has 60 labeled rows" in note for note in report.notes)
 
 
+def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_classes(tmp_path):
+    """'Inhibitor' beside 'inhibitor' became two classes without a word, each with part of the rows."""
+    rows = [(f"r{i}", f"the drug number {i} acts here", ("inhibitor", "no relation")[i % 2]) for i in range(20)]
+    rows[4] = ("r4", "the drug blocks it", "Inhibitor")
+    rows[7] = ("r7", "nothing happens", "no  relation")
+    path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label"))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), path, IngestOptions(skip_bad_rows=True))  # skipping cannot help
+    assert [str(p) for p in err.value.problems] == [
+        "the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) differ only "
+        "in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they are "
+        "different labels, give the label set",
+        "the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) differ "
+        "only in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they "
+        "are different labels, give the label set"]
+    # a label set given keeps them apart, as given
+    report = import_path(Store.open(tmp_path / "b"), path,
+                         IngestOptions(labels=("Inhibitor", "inhibitor", "no  relation", "no relation")))
+    assert report.n_rows == 20
+
+
 def test_plan_import_counts_the_splits_and_writes_nothing(tmp_path):
     frame = pd.DataFrame(_legal_rows(100, 40), columns=["id", "text", "note", "label"])
     plan = plan_import(frame, IngestOptions(dev_size=60))

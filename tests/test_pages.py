@@ -902,6 +902,25 @@ def test_a_label_with_a_comma_survives_the_untouched_label_box(tmp_path, monkeyp
     assert Store.open(tmp_path / "comma" / "survey").load_task().labels == ("no", "yes, definitely")
 
 
+def test_the_import_form_names_labels_that_differ_only_in_case(tmp_path, monkeypatch):
+    """'None' beside 'none' became two classes without a word; the form now says so before anything is written, and
+    a label set the curator types is taken as given."""
+    rows = [f"r{i},comment number {i} on the video,{('SPAM', 'none')[i % 2]}" for i in range(40)]
+    rows[5] = "r5,comment number 5 on the video,None"
+    at = upload_into_new_workspace(tmp_path / "case", monkeypatch, "mine", "comments.csv", ["id,text,label", *rows])
+    assert at.text_input(key="map_labels").value == "None, SPAM, none"
+    errors = " ".join(e.value for e in at.error)
+    assert "cannot be imported as it is: labels 'None' (1 row(s), first row 6) and 'none' (19 row(s), first row 2) " \
+           "differ only in case" in errors
+    import_and_wait(at, tmp_path / "case" / "mine")
+    assert not Store.open(tmp_path / "case" / "mine").has_data()
+    at.text_input(key="map_labels").input("SPAM, none, None").run()  # the curator says they are three labels
+    assert not any("cannot be imported as it is" in e.value for e in at.error), [e.value for e in at.error]
+    import_and_wait(at, tmp_path / "case" / "mine")
+    assert not at.exception, [e.value for e in at.exception]
+    assert Store.open(tmp_path / "case" / "mine").load_task().labels == ("SPAM", "none", "None")
+
+
 def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home):
     from engine.llm.costs import Budget
 

@@ -26,6 +26,7 @@ from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench_rows
 from engine.ingest.splits import assign_splits, mark_audit
+from engine.ingest.variants import variant_problems
 from engine.store.workspace import Store
 
 SPLIT_ALIASES = {
@@ -162,13 +163,14 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         raise IngestError("a multi-label import needs a label separator (e.g. '|')")
     raw_labels = ([_label_names(v, opts) for v in frame[opts.label_column]] if has_labels
                   else [None] * len(frame))
-    if labels is None:
-        labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
-    problems: list[RowProblem] = []
-    seen_ids: dict[str, int] = {}
-    keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
     positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
     places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
+    problems: list[RowProblem] = []
+    if labels is None:  # read from the data: 'None' beside 'none' is a typo far more often than two classes
+        labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
+        problems += variant_problems(raw_labels, lambda i: places.get(positions[i]) or f"row {positions[i] + 1}")
+    seen_ids: dict[str, int] = {}
+    keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
     # each column as a list once (the cells boxed as `.iloc` boxes them): a pandas lookup per cell cost
     # ~0.1 ms, a minute at 100K rows
     texts = list(frame[opts.text_column].array)

@@ -264,6 +264,24 @@ def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
         read_table(broken)
 
 
+def test_a_file_none_of_whose_rows_can_be_read_says_why_not_that_no_column_holds_text(tmp_path):
+    """A JSONL written with str(dict), or a ';'-separated CSV, was refused with "no column holds free text ...; the
+    columns are: ; name the text column", and every line's own problem was dropped."""
+    rows = [{"id": i, "text": f"the contract ends upon notice {i}", "label": "ab"[i % 2]} for i in range(8)]
+    (tmp_path / "repr.jsonl").write_text("".join(f"{r}\n" for r in rows))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), tmp_path / "repr.jsonl")
+    assert str(err.value).startswith("none of the file's 8 rows could be read, so there is nothing to import; why, "
+                                     "for the first 5\n  - row 1: not valid JSON (Expecting property name")
+    assert [p.row for p in err.value.problems] == [1, 2, 3, 4, 5]
+    (tmp_path / "semi.csv").write_text("id;text;label\n" + "".join(f"{i};the clause, number {i};a\n" for i in range(3)))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "b"), tmp_path / "semi.csv")
+    assert "(its header names 1 column(s): 'id;text;label')" in str(err.value)
+    assert [str(p) for p in err.value.problems][0] == ("row 1: 2 cells where the header has 1 (line 2 of the file; a "
+                                                       "stray separator or an unclosed quote?)")
+
+
 def test_jsonl_rows_break_at_newlines_only(tmp_path):
     """U+2028, U+2029, \\x85 and \\x0c are legal raw inside a JSON string (ensure_ascii=False writes them so, as
     does our own JSONL export): they must not split a row; a Windows "\\r\\n" still ends one."""

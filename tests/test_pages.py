@@ -244,6 +244,16 @@ def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_ski
     assert not Store.open(tmp_path / "nolabel" / "notes").has_data()
 
 
+def test_an_upload_with_no_readable_row_says_why_each_row_is_unreadable(tmp_path, monkeypatch):
+    """A JSONL written with str(dict): the form said no column holds free text, and named no line."""
+    lines = [str({"id": i, "text": f"comment number {i}", "label": "HAM"}) for i in range(10)]
+    at = upload_into_new_workspace(tmp_path / "repr", monkeypatch, "mine", "comments.jsonl", lines)
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.error)
+    assert "none of the file's 10 rows could be read" in errors and "row 1: not valid JSON" in errors
+    assert "no column holds free text" not in texts(at)
+
+
 def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "legal")

@@ -29,6 +29,7 @@ from engine.ingest.splits import assign_splits, mark_audit
 from engine.ingest.variants import variant_problems
 from engine.store.workspace import Store
 
+FIRST_PROBLEMS = 5  # told when no row could be read: the rest are most often the same
 SPLIT_ALIASES = {
     "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",
     "dev": "dev", "valid": "dev", "validation": "dev", "val": "dev",
@@ -240,6 +241,12 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportPlan:
     """What an import would do, without writing anything: the clean rows with their splits, every problem,
     and notes for the user (the dev split smaller than asked, no unlabeled rows, the text column chosen)."""
+    if read_problems and frame.empty:  # their cause (str(dict) lines, a ';' file), not "no column holds free text"
+        header = (f" (its header names {len(frame.columns)} column(s): {', '.join(map(repr, frame.columns))})"
+                  if len(frame.columns) else "")
+        first = sorted(read_problems, key=lambda p: p.row)[:FIRST_PROBLEMS]
+        raise IngestError(f"none of the file's {len(read_problems):,} rows could be read, so there is nothing to "
+                          f"import{header}; why, for the first {len(first)}", first)
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
     clean, labels, problems = validate(frame, resolved, labels)

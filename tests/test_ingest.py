@@ -83,6 +83,21 @@ def _legal_rows(n_labeled: int, n_unlabeled: int) -> list[tuple[str, str, str, s
     return rows
 
 
+def test_a_label_column_the_file_lacks_is_named_with_the_files_columns(tmp_path):
+    """A header 'Label' (Excel's), or --label-column for a column the file lacks, was refused with "row 0: need at
+    least two labels, found []", which named neither the column nor the file's columns."""
+    path = write_csv(tmp_path / "caps.csv", [(f"r{i}", f"some words {i}", "ab"[i % 2]) for i in range(10)],
+                     ("ID", "Text", "Label"))
+    with pytest.raises(IngestError, match=r"^no label column 'label' in the file \(its columns: 'ID', 'Text', "
+                                          r"'Label'; column names are case-sensitive: is it 'Label'\?\); name the "
+                                          "column that holds the labels$"):
+        import_path(Store.open(tmp_path / "a"), path)
+    with pytest.raises(IngestError, match=r"^no label column 'gold' in the file \(its columns: 'ID', 'Text', "
+                                          r"'Label'\); name"):
+        import_path(Store.open(tmp_path / "b"), path, IngestOptions(label_column="gold"))
+    assert import_path(Store.open(tmp_path / "c"), path, IngestOptions(label_column="Label")).n_rows == 10
+
+
 def test_text_column_is_chosen_by_content_not_the_id(tmp_path):
     """A file with no column named text: the clause column (free text) is the text, never the id column."""
     path = write_csv(tmp_path / "clauses.csv", _legal_rows(40, 10), ("clause_id", "clause", "note", "label"))

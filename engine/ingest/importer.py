@@ -40,7 +40,7 @@ SPLIT_ALIASES = {
 @dataclass(frozen=True)
 class IngestOptions:
     text_column: str | None = None  # None: chosen by content (engine/ingest/columns.py)
-    label_column: str | None = "label"  # None or absent column: no labels in the file
+    label_column: str | None = "label"  # None: no labels in the file; a column the file lacks is refused
     split_column: str | None = "split"
     id_column: str | None = "id"
     field_columns: tuple[str, ...] | None = None  # None: every other column is kept as a field
@@ -96,6 +96,14 @@ def with_text_column(frame: pd.DataFrame, opts: IngestOptions) -> IngestOptions:
 
 
 # ---- validating ----------------------------------------------------------------------------------
+def _no_label_column(name: str, columns: list[str]) -> str:
+    """Why a label column asked for (or expected as `label`) is refused: not in the file, which has these columns."""
+    alike = [c for c in columns if c.casefold() == name.casefold()]
+    hint = f"; column names are case-sensitive: is it {alike[0]!r}?" if alike else ""
+    return (f"no label column {name!r} in the file (its columns: {', '.join(map(repr, columns))}{hint}); "
+            "name the column that holds the labels")
+
+
 def cell_text(value) -> str:
     """An id, split or label cell as the text the user wrote ("" when blank).
 
@@ -149,8 +157,10 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     opts = with_text_column(frame, opts)
     if opts.text_column not in frame.columns:
         raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
+    if opts.label_column is not None and opts.label_column not in frame.columns:
+        raise IngestError(_no_label_column(opts.label_column, [str(c) for c in frame.columns]))
     labels = tuple(opts.labels) if opts.labels else labels
-    has_labels = opts.label_column is not None and opts.label_column in frame.columns
+    has_labels = opts.label_column is not None
     has_split = opts.split_column is not None and opts.split_column in frame.columns
     has_id = opts.id_column is not None and opts.id_column in frame.columns
     reserved = {opts.text_column, opts.label_column, opts.split_column, opts.id_column}

@@ -98,6 +98,30 @@ def test_a_label_column_the_file_lacks_is_named_with_the_files_columns(tmp_path)
     assert import_path(Store.open(tmp_path / "c"), path, IngestOptions(label_column="Label")).n_rows == 10
 
 
+def test_no_dev_split_says_why_when_the_rows_are_labeled(tmp_path):
+    """Labeled rows that are all test (a WRENCH folder without valid.json) or a dev size of 0 were told "no labeled
+    rows, so there is no dev split"."""
+    folder = wrench_folder(tmp_path / "w", train=wrench_records(30), test=wrench_records(20))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), folder)
+    assert [str(p) for p in err.value.problems] == [
+        "the file: none of the 50 labeled rows is a dev row: by their split, 20 are test (holdout) rows and 30 pool "
+        "rows, whose labels are ignored (the pool is unlabeled work); give some labeled rows the split dev (in a "
+        "WRENCH folder: a valid.json), or leave their split blank to have dev drawn from them"]
+    path = write_csv(tmp_path / "d.csv", [(f"r{i}", f"some words {i}", "ab"[i % 2]) for i in range(10)],
+                     ("id", "text", "label"))
+    plan = plan_import(read_table(path), IngestOptions(dev_size=0))  # the studio's form shows it before importing
+    assert [str(p) for p in plan.problems] == [
+        "the file: dev size 0: none of the 10 labeled rows goes to dev, so there is nothing to measure annotators "
+        "on; ask for a dev split of at least a few rows per class"]
+    with pytest.raises(IngestError, match="dev size 0: none of the 10 labeled rows"):
+        import_path(Store.open(tmp_path / "b"), path, IngestOptions(dev_size=0, skip_bad_rows=True))
+    unlabeled = write_csv(tmp_path / "u.csv", [(f"r{i}", f"some words {i}", "") for i in range(10)],
+                          ("id", "text", "label"))
+    with pytest.raises(IngestError, match="no labeled rows, so there is no dev split"):
+        import_path(Store.open(tmp_path / "c"), unlabeled, IngestOptions(labels=("a", "b")))
+
+
 def test_text_column_is_chosen_by_content_not_the_id(tmp_path):
     """A file with no column named text: the clause column (free text) is the text, never the id column."""
     path = write_csv(tmp_path / "clauses.csv", _legal_rows(40, 10), ("clause_id", "clause", "note", "label"))

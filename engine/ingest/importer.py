@@ -25,7 +25,7 @@ from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench_rows
-from engine.ingest.splits import assign_splits, mark_audit
+from engine.ingest.splits import assign_splits, mark_audit, no_dev_reason
 from engine.ingest.variants import variant_problems
 from engine.store.workspace import Store
 
@@ -268,7 +268,10 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     if clean.empty:
         return ImportPlan(clean, labels, problems, notes, text_column)
     labeled = int(clean["label"].notna().sum())
+    unsplit = clean
     clean, split_notes = assign_splits(clean, opts.dev_size, opts.seed)
+    if not (clean["split"] == "dev").any():  # a problem of the whole file: no import without a dev split
+        problems = [RowProblem(0, no_dev_reason(unsplit, opts.dev_size)), *problems]
     clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
     notes += split_notes + audit_notes
     n_dev = int((clean["split"] == "dev").sum())
@@ -301,9 +304,6 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     stray = sorted(set(opts.label_descriptions) - set(labels))
     if stray:
         notes.append(f"descriptions given for labels the data does not have (ignored): {', '.join(stray)}")
-    if not (clean["split"] == "dev").any():
-        raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
-                          "add a label column with at least a few labeled rows per class")
     field_names = tuple(sorted({k for f in clean["fields"] for k in f}))
     described = {label: text for label, text in opts.label_descriptions.items() if label in labels}
     task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=described,

@@ -27,7 +27,7 @@ CUES = ("Downregulator=inhibit*", "Agonist=agonist*", "Antagonist=antagon*", "NO
 
 
 def measure(dataset: str, cues: list[str], views: list[str]) -> list[dict]:
-    frame, labels = read_wrench(SHARED / dataset)
+    frame, _ = read_wrench(SHARED / dataset)
     valid = frame[frame["split"] == "dev"]
     fields = [c for c in valid.columns if c not in ("id", "text", "label", "split")]
     examples = [{**{f: row[f] for f in fields}, "text": row["text"]} for _, row in valid.iterrows()]
@@ -39,7 +39,7 @@ def measure(dataset: str, cues: list[str], views: list[str]) -> list[dict]:
         for view in views:
             fired = index.fires(view, [cue])
             n = int(fired.sum())
-            right = int(np.count_nonzero(gold[fired] == labels.index(label)))
+            right = int(np.count_nonzero(gold[fired] == label))
             rows.append({"label": label, "cue": cue, "view": view, "fires": n,
                          "precision": round(right / n, 3) if n else None})
     return rows

@@ -65,8 +65,8 @@ def pool_gold(name: str, ids: np.ndarray, labels: tuple[str, ...]) -> np.ndarray
         train = pd.read_csv(SHARED / name / "train.csv")
         return np.array([labels.index(train["category"].iloc[int(i.split("-")[1])]) for i in ids])
     wrench, _ = read_wrench(SHARED / name)
-    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))
-    return np.array([gold_of[i] for i in ids])
+    gold_of = dict(zip(wrench["id"], wrench["label"], strict=True))  # label names
+    return np.array([labels.index(gold_of[i]) for i in ids])
 
 
 def evolved_inputs(name: str, seed: int, generations: int, prefix: str = "validation", fresh: bool = False

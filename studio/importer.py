@@ -10,7 +10,7 @@ import streamlit as st
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
-from engine.ingest.readers import read_rows, read_wrench
+from engine.ingest.readers import read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
@@ -48,7 +48,7 @@ def _read_location(path: str, stamp: tuple) -> tuple[pd.DataFrame, tuple[str, ..
     location = Path(path)
     try:
         if location.is_dir():
-            return *read_wrench(location), []
+            return read_wrench_rows(location)
         frame, problems = read_rows(location)
     except IngestError:
         raise
@@ -148,8 +148,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
         # the labels found, as found, while the box is untouched: a label may itself hold a comma ('yes, definitely')
-        labels = found if label_text == ", ".join(found) else tuple(x.strip() for x in label_text.split(",")
-                                                                      if x.strip())
+        untouched = label_text == ", ".join(found)
+        labels = found if untouched else tuple(x.strip() for x in label_text.split(",") if x.strip())
         size_col, audit_col = st.columns([1, 1])
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
@@ -165,9 +165,12 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
     instructions = st.text_area("Task instructions (what the agents read)", key="map_instructions",
                                 placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
+    # untouched, the import reads the labels from the file as this form did, and names any that differ only in
+    # case or spacing ('None' / 'none'); a typed set is taken as given
+    given = None if untouched and not wrench_labels else labels or None
     return IngestOptions(task_name=task_name.strip() or None, text_column=text_col, label_column=label_col,
                          split_column=split_col, id_column=id_col,
-                         field_columns=tuple(fields), labels=labels or None, label_descriptions=descriptions,
+                         field_columns=tuple(fields), labels=given, label_descriptions=descriptions,
                          instructions=instructions.strip(), dev_size=int(dev_size), audit_fraction=float(audit),
                          skip_bad_rows=skip,
                          multi_label=multi_label, label_separator=separator or "|")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import os
 import subprocess
@@ -29,6 +30,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real WRENCH data not found at {SHARED_DATA} (CI has it; see ../shared/data/README.md)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def default_csv_limit() -> Iterator[None]:
+    """csv's cell limit as a fresh process has it (131,072 characters): another test's read may have raised it."""
+    before = csv.field_size_limit(131_072)
+    yield
+    csv.field_size_limit(before)
 
 
 @pytest.fixture

@@ -177,6 +177,19 @@ def test_bad_input_is_a_one_line_domain_error_not_a_traceback(tmp_path):
     assert line.startswith("error: ") and "row 2: duplicate id '1'" in line and "Traceback" not in out.stderr
 
 
+def test_an_import_refused_for_its_label_column_or_dev_size_says_which_and_why(tmp_path):
+    """Both were told as "row 0: need at least two labels, found []" or "no labeled rows, so there is no dev split"."""
+    data = tmp_path / "d.csv"
+    data.write_text("id,text,Label\n" + "".join(f"r{i},some words {i},{'ab'[i % 2]}\n" for i in range(10)))
+    _, out = evopool("run", str(data), "--workdir", str(tmp_path / "a"), "--generations", "0")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "error: no label column 'label' in the file (its columns: 'id', 'text', 'Label'; column names are "
+        "case-sensitive: is it 'Label'?); name the column that holds the labels")
+    _, out = evopool("run", str(data), "--workdir", str(tmp_path / "b"), "--generations", "0", "--label-column",
+                     "Label", "--dev-size", "0")
+    assert out.returncode == 1 and "the file: dev size 0: none of the 10 labeled rows goes to dev" in out.stderr
+
+
 def test_a_workspace_without_data_is_a_domain_error_for_eval_export_and_pool(tmp_path):
     ws = str(tmp_path / "empty")
     Store.open(ws)  # a workspace with no rows (a studio's new one): closed again for the subprocesses to open

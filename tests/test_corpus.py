@@ -136,6 +136,14 @@ def test_missing_and_corrupt_inputs_are_named(tmp_path):
         list(iter_batches(survey([bad_line]), 10))
 
 
+def test_a_cell_longer_than_csvs_default_limit_is_read(tmp_path, default_csv_limit):
+    """A judgment of 200,000 characters ended the run ("field larger than field limit")."""
+    judgment = "the court finds " * 12_500
+    path = tmp_path / "long.csv"
+    pd.DataFrame({"text": [judgment, "short text"]}).to_csv(path, index=False)
+    assert [t for b in iter_batches(survey([path]), 10) for t in b.frame["text"]] == [judgment, "short text"]
+
+
 def test_the_surveyed_rows_are_the_rows_read(tmp_path):
     """The progress total (and ETA) is the survey's count: a last line without its newline is a row, a blank line
     (which both readers skip: a CSV's used to fail the run at its end as a row of 0 cells) is not."""

@@ -83,6 +83,45 @@ def _legal_rows(n_labeled: int, n_unlabeled: int) -> list[tuple[str, str, str, s
     return rows
 
 
+def test_a_label_column_the_file_lacks_is_named_with_the_files_columns(tmp_path):
+    """A header 'Label' (Excel's), or --label-column for a column the file lacks, was refused with "row 0: need at
+    least two labels, found []", which named neither the column nor the file's columns."""
+    path = write_csv(tmp_path / "caps.csv", [(f"r{i}", f"some words {i}", "ab"[i % 2]) for i in range(10)],
+                     ("ID", "Text", "Label"))
+    with pytest.raises(IngestError, match=r"^no label column 'label' in the file \(its columns: 'ID', 'Text', "
+                                          r"'Label'; column names are case-sensitive: is it 'Label'\?\); name the "
+                                          "column that holds the labels$"):
+        import_path(Store.open(tmp_path / "a"), path)
+    with pytest.raises(IngestError, match=r"^no label column 'gold' in the file \(its columns: 'ID', 'Text', "
+                                          r"'Label'\); name"):
+        import_path(Store.open(tmp_path / "b"), path, IngestOptions(label_column="gold"))
+    assert import_path(Store.open(tmp_path / "c"), path, IngestOptions(label_column="Label")).n_rows == 10
+
+
+def test_no_dev_split_says_why_when_the_rows_are_labeled(tmp_path):
+    """Labeled rows that are all test (a WRENCH folder without valid.json) or a dev size of 0 were told "no labeled
+    rows, so there is no dev split"."""
+    folder = wrench_folder(tmp_path / "w", train=wrench_records(30), test=wrench_records(20))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), folder)
+    assert [str(p) for p in err.value.problems] == [
+        "the file: none of the 50 labeled rows is a dev row: by their split, 20 are test (holdout) rows and 30 pool "
+        "rows, whose labels are ignored (the pool is unlabeled work); give some labeled rows the split dev (in a "
+        "WRENCH folder: a valid.json), or leave their split blank to have dev drawn from them"]
+    path = write_csv(tmp_path / "d.csv", [(f"r{i}", f"some words {i}", "ab"[i % 2]) for i in range(10)],
+                     ("id", "text", "label"))
+    plan = plan_import(read_table(path), IngestOptions(dev_size=0))  # the studio's form shows it before importing
+    assert [str(p) for p in plan.problems] == [
+        "the file: dev size 0: none of the 10 labeled rows goes to dev, so there is nothing to measure annotators "
+        "on; ask for a dev split of at least a few rows per class"]
+    with pytest.raises(IngestError, match="dev size 0: none of the 10 labeled rows"):
+        import_path(Store.open(tmp_path / "b"), path, IngestOptions(dev_size=0, skip_bad_rows=True))
+    unlabeled = write_csv(tmp_path / "u.csv", [(f"r{i}", f"some words {i}", "") for i in range(10)],
+                          ("id", "text", "label"))
+    with pytest.raises(IngestError, match="no labeled rows, so there is no dev split"):
+        import_path(Store.open(tmp_path / "c"), unlabeled, IngestOptions(labels=("a", "b")))
+
+
 def test_text_column_is_chosen_by_content_not_the_id(tmp_path):
     """A file with no column named text: the clause column (free text) is the text, never the id column."""
     path = write_csv(tmp_path / "clauses.csv", _legal_rows(40, 10), ("clause_id", "clause", "note", "label"))
@@ -132,6 +171,13 @@ def test_ragged_csv_names_every_bad_row_and_the_good_rows_can_be_imported(tmp_pa
     assert report.n_rows == 27 and [p.row for p in report.skipped] == [4, 9, 12]
 
 
+def test_a_cell_longer_than_csvs_default_limit_is_read(tmp_path, default_csv_limit):
+    """A judgment of 200,000 characters refused the whole file ("field larger than field limit")."""
+    judgment = "the court finds " * 12_500
+    path = write_csv(tmp_path / "long.csv", [("1", judgment, "a"), ("2", "short text", "b")], ("id", "text", "label"))
+    assert read_table(path)["text"].tolist() == [judgment, "short text"]
+
+
 def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path):
     """The quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97
     rows after it without a word, and its message named the last line, not the quote's."""
@@ -163,6 +209,27 @@ def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     assert report.split_counts.get("pool", 0) == 0
     assert any("no unlabeled rows" in note for note in report.notes)
     assert any("dev size 500 asked for, but the file has 60 labeled rows" in note for note in report.notes)
+
+
+def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_classes(tmp_path):
+    """'Inhibitor' beside 'inhibitor' became two classes without a word, each with part of the rows."""
+    rows = [(f"r{i}", f"the drug number {i} acts here", ("inhibitor", "no relation")[i % 2]) for i in range(20)]
+    rows[4] = ("r4", "the drug blocks it", "Inhibitor")
+    rows[7] = ("r7", "nothing happens", "no  relation")
+    path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label"))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), path, IngestOptions(skip_bad_rows=True))  # skipping cannot help
+    assert [str(p) for p in err.value.problems] == [
+        "the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) differ only "
+        "in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they are "
+        "different labels, give the label set",
+        "the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) differ "
+        "only in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they "
+        "are different labels, give the label set"]
+    # a label set given keeps them apart, as given
+    report = import_path(Store.open(tmp_path / "b"), path,
+                         IngestOptions(labels=("Inhibitor", "inhibitor", "no  relation", "no relation")))
+    assert report.n_rows == 20
 
 
 def test_plan_import_counts_the_splits_and_writes_nothing(tmp_path):
@@ -236,6 +303,24 @@ def test_jsonl_keeps_extra_fields_and_reports_bad_line(tmp_path):
         read_table(broken)
 
 
+def test_a_file_none_of_whose_rows_can_be_read_says_why_not_that_no_column_holds_text(tmp_path):
+    """A JSONL written with str(dict), or a ';'-separated CSV, was refused with "no column holds free text ...; the
+    columns are: ; name the text column", and every line's own problem was dropped."""
+    rows = [{"id": i, "text": f"the contract ends upon notice {i}", "label": "ab"[i % 2]} for i in range(8)]
+    (tmp_path / "repr.jsonl").write_text("".join(f"{r}\n" for r in rows))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), tmp_path / "repr.jsonl")
+    assert str(err.value).startswith("none of the file's 8 rows could be read, so there is nothing to import; why, "
+                                     "for the first 5\n  - row 1: not valid JSON (Expecting property name")
+    assert [p.row for p in err.value.problems] == [1, 2, 3, 4, 5]
+    (tmp_path / "semi.csv").write_text("id;text;label\n" + "".join(f"{i};the clause, number {i};a\n" for i in range(3)))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "b"), tmp_path / "semi.csv")
+    assert "(its header names 1 column(s): 'id;text;label')" in str(err.value)
+    assert [str(p) for p in err.value.problems][0] == ("row 1: 2 cells where the header has 1 (line 2 of the file; a "
+                                                       "stray separator or an unclosed quote?)")
+
+
 def test_jsonl_rows_break_at_newlines_only(tmp_path):
     """U+2028, U+2029, \\x85 and \\x0c are legal raw inside a JSON string (ensure_ascii=False writes them so, as
     does our own JSONL export): they must not split a row; a Windows "\\r\\n" still ends one."""
@@ -289,6 +374,31 @@ def test_missing_cells_are_blank_and_integers_stay_integers(tmp_path):
     assert plan.rows.set_index("id").loc["5", "split"] == "pool"
 
 
+def test_a_gap_in_a_typed_column_loses_no_digit_and_stores_no_nan(tmp_path):
+    """One JSONL row without an id turned the 64-bit ids into floats (ids collapsed into 'duplicate id'), and an int
+    field with a gap into 2015.0 and NaN; a NaN float64 field was stored as NaN; a Parquet string column's missing
+    text was imported as the text "<NA>"."""
+    rows = [{"id": 1234567890123456789 + i, "text": f"sample sentence number {i}", "label": "ab"[i % 2],
+             "year": 2015} for i in range(6)]
+    del rows[2]["id"], rows[4]["year"]
+    path = tmp_path / "ids.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    store = Store.open(tmp_path / "a")
+    report = import_path(store, path, IngestOptions(skip_bad_rows=True))
+    assert [str(p) for p in report.skipped] == ["row 3: empty id"]
+    fields = {e.id: e.fields for e in store.examples()}
+    assert sorted(fields) == [str(1234567890123456789 + i) for i in (0, 1, 3, 4, 5)]
+    assert fields["1234567890123456789"] == {"year": 2015} and fields["1234567890123456793"] == {"year": None}
+    table = pd.DataFrame({"text": pd.array(["one two", None, "five six", "seven"], dtype="string"),
+                          "label": ["a", "b", "a", "b"], "score": [0.5, float("nan"), 1.0, 2.0],
+                          "count": pd.array([1, 2, None, 4], dtype="Int64")})
+    table.to_parquet(tmp_path / "na.parquet")
+    plan = plan_import(read_table(tmp_path / "na.parquet"), IngestOptions(dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 2: empty text in column 'text'"]
+    assert plan.rows["fields"].tolist() == [{"score": 0.5, "count": 1}, {"score": 1.0, "count": None},
+                                            {"score": 2.0, "count": 4}]
+
+
 def wrench_folder(path, label_json: str = '{"0": "neg", "1": "pos"}', **files: str):
     """A WRENCH folder with this label.json and these split files (train=..., valid=..., test=...)."""
     path.mkdir()
@@ -309,6 +419,34 @@ def test_a_wrench_row_problem_names_its_file_and_record(tmp_path):
     with pytest.raises(IngestError) as err:
         import_path(Store.open(tmp_path / "ws"), folder, IngestOptions(dev_size=10))
     assert [str(p) for p in err.value.problems] == ["valid.json record 5: empty text in column 'text'"]
+
+
+def test_wrench_label_names_that_are_digits_stay_the_labels_they_name(tmp_path):
+    """Star ratings {"0": "1", "1": "5"}: the index 1 was turned into "1" and read again as the name "1", so every
+    row was filed under the first class; a label that is no index of label.json is a bad record, named."""
+    records = json.loads(wrench_records(20))
+    records["7"]["label"] = 2
+    folder = wrench_folder(tmp_path / "w", '{"0": "1", "1": "5"}', train=wrench_records(20),
+                           valid=json.dumps(records), test=wrench_records(10))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), folder)
+    assert [str(p) for p in err.value.problems] == [
+        "valid.json record 7: label 2 is not a label index of label.json (0 to 1)"]
+    store = Store.open(tmp_path / "b")
+    report = import_path(store, folder, IngestOptions(skip_bad_rows=True))
+    assert report.labels == ("1", "5")
+    gold = dict(zip(store.example_ids("dev"), store.label_indices("dev"), strict=True))
+    assert gold == {f"valid-{i}": i % 2 for i in range(20) if i != 7}
+
+
+def test_a_digit_label_is_a_name_never_an_index_into_the_label_set():
+    """Stance labels -1 and 1 given as the label set: a stray 0 was read as index 0 and became -1."""
+    frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "label": ["-1", "1", "0", "1"],
+                          "text": ["we oppose this ruling", "we support this ruling", "the court adjourned",
+                                   "strong support for the appeal"]})
+    plan = plan_import(frame, IngestOptions(labels=("-1", "1"), dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 3: label '0' is not in the label set (-1, 1)"]
+    assert [plan.labels[i] for i in plan.rows["label"]] == ["-1", "1", "1"]
 
 
 @pytest.mark.parametrize(("label_json", "files", "message"), [
@@ -335,6 +473,30 @@ def test_parquet_round_trip(tmp_path):
     store = Store.open(tmp_path / "ws")
     report = import_path(store, tmp_path / "d.parquet")
     assert report.split_counts == {"dev": 2, "pool": 1, "test": 1}
+
+
+def test_a_parquet_index_is_data_or_nothing_never_the_row_number(tmp_path):
+    """`df.set_index("pmid").to_parquet(...)` restores the PMIDs as the index, which was taken for the row number:
+    each row was stored under PMID+1 and its problems named rows the file does not have; a filtered frame's
+    unnamed index (0, 2, 3, ...) named the wrong row."""
+    frame = pd.DataFrame({"pmid": [31000000, 31000017, 31000342, 31000999],
+                          "text": ["aspirin inhibits cox", "no interaction here", "", "drug blocks the receptor"],
+                          "label": ["inhibitor", "none", "none", "inhibitor"]})
+    frame.set_index("pmid").to_parquet(tmp_path / "pmid.parquet")
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), tmp_path / "pmid.parquet", IngestOptions(id_column="pmid"))
+    assert [str(p) for p in err.value.problems] == ["row 3: empty text in column 'text'"]
+    store = Store.open(tmp_path / "b")
+    import_path(store, tmp_path / "pmid.parquet", IngestOptions(id_column="pmid", skip_bad_rows=True))
+    assert sorted(store.example_ids()) == ["31000000", "31000017", "31000999"]
+    frame.drop(columns="pmid").iloc[[0, 2, 3]].to_parquet(tmp_path / "filtered.parquet")  # index 0, 2, 3
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "c"), tmp_path / "filtered.parquet")
+    assert [str(p) for p in err.value.problems] == ["row 2: empty text in column 'text'"]
+    # a caller's own frame: its index is no row of any file either
+    plan = plan_import(frame.set_index("pmid"), IngestOptions(labels=("inhibitor", "none"), dev_size=10))
+    assert [str(p) for p in plan.problems] == ["row 3: empty text in column 'text'"]
+    assert plan.rows["id"].tolist() == ["1", "2", "4"]
 
 
 def test_second_import_into_same_workspace_is_refused(tmp_path, demo_csv):

@@ -257,6 +257,16 @@ def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_ski
     assert not Store.open(tmp_path / "nolabel" / "notes").has_data()
 
 
+def test_an_upload_with_no_readable_row_says_why_each_row_is_unreadable(tmp_path, monkeypatch):
+    """A JSONL written with str(dict): the form said no column holds free text, and named no line."""
+    lines = [str({"id": i, "text": f"comment number {i}", "label": "HAM"}) for i in range(10)]
+    at = upload_into_new_workspace(tmp_path / "repr", monkeypatch, "mine", "comments.jsonl", lines)
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.error)
+    assert "none of the file's 10 rows could be read" in errors and "row 1: not valid JSON" in errors
+    assert "no column holds free text" not in texts(at)
+
+
 def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "legal")
@@ -1008,6 +1018,25 @@ def test_a_label_with_a_comma_survives_the_untouched_label_box(tmp_path, monkeyp
     import_and_wait(at, tmp_path / "comma" / "survey")
     assert not at.exception, [e.value for e in at.exception]
     assert Store.open(tmp_path / "comma" / "survey").load_task().labels == ("no", "yes, definitely")
+
+
+def test_the_import_form_names_labels_that_differ_only_in_case(tmp_path, monkeypatch):
+    """'None' beside 'none' became two classes without a word; the form now says so before anything is written, and
+    a label set the curator types is taken as given."""
+    rows = [f"r{i},comment number {i} on the video,{('SPAM', 'none')[i % 2]}" for i in range(40)]
+    rows[5] = "r5,comment number 5 on the video,None"
+    at = upload_into_new_workspace(tmp_path / "case", monkeypatch, "mine", "comments.csv", ["id,text,label", *rows])
+    assert at.text_input(key="map_labels").value == "None, SPAM, none"
+    errors = " ".join(e.value for e in at.error)
+    assert "cannot be imported as it is: labels 'None' (1 row(s), first row 6) and 'none' (19 row(s), first row 2) " \
+           "differ only in case" in errors
+    import_and_wait(at, tmp_path / "case" / "mine")
+    assert not Store.open(tmp_path / "case" / "mine").has_data()
+    at.text_input(key="map_labels").input("SPAM, none, None").run()  # the curator says they are three labels
+    assert not any("cannot be imported as it is" in e.value for e in at.error), [e.value for e in at.error]
+    import_and_wait(at, tmp_path / "case" / "mine")
+    assert not at.exception, [e.value for e in at.exception]
+    assert Store.open(tmp_path / "case" / "mine").load_task().labels == ("SPAM", "none", "None")
 
 
 def test_the_llm_budget_fields_show_the_workspaces_limits_so_run_keeps_them(home):

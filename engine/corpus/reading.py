@@ -11,11 +11,16 @@ import glob
 import io
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+# csv's default cell limit (131,072 characters) refused a file with one long judgment; a C long caps it
+# (32 bits on Windows). Set before each read: it is csv's one global setting
+CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".ndjson")
 
@@ -163,6 +168,7 @@ def _lines(path: Path) -> Iterator[str]:
 
 def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
     """Cells as strings, as the importer reads them; a ragged row is an error naming the file and row."""
+    csv.field_size_limit(CSV_FIELD_LIMIT)
     reader = csv.reader(_lines(path), delimiter=sep)
     try:
         header = [h.strip() or f"Unnamed: {i}" for i, h in enumerate(next(reader))]

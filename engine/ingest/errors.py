@@ -14,7 +14,7 @@ MAX_PROBLEMS_SHOWN = 50
 
 @dataclass(frozen=True)
 class RowProblem:
-    row: int  # 1-based data row (CSV: line number minus the header)
+    row: int  # 1-based data row (CSV: line number minus the header); 0: the file as a whole
     reason: str
     where: str = ""  # the row's own name where "row N" would not find it, e.g. "valid.json record 5" (WRENCH)
 
@@ -24,7 +24,7 @@ class RowProblem:
         return self.where or self.row
 
     def __str__(self) -> str:
-        return f"{self.where or f'row {self.row}'}: {self.reason}"
+        return f"{self.where or (f'row {self.row}' if self.row else 'the file')}: {self.reason}"
 
 
 class IngestError(ValueError):

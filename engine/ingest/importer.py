@@ -24,10 +24,12 @@ import pandas as pd
 from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.readers import ROW_PLACES, read_rows, read_wrench
-from engine.ingest.splits import assign_splits, mark_audit
+from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench_rows
+from engine.ingest.splits import assign_splits, mark_audit, no_dev_reason
+from engine.ingest.variants import variant_problems
 from engine.store.workspace import Store
 
+FIRST_PROBLEMS = 5  # told when no row could be read: the rest are most often the same
 SPLIT_ALIASES = {
     "pool": "pool", "train": "pool", "unlabeled": "pool", "unlabelled": "pool",
     "dev": "dev", "valid": "dev", "validation": "dev", "val": "dev",
@@ -38,7 +40,7 @@ SPLIT_ALIASES = {
 @dataclass(frozen=True)
 class IngestOptions:
     text_column: str | None = None  # None: chosen by content (engine/ingest/columns.py)
-    label_column: str | None = "label"  # None or absent column: no labels in the file
+    label_column: str | None = "label"  # None: no labels in the file; a column the file lacks is refused
     split_column: str | None = "split"
     id_column: str | None = "id"
     field_columns: tuple[str, ...] | None = None  # None: every other column is kept as a field
@@ -94,6 +96,14 @@ def with_text_column(frame: pd.DataFrame, opts: IngestOptions) -> IngestOptions:
 
 
 # ---- validating ----------------------------------------------------------------------------------
+def _no_label_column(name: str, columns: list[str]) -> str:
+    """Why a label column asked for (or expected as `label`) is refused: not in the file, which has these columns."""
+    alike = [c for c in columns if c.casefold() == name.casefold()]
+    hint = f"; column names are case-sensitive: is it {alike[0]!r}?" if alike else ""
+    return (f"no label column {name!r} in the file (its columns: {', '.join(map(repr, columns))}{hint}); "
+            "name the column that holds the labels")
+
+
 def cell_text(value) -> str:
     """An id, split or label cell as the text the user wrote ("" when blank).
 
@@ -106,31 +116,26 @@ def cell_text(value) -> str:
     return str(value).strip()
 
 
-def _label_of(value, labels: tuple[str, ...] | None) -> str | None:
-    """A cell's label name, or None when blank. Integer cells index into `labels` when names are known."""
-    text = cell_text(value)
-    if text == "":
-        return None
-    if labels is not None and text not in labels and text.lstrip("-").isdigit():
-        index = int(text)
-        return labels[index] if 0 <= index < len(labels) else text
-    return text
+def _label_of(value) -> str | None:
+    """A cell's label name as written, or None when blank. A digit is a name, never an index into the label set:
+    with labels "1" and "5" (stars), or "-1" and "1" (stance), an index would file a row under another label."""
+    return cell_text(value) or None
 
 
-def _label_names(value, labels: tuple[str, ...] | None, opts: IngestOptions) -> list[str] | None:
+def _label_names(value, opts: IngestOptions) -> list[str] | None:
     """A cell's label names (one, or several for a multi-label task, duplicates dropped); None when blank."""
     if not opts.multi_label:
-        name = _label_of(value, labels)
+        name = _label_of(value)
         return None if name is None else [name]
     if isinstance(value, np.ndarray):  # Parquet list cells
         value = value.tolist()
     if isinstance(value, (list, tuple)):  # JSONL list cells
         parts = list(value)
-    elif _label_of(value, None) is None:
+    elif _label_of(value) is None:
         return None
     else:
         parts = str(value).split(opts.label_separator)
-    names = [name for name in (_label_of(p, labels) for p in parts) if name is not None]
+    names = [name for name in map(_label_of, parts) if name is not None]
     return list(dict.fromkeys(names)) or None
 
 
@@ -147,12 +152,15 @@ def _unknown(names: list[str], labels: tuple[str, ...]) -> str | None:
 def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
     """Check and normalise a raw frame. Returns (clean frame, label names, problems).
 
-    A problem's row is the row of the file: the frame's index when it is the reader's row positions."""
+    A problem's row is the row of the file: the frame's index where a reader set it to the row positions, else
+    the row's place in the frame."""
     opts = with_text_column(frame, opts)
     if opts.text_column not in frame.columns:
         raise IngestError(f"no text column {opts.text_column!r}; the columns are: {', '.join(map(str, frame.columns))}")
+    if opts.label_column is not None and opts.label_column not in frame.columns:
+        raise IngestError(_no_label_column(opts.label_column, [str(c) for c in frame.columns]))
     labels = tuple(opts.labels) if opts.labels else labels
-    has_labels = opts.label_column is not None and opts.label_column in frame.columns
+    has_labels = opts.label_column is not None
     has_split = opts.split_column is not None and opts.split_column in frame.columns
     has_id = opts.id_column is not None and opts.id_column in frame.columns
     reserved = {opts.text_column, opts.label_column, opts.split_column, opts.id_column}
@@ -164,15 +172,16 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
 
     if opts.multi_label and not opts.label_separator:
         raise IngestError("a multi-label import needs a label separator (e.g. '|')")
-    raw_labels = ([_label_names(v, labels, opts) for v in frame[opts.label_column]] if has_labels
+    raw_labels = ([_label_names(v, opts) for v in frame[opts.label_column]] if has_labels
                   else [None] * len(frame))
-    if labels is None:
-        labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
+    positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
+    places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
     problems: list[RowProblem] = []
+    if labels is None:  # read from the data: 'None' beside 'none' is a typo far more often than two classes
+        labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
+        problems += variant_problems(raw_labels, lambda i: places.get(positions[i]) or f"row {positions[i] + 1}")
     seen_ids: dict[str, int] = {}
     keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
-    positions = frame.index if pd.api.types.is_integer_dtype(frame.index) else pd.RangeIndex(len(frame))
-    places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
     # each column as a list once (the cells boxed as `.iloc` boxes them): a pandas lookup per cell cost
     # ~0.1 ms, a minute at 100K rows
     texts = list(frame[opts.text_column].array)
@@ -183,7 +192,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         row_no = int(positions[i]) + 1
         where = places.get(positions[i], "")
         text = texts[i]
-        if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
+        if _missing(text) or not str(text).strip():  # pd.NA too: a Parquet string column's gap is no "<NA>"
             problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}", where))
             continue
         row_id = cell_text(row_ids[i]) if has_id else str(row_no)
@@ -223,15 +232,18 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
     return pd.DataFrame(out), labels, problems
 
 
+def _missing(value) -> bool:
+    """None, NaN, pd.NA or NaT (a list or dict cell is never missing)."""
+    return pd.api.types.is_scalar(value) and bool(pd.isna(value))
+
+
 def _plain(value):
-    """A field value as JSON-able plain Python (numpy arrays and scalars become lists / numbers)."""
+    """A field value as JSON-able plain Python (numpy arrays and scalars become lists / numbers, a gap None)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    return value
+        value = value.item()  # a float64 NaN is still NaN: checked below
+    return None if _missing(value) else value
 
 
 # ---- importing -----------------------------------------------------------------------------------
@@ -239,6 +251,12 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportPlan:
     """What an import would do, without writing anything: the clean rows with their splits, every problem,
     and notes for the user (the dev split smaller than asked, no unlabeled rows, the text column chosen)."""
+    if read_problems and frame.empty:  # their cause (str(dict) lines, a ';' file), not "no column holds free text"
+        header = (f" (its header names {len(frame.columns)} column(s): {', '.join(map(repr, frame.columns))})"
+                  if len(frame.columns) else "")
+        first = sorted(read_problems, key=lambda p: p.row)[:FIRST_PROBLEMS]
+        raise IngestError(f"none of the file's {len(read_problems):,} rows could be read, so there is nothing to "
+                          f"import{header}; why, for the first {len(first)}", first)
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
     clean, labels, problems = validate(frame, resolved, labels)
@@ -250,7 +268,10 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     if clean.empty:
         return ImportPlan(clean, labels, problems, notes, text_column)
     labeled = int(clean["label"].notna().sum())
+    unsplit = clean
     clean, split_notes = assign_splits(clean, opts.dev_size, opts.seed)
+    if not (clean["split"] == "dev").any():  # a problem of the whole file: no import without a dev split
+        problems = [RowProblem(0, no_dev_reason(unsplit, opts.dev_size)), *problems]
     clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
     notes += split_notes + audit_notes
     n_dev = int((clean["split"] == "dev").sum())
@@ -283,9 +304,6 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     stray = sorted(set(opts.label_descriptions) - set(labels))
     if stray:
         notes.append(f"descriptions given for labels the data does not have (ignored): {', '.join(stray)}")
-    if not (clean["split"] == "dev").any():
-        raise IngestError(f"{source}: no labeled rows, so there is no dev split to measure annotators on; "
-                          "add a label column with at least a few labeled rows per class")
     field_names = tuple(sorted({k for f in clean["fields"] for k in f}))
     described = {label: text for label, text in opts.label_descriptions.items() if label in labels}
     task = Task(name=opts.task_name or dataset, labels=labels, label_descriptions=described,
@@ -309,11 +327,11 @@ def import_path(store: Store, path: str | Path, opts: IngestOptions = IngestOpti
     if not path.exists():
         raise IngestError(f"{path} does not exist")
     if path.is_dir():
-        frame, labels = read_wrench(path)
+        frame, labels, read_problems = read_wrench_rows(path)
         opts = IngestOptions(**{**opts.__dict__, "id_column": "id", "label_column": "label",
                                 "split_column": "split", "text_column": "text"})
         return import_frame(store, frame, opts, dataset=path.name, source=str(path), labels=labels,
-                            on_stage=on_stage)
+                            read_problems=read_problems, on_stage=on_stage)
     frame, read_problems = read_rows(path)
     return import_frame(store, frame, opts, dataset=path.stem, source=str(path), read_problems=read_problems,
                         on_stage=on_stage)

@@ -11,11 +11,20 @@ import csv
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from engine.ingest.errors import IngestError, RowProblem
+
+# csv's default cell limit (131,072 characters) refused a file with one long judgment; a C long caps it
+# (32 bits on Windows). Set before each read: it is csv's one global setting
+CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+
+# frame.attrs key: the index is each row's 0-based place in its file, set by these readers only (a caller's own
+# frame may hold any integers there: a filtered frame's 0, 2, 3, ...)
+ROW_POSITIONS = "row_positions"
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -41,9 +50,9 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
 def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.DataFrame, list[RowProblem]]:
     """The readable rows of a file and a problem for each row that is not (a ragged CSV row, a bad JSONL line).
 
-    The frame's index is each row's 0-based position among the file's data rows, so a later check can still
-    name the row of the file after bad rows were dropped. A file that cannot be read at all (empty, not UTF-8,
-    not Parquet, an unknown type) raises `IngestError`.
+    The frame's index is each row's 0-based position among the file's data rows (marked so in
+    `attrs[ROW_POSITIONS]`), so a later check can still name the row of the file after bad rows were dropped. A
+    file that cannot be read at all (empty, not UTF-8, not Parquet, an unknown type) raises `IngestError`.
     """
     name = str(name or source)
     suffix = Path(name).suffix.lower()
@@ -51,17 +60,31 @@ def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.D
     if not raw.strip():
         raise IngestError(f"{name} is empty: there is nothing to import")
     if suffix == ".parquet":
-        try:
-            return pd.read_parquet(io.BytesIO(raw)), []
-        except Exception as err:  # pyarrow raises several types for a corrupt file
-            raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
-    text = _decode(raw, name)
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        return _read_jsonl(text)
-    if suffix in (".csv", ".tsv", ".txt"):
-        return _read_delimited(text, "\t" if suffix == ".tsv" else ",", name)
-    raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
-                      "or a WRENCH folder)")
+        frame, problems = _read_parquet(raw, name), []
+    elif suffix in (".jsonl", ".ndjson", ".json"):
+        frame, problems = _read_jsonl(_decode(raw, name))
+    elif suffix in (".csv", ".tsv", ".txt"):
+        frame, problems = _read_delimited(_decode(raw, name), "\t" if suffix == ".tsv" else ",", name)
+    else:
+        raise IngestError(f"{name}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .parquet, "
+                          "or a WRENCH folder)")
+    frame.attrs[ROW_POSITIONS] = True
+    return frame, problems
+
+
+def _read_parquet(raw: bytes, name: str) -> pd.DataFrame:
+    """A Parquet file's columns, with a plain 0..n-1 index: the index pandas restores is no row number."""
+    try:
+        frame = pd.read_parquet(io.BytesIO(raw))
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise IngestError(f"{name} is not a readable Parquet file: {err}") from None
+    if any(level is not None for level in frame.index.names):  # `df.set_index("pmid")`: its ids are data
+        clash = [str(level) for level in frame.index.names if level in frame.columns]
+        if clash:
+            raise IngestError(f"{name}: its index and a column are both named {', '.join(map(repr, clash))}; "
+                              "rename one and save the file again")
+        frame = frame.reset_index()  # as engine/corpus/reading.py reads it
+    return frame.reset_index(drop=True)  # an unnamed index (a filtered frame's 0, 2, 3, ...) is dropped
 
 
 # JSON text reaches a lone surrogate only through a \uD800-\uDFFF escape (decoded UTF-8 holds none): lines without
@@ -120,7 +143,9 @@ def _read_jsonl(text: str) -> tuple[pd.DataFrame, list[RowProblem]]:
             continue
         records.append(record)
         index.append(i - 1)
-    return pd.DataFrame.from_records(records, index=pd.Index(index, dtype="int64")), problems
+    # dtype=object: each cell as JSON wrote it; inferred, a column with a gap became float (a 64-bit id lost its last
+    # digits, 2015 became 2015.0)
+    return pd.DataFrame(records, index=pd.Index(index, dtype="int64"), dtype=object), problems
 
 
 def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[RowProblem]]:
@@ -130,6 +155,7 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     that runs to the end of the file inside a quote, or that spans several lines and has the wrong cell count,
     refuses the file (naming the line where it started) rather than becoming one skippable bad row."""
     lines = io.StringIO(text, newline="").readlines()  # the lines as the reader counts them
+    csv.field_size_limit(CSV_FIELD_LIMIT)
     reader = csv.reader(lines, delimiter=sep)
     try:
         header = next(reader)
@@ -192,9 +218,19 @@ def _json_object(path: Path, what: str) -> tuple[dict, str]:
 
 
 def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """A WRENCH folder as a frame (id, text, label index, split, field columns) and its label names.
+    """`read_wrench_rows` for a folder that must be clean: any bad record refuses it."""
+    frame, labels, problems = read_wrench_rows(folder)
+    if problems:
+        raise IngestError(f"{folder} has records that cannot be read", problems)
+    return frame, labels
 
-    The `weak_labels` are dropped here: annotators and agents must never see them. The frame's
+
+def read_wrench_rows(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...], list[RowProblem]]:
+    """A WRENCH folder as a frame (id, text, label name, split, field columns), its label names, and a problem
+    for each record whose label is no index of label.json.
+
+    Labels are turned into names here, where they are known to be indices: a table's cell "1" is the label named
+    "1". The `weak_labels` are dropped: annotators and agents must never see them. The frame's
     `attrs[ROW_PLACES]` names each row by its file and record ("valid.json record 5"), for the row problems.
     """
     folder = Path(folder)
@@ -207,7 +243,7 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
         raise IngestError(f"label.json must name the labels 0 to {len(names) - 1}; it has no "
                           f"{', '.join(map(repr, missing))} (its keys: {', '.join(map(repr, names))})")
     labels = tuple(str(names[str(i)]) for i in range(len(names)))
-    rows, places = [], {}
+    rows, index, places, problems = [], [], {}, []
     for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
         path = folder / f"{file_split}.json"
         if not path.exists():
@@ -223,12 +259,29 @@ def read_wrench(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
             field = lone_surrogate(record) if escapes else None
             if field is not None:
                 raise IngestError(f"{path.name}, record {key}: {_surrogate_reason(field)}")
+            position = len(places)
+            places[position] = f"{path.name} record {key}"
+            label, refused = _wrench_label(record.get("label"), labels)
+            if refused:
+                problems.append(RowProblem(position + 1, refused, places[position]))
+                continue
             data = dict(data)
-            places[len(rows)] = f"{path.name} record {key}"
             rows.append({"id": f"{file_split}-{key}", "text": data.pop("text", None),
-                         "label": record.get("label"), "split": split, **data})
-    if not rows:
+                         "label": label, "split": split, **data})
+            index.append(position)
+    if not places:
         raise IngestError(f"{folder} has none of train.json, valid.json, test.json")
-    frame = pd.DataFrame.from_records(rows)
+    frame = pd.DataFrame(rows, index=pd.Index(index, dtype="int64"), dtype=object)  # as JSONL: no int turns float
     frame.attrs[ROW_PLACES] = places
-    return frame, labels
+    frame.attrs[ROW_POSITIONS] = True
+    return frame, labels, problems
+
+
+def _wrench_label(value, labels: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """A WRENCH record's label index as its name (None: no label), or why it names none."""
+    if value is None:
+        return None, None
+    text = str(value).strip()
+    if not isinstance(value, bool) and text.lstrip("-").isdigit() and 0 <= int(text) < len(labels):
+        return labels[int(text)], None
+    return None, f"label {value!r} is not a label index of label.json (0 to {len(labels) - 1})"

@@ -52,6 +52,22 @@ def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.Dat
     return frame, notes
 
 
+def no_dev_reason(rows: pd.DataFrame, dev_size: int) -> str:
+    """Why `assign_splits` put no row of `rows` (validated, splits not yet drawn) in dev, in the rows' own terms."""
+    labeled = rows.loc[rows["label"].notna(), "split"]
+    if labeled.empty:
+        return ("no labeled rows, so there is no dev split to measure annotators on; add a label column with at "
+                "least a few labeled rows per class")
+    if dev_size < 1:
+        return (f"dev size {dev_size}: none of the {len(labeled)} labeled rows goes to dev, so there is nothing to "
+                "measure annotators on; ask for a dev split of at least a few rows per class")
+    # a labeled row with no split would have been drawn into dev: each has one, and none says dev
+    return (f"none of the {len(labeled)} labeled rows is a dev row: by their split, {int((labeled == 'test').sum())} "
+            f"are test (holdout) rows and {int((labeled == 'pool').sum())} pool rows, whose labels are ignored (the "
+            "pool is unlabeled work); give some labeled rows the split dev (in a WRENCH folder: a valid.json), or "
+            "leave their split blank to have dev drawn from them")
+
+
 def _stratified(labels: pd.Series, size: int, rng: np.random.Generator) -> pd.Index:
     """A seeded sample of `size` index entries with class shares as in `labels` (each class ≥ 1 if possible)."""
     size = max(0, min(size, len(labels)))

@@ -117,6 +117,10 @@ def test_good_source_passes_and_keeps_docstrings():
     assert ALLOWED_IMPORTS == {"re", "math", "string", "collections", "itertools", "functools", "unicodedata"}
 
 
+def test_plain_format_strings_pass():
+    check_source(fn("n = len(example['text'])\nreturn '{0} words, {n:>4}, {1:.2f}'.format(n, 1.5, n=n) and None"))
+
+
 def test_allowed_imports_inside_functions_pass():
     check_source(fn("import math\nfrom itertools import chain\nimport collections.abc\nreturn None"))
 
@@ -145,6 +149,13 @@ def test_allowed_imports_inside_functions_pass():
     (fn("g = (x for x in [])\nreturn g.gi_frame.f_back"), "accesses attribute `"),
     ("import string\n" + fn("return string.Formatter().get_field('0', [1], {})"), "which is not allowed"),
     (fn("class A:\n    pass\nreturn None"), "class definitions are not allowed"),
+    # str.format looks up attribute and item fields itself, out of the attribute check's sight
+    (fn("try:\n    1 / 0\nexcept Exception as e:\n    return '{0.__traceback__.tb_frame}'.format(e)"),
+     "a format field that reads an attribute or an item"),
+    (fn("return '{0[text]}'.format(example)"), "a format field that reads an attribute or an item"),
+    (fn("return '{:{0.real}}'.format(1)"), "a format field that reads an attribute or an item"),
+    (fn("return str.format('{0.__class__}', example)"), "a format field that reads an attribute or an item"),
+    (fn("t = example['text']\nreturn t.format(example)"), "`.format` on a string not written out"),
     ("async def annotate(example):\n    return None\n", "async"),
 ])
 def test_forbidden_code_is_rejected_with_a_reason(source, expected):

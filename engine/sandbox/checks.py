@@ -318,6 +318,8 @@ def _check_node(node: ast.AST, bound: frozenset[str]) -> None:
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and (
             len(node.args) + len(node.keywords) != 1):
         raise CodeRejected(f"{line}: `type()` with more than one argument builds a class, which is not allowed")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        _check_format_call(node, line)
     elif isinstance(node, ast.FunctionDef):
         if _is_dunder(node.name):
             raise CodeRejected(f"{line}: function name `{node.name}` is not allowed")
@@ -326,6 +328,36 @@ def _check_node(node: ast.AST, bound: frozenset[str]) -> None:
             _check_name(name, line)
     elif isinstance(node, ast.arg):
         _check_name(node.arg, line)
+
+
+def _check_format_call(node: ast.Call, line: str) -> None:
+    """`str.format` looks up the attributes and items its fields name (`"{0.__class__}"`) where the attribute check
+    cannot see them: the format string must be written out, its fields plain names or positions."""
+    func = node.func
+    assert isinstance(func, ast.Attribute)
+    on_str_type = isinstance(func.value, ast.Name) and func.value.id == "str"
+    template = (node.args[0] if node.args else None) if on_str_type else func.value
+    if not (isinstance(template, ast.Constant) and isinstance(template.value, str)):
+        raise CodeRejected(f"{line}: `.format` on a string not written out in the code is not allowed (use an f-string "
+                           "or a literal format string)")
+    if not _plain_format_fields(template.value):
+        raise CodeRejected(f"{line}: a format field that reads an attribute or an item (`{{0.name}}`, `{{0[key]}}`) "
+                           "is not allowed; pass the value itself")
+
+
+def _plain_format_fields(text: str) -> bool:
+    """Whether every replacement field of a format string (nested ones in its format specs too) names a plain
+    position or keyword."""
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        return True  # a malformed format string fails when it runs, reading nothing
+    for _, field, spec, _ in parsed:
+        if field and ("." in field or "[" in field):
+            return False
+        if spec and not _plain_format_fields(spec):
+            return False
+    return True
 
 
 def _syntax_name(node: ast.AST) -> str:

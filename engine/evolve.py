@@ -66,10 +66,15 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
         done.update(joined)
 
 
-def build_context(store: Store, generation: int, config: EvolveConfig) -> ProposalContext:
-    """What the agents may see: task, dev (labeled), a seeded pool sample (unlabeled), the pool's state."""
+def build_context(store: Store, generation: int, config: EvolveConfig,
+                  fitness: tuple[list[str], np.ndarray] | None = None) -> ProposalContext:
+    """What the agents may see: task, dev (labeled), a seeded pool sample (unlabeled), the pool's state. `fitness`:
+    the generation's fitness rows and their gold (`fitness_rows`; read here when not given). The rows, their votes
+    and their label sets are read for those ids, so rows the expert labels into dev meanwhile (while the pseudo-
+    labeler fits) cannot make the votes belong to other rows than the examples."""
     task = store.load_task()
-    dev = tuple(store.examples(FITNESS))  # never the audit rows
+    ids, gold = fitness if fitness is not None else fitness_rows(store)
+    dev = tuple(store.examples(FITNESS, ids))  # never the audit rows
     rng = np.random.default_rng(config.seed * 1_000_003 + generation)
     pool_ids_all = store.example_ids("pool")
     take = min(config.pool_sample_size, len(pool_ids_all))
@@ -80,9 +85,9 @@ def build_context(store: Store, generation: int, config: EvolveConfig) -> Propos
     pseudo = pseudo_label(store, dev, pool_sample, config.seed) if config.pseudo_labels else None
     return ProposalContext(
         task=task, dev=dev, pool_sample=pool_sample, annotators=tuple(store.annotators(pool_ids)),
-        scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS).votes,
+        scores=store.scores(pool_ids), dev_votes=store.vote_matrix(pool_ids, FITNESS, example_ids=ids).votes,
         generation=generation, seed=config.seed, excluded_ids=excluded,
-        dev_label_sets=store.label_matrix(FITNESS) if task.multi_label else None,
+        dev_label_sets=gold if task.multi_label else None,
         feedback=expert_feedback(store), pseudo=pseudo,
     )
 
@@ -209,7 +214,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     # the fitness rows stay these for the whole generation: rows the expert labels into dev meanwhile (the Labels
     # screen) join the next one, or the candidates' votes would outnumber these labels
     fitness_ids, y_dev = fitness_rows(store)  # y_dev: (n,) labels, or (n, k) label sets on a multi-label task
-    context = build_context(store, number, config)
+    context = build_context(store, number, config, (fitness_ids, y_dev))
     pool_ids = [a.id for a in context.annotators]
     ensure_votes(store, executor, pool_ids, "dev", on_event)
     pool_votes = store.vote_matrix(pool_ids, FITNESS, example_ids=fitness_ids).votes

@@ -211,6 +211,32 @@ def test_rows_labeled_into_dev_while_the_candidates_run_get_their_votes(demo_sto
     assert stored.tolist() == expected and (stored != -1).any()
 
 
+def test_rows_labeled_into_dev_while_the_agents_context_is_built_keep_its_rows_and_votes_aligned(
+        demo_store, executor, monkeypatch):
+    """The expert saves rows into dev while the pseudo-labeler fits (between the context's read of dev and of the
+    pool's votes): the agents' rows and votes stay the generation's fitness rows, row for row (the votes were read
+    after, so they held the new rows too and the improver indexed past dev)."""
+    import engine.evolve as evolve_module
+    from engine.expert_rows import label_rows
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    fitness = evolve_module.fitness_rows(demo_store)
+    real = evolve_module.pseudo_label
+
+    def expert_saves_meanwhile(*args, **kwargs):
+        out = real(*args, **kwargs)
+        label_rows(demo_store, executor, {r: "SPAM" for r in demo_store.example_ids("pool")[:5]}, by="maria")
+        return out
+
+    monkeypatch.setattr(evolve_module, "pseudo_label", expert_saves_meanwhile)
+    context = evolve_module.build_context(demo_store, 2, EvolveConfig(), fitness)
+    assert [e.id for e in context.dev] == fitness[0] and context.dev_votes.shape[0] == len(fitness[0])
+    members = [a.id for a in context.annotators]
+    assert (context.dev_votes == demo_store.vote_matrix(members, FITNESS, example_ids=fitness[0]).votes).all()
+    assert len(demo_store.example_ids(FITNESS)) == len(fitness[0]) + 5  # the rows did join dev, for the next one
+    assert context.conflicting_dev().max(initial=-1) < len(context.dev)
+
+
 def _expert_meanwhile(monkeypatch, act) -> None:
     """`act(fresh)` (the generation's candidates) runs as the expert clicks, during the pool-sample sandbox run
     just before the gate."""

@@ -113,7 +113,9 @@ def expert_feedback(store: Store, limit: int = 20) -> ExpertFeedback:
     split = "pool" if focus.get("split") == "pool" else FITNESS  # never an audit or test row
     examples = tuple(store.examples(split, focus["example_ids"])) if focus.get("example_ids") else ()
     examples = tuple(replace(ex, label=None) for ex in examples)  # aimed rows never carry a label to the agents
-    return ExpertFeedback(rejected=rejected[-limit:], approved=approved[-limit:], edits=tuple(edits[-limit:]),
+    # every rejection: the agents never propose a rejected idea again, in any wording (`agents.feedback`); a
+    # prompt quotes only the last few of each kind (`prompts.expert_feedback_text`)
+    return ExpertFeedback(rejected=rejected, approved=approved[-limit:], edits=tuple(edits[-limit:]),
                           focus_terms=tuple(focus.get("terms", ())), focus_examples=examples)
 
 

@@ -11,13 +11,14 @@ from engine import review
 from engine.agents.base import ExpertFeedback, ProposalContext
 from engine.agents.feedback import repeats_rejected
 from engine.agents.offline import OfflineProposer
-from engine.agents.prompts import generator_messages, improver_messages
+from engine.agents.prompts import expert_feedback_text, generator_messages, improver_messages
 from engine.agents.templates import AnnotatorSpec, parse_spec
 from engine.domain import AUDIT, Example, Task
 from engine.evolve import EvolveConfig, build_context, evolve, expert_feedback
 from engine.ingest.importer import IngestOptions, import_path
 from engine.sandbox.checks import make_annotator
 from engine.sandbox.executor import SandboxExecutor
+from engine.store.workspace import Store
 
 
 def _context() -> ProposalContext:
@@ -88,3 +89,19 @@ def test_the_store_gives_the_agents_the_experts_verdicts_edits_and_aim(store, de
     store.set_meta("focus", {"terms": ["x"], "split": "dev", "example_ids": audit_ids[:3]})
     assert expert_feedback(store).focus_examples == ()
     assert build_context(store, 2, EvolveConfig()).feedback.rejected
+
+
+def test_every_rejection_reaches_the_agents_and_a_prompt_quotes_the_last_few(tmp_path, demo_csv):
+    """Past 20 rejections the older ones were forgotten, and the offline agents proposed their ideas again."""
+    store = Store.open(tmp_path / "ws")
+    import_path(store, demo_csv, IngestOptions())
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 2)
+    members = store.pool_ids()
+    assert len(members) > 20
+    for member in members:
+        review.reject(store, member, "not what I mean by spam")
+    feedback = expert_feedback(store)
+    assert {a.id for a, _ in feedback.rejected} == set(members)
+    text = expert_feedback_text(build_context(store, 3, EvolveConfig()))
+    assert text.count("REJECTED") == 5

@@ -214,14 +214,19 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     decision = next(d for d in outcome.decisions if d.annotator_id == annotator.id)
     accepted = decision.verdict in ("accept", "approve")
     added = accepted or approve_anyway
+    pruned: list[str] = []
     if added:
         note = ("evopool pool add: the gate accepted it" if accepted else
                 "evopool pool add --approve, over the gate's rejection: " + "; ".join(decision.reasons))
         save_edit(store, executor, source, None, note, name=name)
+    if accepted:  # the gate accepted it as a member's replacement (judged with that member gone): retire it
+        prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in store.pool_ids()]
+        store.record_gate_prunes(prunes)
+        pruned = [d.annotator_id for d in prunes]
     return {"added": added, "verdict": decision.verdict, "reasons": list(decision.reasons),
             "approved_over_gate": added and not accepted, "id": annotator.id, "name": annotator.name,
             "precision": round(score.precision, 4), "coverage": round(score.coverage, 4), "fires": score.fires,
             "faults": score.faults, "first_error": preview.error,
             "contribution": None if preview.contribution is None else round(preview.contribution, 4),
-            "would_prune": [d.annotator_id for d in outcome.decisions if d.verdict == "prune"],
+            "pruned": pruned,
             "pool_size": len(store.pool_ids())}

@@ -140,6 +140,7 @@ class GateDecision:
     reasons: tuple[str, ...]
     decided_by: str = "gate"  # gate | human
     note: str = ""  # a human's free-text reason
+    pruned_by: str = ""  # a prune: the newcomer that replaces the member (it stands only while that one is in)
 
 
 @dataclass(frozen=True)

@@ -431,8 +431,8 @@ def run_gate(
     decisions = [r.decision() for r in records]
     if not reverted:
         staying = {r.id for r in current}
-        decisions += [GateDecision(p, "prune", (state.prune_reasons[p],)) for p in pool_ids
-                      if state.pruned_by.get(p) in staying]
+        decisions += [GateDecision(p, "prune", (state.prune_reasons[p],), pruned_by=state.pruned_by[p])
+                      for p in pool_ids if state.pruned_by.get(p) in staying]
     return GateOutcome(
         decisions=tuple(decisions),
         pool_ids=tuple(members),

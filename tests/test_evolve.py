@@ -293,3 +293,36 @@ def test_an_annotator_the_expert_approves_while_a_generation_runs_is_in_the_pool
     stored = demo_store.generations().iloc[-1]
     assert stored["pool_size"] == len(pool)  # was counted without the approved annotator
     assert stored["dev_macro_f1_after"] == pytest.approx(current_dev_macro_f1(demo_store))
+
+
+WIDER_DIGITS = (
+    "import re\nCUES = re.compile(r'\\b(?:check\\w*|subscrib\\w*|http\\w*|channel\\w*|www|com)\\b')\n\n"
+    "def annotate(example):\n    text = str(example.get('text') or '').lower()\n"
+    "    if any(ch.isdigit() for ch in text) or CUES.search(text):\n        return 'SPAM'\n    return None\n")
+
+
+class _OneIdea:
+    """Agents with one idea: a wider SPAM annotator that covers a member's rows more precisely (the gate prunes it)."""
+
+    name = "scripted"
+
+    def propose(self, role, context):
+        return [Candidate(WIDER_DIGITS, "generator", "wider digits")] if role == "generator" else []
+
+
+def test_rejecting_a_replacement_while_its_verdicts_are_written_keeps_the_member_it_replaced(demo_store, executor):
+    evolve(demo_store, OfflineProposer(), executor, 2)
+    before = set(demo_store.pool_ids())
+    seen = {}
+
+    def expert_rejects_the_newcomer(kind, payload):  # the studio's Reject, as the generation writes its verdicts
+        if kind == EventKind.VERDICT and payload["verdict"] == "accept":
+            reject(demo_store, payload["annotator_id"], "I do not want this one")
+            seen["newcomer"] = payload["annotator_id"]
+        if kind == EventKind.VERDICT and payload["verdict"] == "prune":
+            seen.setdefault("pruned", []).append(payload["annotator_id"])
+
+    evolve(demo_store, _OneIdea(), executor, 3, on_event=expert_rejects_the_newcomer)
+    assert seen.get("newcomer") and seen.get("pruned")  # the gate took it as a member's replacement
+    assert set(demo_store.pool_ids()) == before  # the newcomer is out, so the member it was to replace stays
+    assert all(demo_store.latest_verdicts()[m][0] != "prune" for m in seen["pruned"])

@@ -196,10 +196,12 @@ class PoolMixin:
                             seconds: float) -> None:
         """Write a generation's verdicts and mark it complete, atomically. No verdict is written on an annotator whose
         latest verdict is the expert's (given before or while the generation ran): it stands as the expert gave it,
-        reason included; a later row, the gate's or an echo of the lock without the reason, would outrank it."""
+        reason included; a later row, the gate's or an echo of the lock without the reason, would outrank it. Nor
+        is a prune written whose replacement the expert rejected meanwhile: the member stays."""
         with self.transaction():
             judged = self.human_locked()
-            decisions = [d for d in decisions if d.annotator_id not in judged]
+            decisions = [d for d in decisions if d.annotator_id not in judged
+                         and not (d.verdict == "prune" and judged.get(d.pruned_by) == "reject")]
             n_accepted = sum(d.verdict == "accept" for d in decisions)
             for d in decisions:
                 self._insert_verdict(d, number)

@@ -589,6 +589,31 @@ def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherit
         assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
 
 
+PRIORITY_PROBE = Annotator(id="probe", name="probe", agent="human", generation=0, source=(
+    "import os, ctypes\n\ndef annotate(example):\n"
+    "    ioprio = ctypes.CDLL(None).syscall(252, 1, 0)  # ioprio_get(IOPRIO_WHO_PROCESS, self)\n"
+    "    raise RuntimeError('nice=%d ioprio=%d' % (os.getpriority(os.PRIO_PROCESS, 0), ioprio))\n"))
+
+
+def test_a_run_cannot_renice_its_process_group_or_uid(report):
+    """who == 0 is the caller only with PRIO_PROCESS / IOPRIO_WHO_PROCESS: with PRIO_PGRP / PRIO_USER it is the
+    caller's group or uid, which hold the zygote every later run forks from."""
+    need(report, "seccomp")
+    ioprio = "assert ctypes.CDLL(None).syscall(251, {}, 0, 3 << 13) == 0"  # ioprio_set(which, 0, idle class)
+    attacks = [hostile("nice_group", "os.setpriority(os.PRIO_PGRP, 0, 19)"),
+               hostile("ioprio_group", ioprio.format(2))]  # IOPRIO_WHO_PGRP
+    if report["pid namespace"].startswith("on"):  # by uid only where no process outside this worker is in reach
+        attacks += [hostile("nice_user", "os.setpriority(os.PRIO_USER, 0, 19)"),
+                    hostile("ioprio_user", ioprio.format(3))]  # IOPRIO_WHO_USER
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: every run forks from the same zygote
+        (before,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
+        assert_held(ex.run(attacks, EXAMPLES, LABELS))
+        (after,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
+        assert after.first_error == before.first_error and "nice=" in after.first_error
+        own = hostile("own", f"os.setpriority(os.PRIO_PROCESS, 0, 19)\n{ioprio.format(1)}")  # on itself: allowed
+        assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
+
+
 def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
         "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))

@@ -45,12 +45,17 @@ RUN: dict[str, int] = {
 }
 _ENOSYS_IN_RUN = {"clone3": 435}  # ENOSYS, not EPERM: glibc then falls back to clone, which RUN refuses
 # calls that may name another process (same uid: the zygote, pid 1 of the child's namespace, whose limits, priority
-# and CPUs every later run inherits): allowed in RUN only on the caller itself, i.e. the pid argument (its index
-# here) is 0, as glibc's setrlimit / nice / sched_* calls pass it
-SELF_ONLY_IN_RUN: dict[str, tuple[int, int]] = {
-    "prlimit64": (302, 0), "setpriority": (141, 1), "sched_setparam": (142, 0), "sched_setscheduler": (144, 0),
-    "sched_setaffinity": (203, 0), "sched_setattr": (314, 0), "ioprio_set": (251, 1), "migrate_pages": (256, 0),
-    "move_pages": (279, 0),
+# and CPUs every later run inherits): allowed in RUN only on the caller itself. Each is (nr, conditions), a condition
+# (argument index, the one value allowed): the pid argument is 0, as glibc's setrlimit / nice / sched_* calls pass
+# it; setpriority and ioprio_set also need `which` to name a process, since with PRIO_PGRP / PRIO_USER (IOPRIO_WHO_PGRP
+# / _USER) who == 0 means the caller's process group or uid, the zygote included
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
+SELF_ONLY_IN_RUN: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
+    "prlimit64": (302, ((0, 0),)), "setpriority": (141, ((0, _PRIO_PROCESS), (1, 0))),
+    "sched_setparam": (142, ((0, 0),)), "sched_setscheduler": (144, ((0, 0),)),
+    "sched_setaffinity": (203, ((0, 0),)), "sched_setattr": (314, ((0, 0),)),
+    "ioprio_set": (251, ((0, _IOPRIO_WHO_PROCESS), (1, 0))), "migrate_pages": (256, ((0, 0),)),
+    "move_pages": (279, ((0, 0),)),
 }
 _ARGS_OFFSET = 16  # struct seccomp_data: nr (4), arch (4), instruction_pointer (8), then six 64-bit arguments
 
@@ -60,21 +65,22 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program(deny: dict[str, int], enosys: dict[str, int] | None = None,
-            self_only: dict[str, tuple[int, int]] | None = None) -> bytes:
-    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, index of its
-    pid argument): allowed when that argument is 0 (the caller), else EPERM; anything else: allowed."""
+            self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None) -> bytes:
+    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, conditions):
+    allowed when each condition's argument (all 64 bits) equals its value, else EPERM; anything else: allowed."""
     out = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),
            _insn(_LD_W_ABS, 0, 0, 0), _insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS)]
     for table, err in ((deny, errno.EPERM), (enosys or {}, errno.ENOSYS)):
         for nr in sorted(set(table.values())):
             out += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, _RET_ERRNO | err)]
-    for nr, arg in sorted(set((self_only or {}).values())):
-        low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
-        out += [_insn(_JEQ_K, 0, 6, nr),  # another call: skip this block
-                _insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, 3, 0),  # low half not 0: refuse
-                _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, 1, 0),  # high half not 0: refuse
-                _insn(_RET_K, 0, 0, _RET_ALLOW),
-                _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    for nr, conditions in sorted(set((self_only or {}).values())):
+        refuse = 4 * len(conditions) + 1  # the refusal's place counted from the block's first load
+        out.append(_insn(_JEQ_K, 0, refuse + 1, nr))  # another call: skip this block
+        for i, (arg, value) in enumerate(conditions):
+            low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
+            out += [_insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, refuse - 4 * i - 2, value),
+                    _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, refuse - 4 * i - 4, 0)]
+        out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     out.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(out)
 
@@ -91,7 +97,7 @@ class Filter:
     """A filter built once (the zygote builds RUN ahead) so loading it in a fresh child is one prctl."""
 
     def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None,
-                 self_only: dict[str, tuple[int, int]] | None = None):
+                 self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None):
         self.count = len(set(deny.values()) | set((enosys or {}).values()))
         self.self_only = len(self_only or {})
         self._libc = ctypes.CDLL(None, use_errno=True)

@@ -614,6 +614,83 @@ def test_a_run_cannot_renice_its_process_group_or_uid(report):
         assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
 
 
+@pytest.fixture
+def weak_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Executors started after `weak_host(namespaces=False, landlock_abi=N)` run their workers as on a machine
+    without user namespaces and with Landlock ABI at most N (the worker's own confine, patched before it runs)."""
+    def simulate(namespaces: bool = True, landlock_abi: int | None = None) -> None:
+        shim = tmp_path / "weak_worker.py"
+        shim.write_text(textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from engine.sandbox import confine, landlock
+            import engine.sandbox.worker as worker
+            if not {namespaces!r}:
+                confine.enter_namespaces = lambda: "off: simulated (no user namespaces)"
+            if {landlock_abi!r} is not None:
+                real_abi = landlock.abi_version
+                landlock.abi_version = lambda: min(real_abi(), {landlock_abi!r})
+            assert sys.argv[1:4] == ["-S", "-m", "engine.sandbox.worker"], sys.argv
+            sys.argv = ["worker", *sys.argv[4:]]
+            worker.main()
+        """))
+        wrapper = tmp_path / "python"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S {shim} "$@"\n')
+        wrapper.chmod(0o755)
+        tmp_path.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(wrapper))  # engine.sandbox.process starts workers with it
+    return simulate
+
+
+def test_a_run_cannot_have_the_kernel_signal_for_it(report):
+    """fcntl F_SETOWN / F_SETSIG / F_SETOWN_EX and O_ASYNC on a pipe: the kernel, not the run, would send the
+    signal (SIGIO), which RUN's "no signals" rules never see."""
+    need(report, "seccomp")
+    attacks = [hostile(name, f"r, w = os.pipe()\nassert ctypes.CDLL(None).fcntl(r, {cmd}, {arg}) == 0")
+               for name, cmd, arg in [("setown", 8, "os.getpid()"), ("setsig", 10, "signal.SIGKILL"),
+                                      ("setown_ex", 15, "ctypes.byref((ctypes.c_int * 2)(1, os.getpid()))")]]
+    getown = hostile("getown", "r, w = os.pipe()\nassert ctypes.CDLL(None).fcntl(r, 9) == 0")  # F_GETOWN: allowed
+    with SandboxExecutor(workers=1, unchecked=True) as ex:
+        results = ex.run([*attacks, getown], EXAMPLES, LABELS)
+    assert_held(results[:-1])
+    assert results[-1].votes.tolist() == [BREACH] * 4
+
+
+def test_without_namespaces_or_signal_scoping_sigio_kills_no_process_of_nobody(weak_host):
+    """Where nothing else holds (no pid namespace, Landlock before ABI 6), a run must still not have the kernel
+    send SIGKILL (F_SETSIG) or SIGIO (F_SETOWN_EX) to a process of nobody outside its worker."""
+    if os.geteuid() != 0:
+        pytest.skip("the decoys run as nobody, which needs root")
+    weak_host(namespaces=False, landlock_abi=5)
+    decoys = [subprocess.Popen(["sleep", "60"], user=confine.NOBODY, group=confine.NOBODY, start_new_session=True)
+              for _ in range(2)]
+    try:
+        owner = ["fcntl(r, 8, {pid}) == 0 and libc.fcntl(r, 10, signal.SIGKILL)",  # F_SETOWN, F_SETSIG
+                 "fcntl(r, 15, ctypes.byref((ctypes.c_int * 2)(1, {pid})))"]  # F_SETOWN_EX (F_OWNER_PID)
+        attacks = [hostile(f"sigio_{i}", f"""
+            libc = ctypes.CDLL(None)
+            r, w = os.pipe()
+            assert libc.{how.format(pid=decoy.pid)} == 0
+            assert libc.fcntl(r, 4, libc.fcntl(r, 3) | os.O_ASYNC) == 0  # F_SETFL
+            os.write(w, b'x')  # the read end is ready: the kernel signals its owner
+            time.sleep(0.1)
+        """) for i, (how, decoy) in enumerate(zip(owner, decoys, strict=True))]
+        with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+            report = ex.containment()
+            assert report["namespaces"].startswith("off: simulated") and report["pid namespace"].startswith("off")
+            if not report["seccomp"].startswith("on"):
+                pytest.skip(f"needs seccomp: {report['seccomp']}")
+            assert "signals" not in report["landlock"]
+            results = ex.run(attacks, EXAMPLES[:1], LABELS)
+        time.sleep(0.2)
+        assert [decoy.poll() for decoy in decoys] == [None, None], "a decoy was killed"
+        assert_held(results)
+    finally:
+        for decoy in decoys:
+            decoy.kill()
+            decoy.wait()
+
+
 def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
         "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))

@@ -163,6 +163,6 @@ def confine(memory_mb: int, cgroup_procs: list[str] | None = None) -> Report:
     report["rlimits"] = apply_rlimits(memory_mb)
     report["capabilities"] = drop_capabilities()
     report["landlock"] = landlock.restrict_everything()
-    report["seccomp"] = seccomp.install(seccomp.BASE)
+    report["seccomp"] = seccomp.install_base()
     _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no other process of this uid may ptrace or read us
     return report

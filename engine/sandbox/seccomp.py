@@ -2,10 +2,10 @@
 let annotator code reach past its own process, whatever Python it manages to run.
 
 Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, other processes' memory, mounts,
-namespaces, kernel keyrings, bpf, io_uring), and `RUN` added by each per-annotator child on top (no new
-processes or programs, no signals to anyone, no new session, and the calls that set limits, priority or CPUs only
-on the caller itself: the zygote shares its uid, and every later run inherits what it is set to). x86_64 only;
-elsewhere `install` says it is unavailable.
+namespaces, kernel keyrings, bpf, io_uring, nor a SIGIO owner set with fcntl), and `RUN` added by each
+per-annotator child on top (no new processes or programs, no signals to anyone, no new session, and the calls that
+set limits, priority or CPUs only on the caller itself: the zygote shares its uid, and every later run inherits
+what it is set to). x86_64 only; elsewhere `install` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ SELF_ONLY_IN_RUN: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
     "ioprio_set": (251, ((0, _IOPRIO_WHO_PROCESS), (1, 0))), "migrate_pages": (256, ((0, 0),)),
     "move_pages": (279, ((0, 0),)),
 }
+# calls refused in BASE only for some values of one argument: (nr, argument index, values), the argument's low 32 bits
+# compared (the kernel reads these as int). fcntl's F_SETOWN, F_SETSIG, F_SETOWN_EX with O_ASYNC have the kernel
+# signal any process of the uid for us (SIGIO), past every "no signals" rule
+BASE_IF: dict[str, tuple[int, int, tuple[int, ...]]] = {"fcntl": (72, 1, (8, 10, 15))}
 _ARGS_OFFSET = 16  # struct seccomp_data: nr (4), arch (4), instruction_pointer (8), then six 64-bit arguments
 
 
@@ -65,9 +69,11 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program(deny: dict[str, int], enosys: dict[str, int] | None = None,
-            self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None) -> bytes:
+            self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None,
+            deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> bytes:
     """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, conditions):
-    allowed when each condition's argument (all 64 bits) equals its value, else EPERM; anything else: allowed."""
+    allowed when each condition's argument (all 64 bits) equals its value, else EPERM; a `deny_if` call (nr,
+    argument index, values): EPERM when that argument's low 32 bits are one of the values; anything else: allowed."""
     out = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),
            _insn(_LD_W_ABS, 0, 0, 0), _insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS)]
     for table, err in ((deny, errno.EPERM), (enosys or {}, errno.ENOSYS)):
@@ -80,6 +86,10 @@ def program(deny: dict[str, int], enosys: dict[str, int] | None = None,
             low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
             out += [_insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, refuse - 4 * i - 2, value),
                     _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, refuse - 4 * i - 4, 0)]
+        out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    for nr, arg, values in sorted((deny_if or {}).values()):
+        out += [_insn(_JEQ_K, 0, len(values) + 3, nr), _insn(_LD_W_ABS, 0, 0, _ARGS_OFFSET + 8 * arg)]
+        out += [_insn(_JEQ_K, len(values) - j, 0, value) for j, value in enumerate(values)]
         out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     out.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(out)
@@ -97,11 +107,13 @@ class Filter:
     """A filter built once (the zygote builds RUN ahead) so loading it in a fresh child is one prctl."""
 
     def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None,
-                 self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None):
+                 self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None,
+                 deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None):
         self.count = len(set(deny.values()) | set((enosys or {}).values()))
         self.self_only = len(self_only or {})
+        self.deny_if = len(deny_if or {})
         self._libc = ctypes.CDLL(None, use_errno=True)
-        code = program(deny, enosys, self_only)
+        code = program(deny, enosys, self_only, deny_if)
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
 
@@ -117,12 +129,19 @@ class Filter:
         if self._libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0) != 0:
             return f"off: filter refused ({errno.errorcode.get(ctypes.get_errno(), '?')})"
         return f"on: {self.count} system calls refused" + (
-            f", {self.self_only} allowed on the caller only" if self.self_only else "")
+            f", {self.self_only} allowed on the caller only" if self.self_only else "") + (
+            f", {self.deny_if} refused for some arguments" if self.deny_if else "")
 
 
-def install(deny: dict[str, int], enosys: dict[str, int] | None = None) -> str:
+def install(deny: dict[str, int], enosys: dict[str, int] | None = None,
+            deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> str:
     """Build and load one filter now."""
-    return Filter(deny, enosys).load()
+    return Filter(deny, enosys, deny_if=deny_if).load()
+
+
+def install_base() -> str:
+    """The worker's filter: BASE, and fcntl refused the commands that make the kernel signal for us."""
+    return install(BASE, deny_if=BASE_IF)
 
 
 def run_filter() -> Filter:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -689,6 +691,54 @@ def test_without_namespaces_or_signal_scoping_sigio_kills_no_process_of_nobody(w
         for decoy in decoys:
             decoy.kill()
             decoy.wait()
+
+
+def reaches_the_kernel(call: str) -> str:
+    """Attack text: breach when `call` (a libc.syscall) is not refused by seccomp (EPERM)."""
+    return (f"libc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"assert {call} >= 0 or ctypes.get_errno() != 1")
+
+
+def test_mounts_host_memory_writeback_and_truncate_are_refused(report):
+    """listmount / statmount read the mount table without a path, sysinfo the host's memory and load, sync and
+    syncfs start host-wide writeback, and truncate is outside Landlock before ABI 3."""
+    need(report, "seccomp")
+    listmount = "libc.syscall(458, ctypes.create_string_buffer(struct.pack('IIQQ', 24, 0, (1 << 64) - 1, 0)), " \
+                "(ctypes.c_uint64 * 64)(), 64, 0)"  # LSMT_ROOT: every mount in this namespace
+    calls = {"listmount": listmount, "statmount": "libc.syscall(457, None, None, 0, 0)",
+             "truncate": "libc.syscall(76, b'/x', 0)", "ftruncate": "libc.syscall(77, os.pipe()[1], 0)",
+             "sysinfo": "libc.syscall(99, ctypes.create_string_buffer(256))", "sync": "libc.syscall(162)",
+             "syncfs": "libc.syscall(306, os.pipe()[0])"}
+    attacks = [hostile(name, reaches_the_kernel(call), prelude="import struct\n") for name, call in calls.items()]
+    with SandboxExecutor(workers=1, unchecked=True) as ex:
+        assert_held(ex.run(attacks, EXAMPLES, LABELS))
+
+
+def test_uname_does_not_name_the_host(pool, report):
+    need(report, "namespaces")
+    assert_held(run_with_benign(pool, hostile("hostname", f"assert os.uname().nodename == {socket.gethostname()!r}")))
+
+
+def test_without_namespaces_and_landlock_before_abi_3_truncate_is_refused(weak_host):
+    """Landlock has no truncate right before ABI 3: with no namespaces, a world-writable file any process of
+    nobody can reach would be truncated by path, and the report must not say "no file access" as if it were all."""
+    weak_host(namespaces=False, landlock_abi=2)
+    folder = Path(tempfile.mkdtemp(prefix="containment-decoy-"))  # not under tmp_path, whose parents are 0700
+    decoy = folder / "workspace.duckdb"
+    try:
+        folder.chmod(0o755)
+        decoy.write_bytes(b"DUCK" * 1000)
+        decoy.chmod(0o666)  # only the sandbox's own walls may stop the truncate
+        with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+            report = ex.containment()
+            assert report["namespaces"].startswith("off: simulated")
+            if not (report["landlock"].startswith("on: ABI 2") and report["seccomp"].startswith("on")):
+                pytest.skip(f"needs Landlock (ABI 2 or more) and seccomp: {report['landlock']}; {report['seccomp']}")
+            assert "but truncate" in report["landlock"]
+            assert_held(run_with_benign(ex, hostile("truncate", f"os.truncate({str(decoy)!r}, 0)")))
+        assert decoy.read_bytes() == b"DUCK" * 1000
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_a_run_cannot_read_the_code_of_earlier_annotators(report):

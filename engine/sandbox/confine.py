@@ -3,7 +3,7 @@ annotator code beats the checker and runs arbitrary Python (or raw system calls 
 
 Layers, each applied best-effort and reported as "on: ..." or "off: why" (never silently skipped):
   uid          root switches to nobody (65534) with no groups; others keep their own uid and say so
-  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts and cgroup namespaces
+  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts (a fixed host name) and cgroup
   filesystem   the root becomes an empty read-only tmpfs: no app files, no /proc, no /dev, nothing to exec
   capabilities every capability dropped, bounding and ambient sets emptied
   rlimits      address space, no file writes, no core files, few descriptors
@@ -24,6 +24,7 @@ import signal
 from engine.sandbox import landlock, seccomp
 
 NOBODY = 65534
+HOSTNAME = b"sandbox"
 _CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -67,7 +68,10 @@ def enter_namespaces() -> str:
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as fh:
             fh.write(text)
-    return "on: user, mount, pid, network (loopback down, no other interface), ipc, uts"
+    libc = _libc()  # uname would name the host otherwise
+    named = libc.sethostname(HOSTNAME, len(HOSTNAME)) == 0 and libc.setdomainname(b"(none)", 6) == 0
+    uts = f"uts (host name {HOSTNAME.decode()})" if named else f"uts (sethostname refused: {_err()})"
+    return f"on: user, mount, pid, network (loopback down, no other interface), ipc, {uts}"
 
 
 def empty_root() -> str:

@@ -741,6 +741,37 @@ def test_without_namespaces_and_landlock_before_abi_3_truncate_is_refused(weak_h
         shutil.rmtree(folder)
 
 
+def forge_reply(name: str, frame: bytes) -> Annotator:
+    """An annotator whose child writes `frame` on its own reply pipe (its one FIFO past stderr) and exits."""
+    return hostile(name, f"""
+        for fd in range(3, 1 << 10):
+            try:
+                if (os.fstat(fd).st_mode & 0o170000) == 0o010000:  # S_IFIFO
+                    break
+            except OSError:
+                pass
+        os.write(fd, len({frame!r}).to_bytes(4, 'big') + {frame!r})
+        os._exit(0)
+    """)
+
+
+def test_a_forged_frame_of_nested_brackets_or_forged_seconds_faults_only_its_run():
+    """A 4 KB frame of nested brackets made json.loads raise RecursionError past the zygote's FrameError
+    handling (the worker answered an error and was killed); forged seconds went into the results unchecked."""
+    reply = b'{"ok":true,"votes":"AQEBAQ==","faults":0,"first_error":null,"stopped":false,"seconds":%s}'
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+        ex.containment()
+        worker = ex._workers[0].proc.pid
+        nested, huge, negative, benign = ex.run([forge_reply("nested", b"[" * 2070 + b"]" * 2070),
+                                                 forge_reply("huge", reply % b"1e308"),
+                                                 forge_reply("negative", reply % b"-1e308"), BENIGN], EXAMPLES, LABELS)
+        assert ex._workers[0].proc.pid == worker, "the worker was replaced"
+    assert nested.faults == len(EXAMPLES) and "not JSON" in nested.first_error, nested.first_error
+    assert benign.votes.tolist() == BENIGN_VOTES
+    wall = 2 * 1.0 + 5.0 / 2  # the executor's wall budget for the run (SandboxExecutor._run_task)
+    assert 0.0 < huge.seconds <= wall and negative.seconds == 0.0, (huge.seconds, negative.seconds)
+
+
 def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
         "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))

@@ -106,6 +106,8 @@ class FrameReader:
             obj = json.loads(read_exactly(self.fd, self._poll, size, deadline, self._buf))
         except ValueError as exc:
             raise FrameError(f"reply is not JSON ({exc})") from None
+        except (RecursionError, MemoryError) as exc:  # a frame of nested brackets: the writer's fault, not ours
+            raise FrameError(f"reply is not JSON we parse ({type(exc).__name__})") from None
         if not isinstance(obj, dict):
             raise FrameError("reply is not a JSON object")
         return obj

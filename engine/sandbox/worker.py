@@ -272,8 +272,9 @@ def _packed(reply: dict, batch: _Batch) -> dict:
     return reply
 
 
-def _checked(reply: dict, batch: _Batch) -> dict:
-    """The child's reply as the zygote forwards it: well-formed, votes in range, or a fault."""
+def _checked(reply: dict, batch: _Batch, wall_s: float) -> dict:
+    """The child's reply as the zygote forwards it: well-formed, votes in range, seconds within the run's wall
+    budget (the child may forge its frame), or a fault."""
     n, k = len(batch.examples), len(batch.labels)
     try:
         votes = unpack_votes(reply.get("votes"), k)
@@ -283,9 +284,10 @@ def _checked(reply: dict, batch: _Batch) -> dict:
         raise FrameError("malformed votes")
     faults = reply.get("faults")
     error = reply.get("first_error")
+    seconds = reply.get("seconds")
+    seconds = min(seconds, wall_s) if type(seconds) is float and seconds >= 0.0 else 0.0  # NaN: 0
     return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
-                  error[:300] if isinstance(error, str) else None, reply.get("stopped") is True,
-                  float(reply["seconds"]) if type(reply.get("seconds")) is float else 0.0)
+                  error[:300] if isinstance(error, str) else None, reply.get("stopped") is True, seconds)
 
 
 def _await_nonce(reply_fd: int) -> str:
@@ -327,7 +329,7 @@ def run_in_fresh_fork(source: str, batch: _Batch, budget_s: float, wall_s: float
     after_fork()
     why, timed_out = None, False
     try:
-        reply = _checked(FrameReader(read_fd).read(wall_s, 4096 + 16 * n), batch)
+        reply = _checked(FrameReader(read_fd).read(wall_s, 4096 + 16 * n), batch, wall_s)
     except FrameError as exc:
         reply, timed_out = None, exc.timed_out
         why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)

@@ -433,8 +433,11 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
         assert frames.read(30, 1 << 20)["n"] == len(EXAMPLES)
         votes = {}
         for annotator in (thief, writer, BENIGN):
-            run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
+            run = {"op": "run", "source_bytes": len(annotator.source.encode()), "budget_s": 2.0, "wall_s": 10.0}
             proc.stdin.write((json.dumps(run) + "\n").encode())
+            proc.stdin.flush()
+            assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "source"}
+            proc.stdin.write(annotator.source.encode())
             proc.stdin.flush()
             assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "nonce"}
             proc.stdin.write(b"%032x\n" % 1)
@@ -547,21 +550,21 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
     if os.geteuid() != 0:
         pytest.skip("opening another process's pipe through /proc needs root here")
     from engine.sandbox.process import WorkerFailed, WorkerProcess
-    from engine.sandbox.wire import AWAITING_NONCE, encode, unpack_votes
+    from engine.sandbox.wire import AWAITING_NONCE, AWAITING_SOURCE, encode, unpack_votes
 
     worker = WorkerProcess(256)
     try:
         load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
-        worker.request((json.dumps(load) + "\n").encode(), 30)
-        run = (json.dumps({"op": "run", "source": BENIGN.source, "budget_s": 1.0, "wall_s": 3.0}) + "\n").encode()
-        assert unpack_votes(worker.run(run, 10, 4096)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
+        worker.load((json.dumps(load) + "\n").encode(), 30)
+        run = (BENIGN.source, 1.0, 3.0, 10, 4096)
+        assert unpack_votes(worker.run(*run)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
         zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
         forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
                   "seconds": 0.0, "nonce": "0" * 32}
         with open(f"/proc/{zygote}/fd/{worker.worker_reply_fd}", "wb") as pipe:
-            pipe.write(encode(AWAITING_NONCE) + encode(forged))
+            pipe.write(encode(AWAITING_SOURCE) + encode(AWAITING_NONCE) + encode(forged))
         with pytest.raises(WorkerFailed, match="nonce"):
-            worker.run(run, 10, 4096)
+            worker.run(*run)
         assert not worker.alive()
     finally:
         worker.close()
@@ -772,20 +775,49 @@ def test_a_forged_frame_of_nested_brackets_or_forged_seconds_faults_only_its_run
     assert 0.0 < huge.seconds <= wall and negative.seconds == 0.0, (huge.seconds, negative.seconds)
 
 
-def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
+def heap_snoop(head: str, tail: str) -> Annotator:
+    """Votes "breach" when `head` + `tail` is anywhere in the memory of its own process (pages 512 MiB either side
+    of a heap object, each probed with write() to a pipe: EFAULT, not a crash, where nothing is mapped). It never
+    holds the two together itself, so a find is memory it inherited."""
+    return Annotator(id="snoop", name="snoop", agent="human", generation=0, source=textwrap.dedent(f"""
+        import ctypes, os
+        HEAD, TAIL = {head.encode()!r}, {tail.encode()!r}
+        def annotate(example):
+            libc = ctypes.CDLL(None)
+            r, w = os.pipe()
+            base = id(example) & ~0xFFF
+            for page in range(-(1 << 17), 1 << 17):
+                addr = base + page * 4096
+                if addr <= 0 or libc.write(w, ctypes.c_void_p(addr), 4096) != 4096:
+                    continue
+                os.read(r, 4096)
+                more = libc.write(w, ctypes.c_void_p(addr + 4096), 64) == 64 and len(os.read(r, 64)) == 64
+                data = ctypes.string_at(addr, 4096 + 64 if more else 4096)
+                at = data.find(HEAD)
+                while at >= 0:
+                    if data[at + len(HEAD):at + len(HEAD) + len(TAIL)] == TAIL:
+                        return 'breach'
+                    at = data.find(HEAD, at + 1)
+            return 'held'
+    """))
+
+
+def test_a_run_cannot_read_earlier_annotators_sources_or_rows_in_inherited_memory():
+    """The zygote used to compile (and cache) every source and parse every chunk: a later run's child, forked
+    from it, could read them in its copy of the zygote's heap, freed or not. Now a run's child reads its own
+    source, and each chunk goes to a fresh holder forked from an init that never read a request."""
+    token = uuid.uuid4().hex[:12]
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
-        "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))
-    # the probe finds the cache at load (a missing one faults the run rather than vote "held"), then looks in it
-    snoop = hostile("snoop", """
-        others = [source for cache in CACHES for source in cache if "_CODE_CACHE" not in source]  # not itself
-        if not any("secret-cue-of-another-user" in source for source in others):
-            raise LookupError("nothing to read")
-        """, prelude="CACHES = [m._CODE_CACHE for m in list(sys.modules.values()) if hasattr(m, '_CODE_CACHE')]\n"
-                     "assert CACHES, 'no code cache found'\n")
-    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the snoop forks from the same zygote
-        ex.run([secret], EXAMPLES, LABELS)
-        (result,) = ex.run([snoop], EXAMPLES, LABELS)
-    assert result.votes.tolist() == [HELD] * 4, result.first_error  # the zygote's cache held every source
+        f"def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user-{token}' in example['text'] "
+        "else None\n"))
+    holdout = [{"text": f"HOLDOUT-ROW-{token} patient {i}"} for i in range(200)]
+    with SandboxExecutor(workers=1, time_budget_s=20.0, per_example_s=0.0, unchecked=True) as ex:
+        ex.run([BENIGN], holdout, LABELS)  # an earlier call's rows (say another user's, on the studio's pool)
+        source_snoop = heap_snoop("secret-cue-of-another-user-", token)
+        _, sources = ex.run([secret, source_snoop], EXAMPLES[:1], LABELS)  # same call, same chunk
+        (rows,) = ex.run([heap_snoop("HOLDOUT-ROW-", token)], EXAMPLES[:1], LABELS)
+    assert (sources.votes.tolist(), sources.first_error) == ([HELD], None)
+    assert (rows.votes.tolist(), rows.first_error) == ([HELD], None)
 
 
 def test_rlimits_partly_refused_are_reported_off_not_on():

@@ -159,7 +159,7 @@ def die_with_parent() -> None:
 
 
 def confine(memory_mb: int, cgroup_procs: list[str] | None = None) -> Report:
-    """Every layer, in the order that lets each be set up; the worker forks its zygote right after."""
+    """Every layer, in the order that lets each be set up; the worker forks its init right after."""
     report: Report = {"cgroup": join_cgroup(cgroup_procs or [])}
     report |= {"uid": drop_to_nobody(), "namespaces": enter_namespaces()}
     report["filesystem"] = empty_root() if report["namespaces"].startswith("on") else \

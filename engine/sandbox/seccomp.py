@@ -4,8 +4,8 @@ let annotator code reach past its own process, whatever Python it manages to run
 Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, other processes' memory, mounts,
 namespaces, kernel keyrings, bpf, io_uring, nor a SIGIO owner set with fcntl), and `RUN` added by each
 per-annotator child on top (no new processes or programs, no signals to anyone, no new session, and the calls that
-set limits, priority or CPUs only on the caller itself: the zygote shares its uid, and every later run inherits
-what it is set to). x86_64 only; elsewhere `install` says it is unavailable.
+set limits, priority or CPUs only on the caller itself: the holder and the init share its uid, and every later run
+inherits what they are set to). x86_64 only; elsewhere `install` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ RUN: dict[str, int] = {
     "execve": 59, "execveat": 322,  # also in BASE; repeated so this filter holds on its own
 }
 _ENOSYS_IN_RUN = {"clone3": 435}  # ENOSYS, not EPERM: glibc then falls back to clone, which RUN refuses
-# calls that may name another process (same uid: the zygote, pid 1 of the child's namespace, whose limits, priority
-# and CPUs every later run inherits): allowed in RUN only on the caller itself. Each is (nr, conditions), a condition
-# (argument index, the one value allowed): the pid argument is 0, as glibc's setrlimit / nice / sched_* calls pass
-# it; setpriority and ioprio_set also need `which` to name a process, since with PRIO_PGRP / PRIO_USER (IOPRIO_WHO_PGRP
-# / _USER) who == 0 means the caller's process group or uid, the zygote included
+# calls that may name another process (same uid: the holder and the init, pid 1 of the child's namespace, whose
+# limits, priority and CPUs every later run inherits): allowed in RUN only on the caller itself. Each is (nr,
+# conditions), a condition (argument index, the one value allowed): the pid argument is 0, as glibc's setrlimit /
+# nice / sched_* calls pass it; setpriority and ioprio_set also need `which` to name a process, since with
+# PRIO_PGRP / PRIO_USER (IOPRIO_WHO_PGRP / _USER) who == 0 means the caller's process group or uid, the holder too
 _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 SELF_ONLY_IN_RUN: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
     "prlimit64": (302, ((0, 0),)), "setpriority": (141, ((0, _PRIO_PROCESS), (1, 0))),
@@ -107,7 +107,7 @@ def available() -> bool:
 
 
 class Filter:
-    """A filter built once (the zygote builds RUN ahead) so loading it in a fresh child is one prctl."""
+    """A filter built once (the worker builds RUN ahead) so loading it in a fresh child is one prctl."""
 
     def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None,
                  self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None,

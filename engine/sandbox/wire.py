@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+AWAITING_SOURCE = {"ok": True, "awaiting": "source"}
 AWAITING_NONCE = {"ok": True, "awaiting": "nonce"}
 NONCE_HEX_CHARS = 32
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -431,8 +433,11 @@ def test_without_namespaces_the_other_layers_still_hold(decoys):
         assert frames.read(30, 1 << 20)["n"] == len(EXAMPLES)
         votes = {}
         for annotator in (thief, writer, BENIGN):
-            run = {"op": "run", "source": annotator.source, "budget_s": 2.0, "wall_s": 10.0}
+            run = {"op": "run", "source_bytes": len(annotator.source.encode()), "budget_s": 2.0, "wall_s": 10.0}
             proc.stdin.write((json.dumps(run) + "\n").encode())
+            proc.stdin.flush()
+            assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "source"}
+            proc.stdin.write(annotator.source.encode())
             proc.stdin.flush()
             assert frames.read(30, 1 << 20) == {"ok": True, "awaiting": "nonce"}
             proc.stdin.write(b"%032x\n" % 1)
@@ -545,21 +550,21 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
     if os.geteuid() != 0:
         pytest.skip("opening another process's pipe through /proc needs root here")
     from engine.sandbox.process import WorkerFailed, WorkerProcess
-    from engine.sandbox.wire import AWAITING_NONCE, encode, unpack_votes
+    from engine.sandbox.wire import AWAITING_NONCE, AWAITING_SOURCE, encode, unpack_votes
 
     worker = WorkerProcess(256)
     try:
         load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
-        worker.request((json.dumps(load) + "\n").encode(), 30)
-        run = (json.dumps({"op": "run", "source": BENIGN.source, "budget_s": 1.0, "wall_s": 3.0}) + "\n").encode()
-        assert unpack_votes(worker.run(run, 10, 4096)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
+        worker.load((json.dumps(load) + "\n").encode(), 30)
+        run = (BENIGN.source, 1.0, 3.0, 10, 4096)
+        assert unpack_votes(worker.run(*run)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
         zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
         forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
                   "seconds": 0.0, "nonce": "0" * 32}
         with open(f"/proc/{zygote}/fd/{worker.worker_reply_fd}", "wb") as pipe:
-            pipe.write(encode(AWAITING_NONCE) + encode(forged))
+            pipe.write(encode(AWAITING_SOURCE) + encode(AWAITING_NONCE) + encode(forged))
         with pytest.raises(WorkerFailed, match="nonce"):
-            worker.run(run, 10, 4096)
+            worker.run(*run)
         assert not worker.alive()
     finally:
         worker.close()
@@ -589,20 +594,230 @@ def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherit
         assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
 
 
-def test_a_run_cannot_read_the_code_of_earlier_annotators(report):
+PRIORITY_PROBE = Annotator(id="probe", name="probe", agent="human", generation=0, source=(
+    "import os, ctypes\n\ndef annotate(example):\n"
+    "    ioprio = ctypes.CDLL(None).syscall(252, 1, 0)  # ioprio_get(IOPRIO_WHO_PROCESS, self)\n"
+    "    raise RuntimeError('nice=%d ioprio=%d' % (os.getpriority(os.PRIO_PROCESS, 0), ioprio))\n"))
+
+
+def test_a_run_cannot_renice_its_process_group_or_uid(report):
+    """who == 0 is the caller only with PRIO_PROCESS / IOPRIO_WHO_PROCESS: with PRIO_PGRP / PRIO_USER it is the
+    caller's group or uid, which hold the zygote every later run forks from."""
+    need(report, "seccomp")
+    ioprio = "assert ctypes.CDLL(None).syscall(251, {}, 0, 3 << 13) == 0"  # ioprio_set(which, 0, idle class)
+    attacks = [hostile("nice_group", "os.setpriority(os.PRIO_PGRP, 0, 19)"),
+               hostile("ioprio_group", ioprio.format(2))]  # IOPRIO_WHO_PGRP
+    if report["pid namespace"].startswith("on"):  # by uid only where no process outside this worker is in reach
+        attacks += [hostile("nice_user", "os.setpriority(os.PRIO_USER, 0, 19)"),
+                    hostile("ioprio_user", ioprio.format(3))]  # IOPRIO_WHO_USER
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: every run forks from the same zygote
+        (before,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
+        assert_held(ex.run(attacks, EXAMPLES, LABELS))
+        (after,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
+        assert after.first_error == before.first_error and "nice=" in after.first_error
+        own = hostile("own", f"os.setpriority(os.PRIO_PROCESS, 0, 19)\n{ioprio.format(1)}")  # on itself: allowed
+        assert ex.run([own], EXAMPLES, LABELS)[0].votes.tolist() == [BREACH] * 4
+
+
+@pytest.fixture
+def weak_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Executors started after `weak_host(namespaces=False, landlock_abi=N)` run their workers as on a machine
+    without user namespaces and with Landlock ABI at most N (the worker's own confine, patched before it runs)."""
+    def simulate(namespaces: bool = True, landlock_abi: int | None = None) -> None:
+        shim = tmp_path / "weak_worker.py"
+        shim.write_text(textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from engine.sandbox import confine, landlock
+            import engine.sandbox.worker as worker
+            if not {namespaces!r}:
+                confine.enter_namespaces = lambda: "off: simulated (no user namespaces)"
+            if {landlock_abi!r} is not None:
+                real_abi = landlock.abi_version
+                landlock.abi_version = lambda: min(real_abi(), {landlock_abi!r})
+            assert sys.argv[1:4] == ["-S", "-m", "engine.sandbox.worker"], sys.argv
+            sys.argv = ["worker", *sys.argv[4:]]
+            worker.main()
+        """))
+        wrapper = tmp_path / "python"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S {shim} "$@"\n')
+        wrapper.chmod(0o755)
+        tmp_path.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(wrapper))  # engine.sandbox.process starts workers with it
+    return simulate
+
+
+def test_a_run_cannot_have_the_kernel_signal_for_it(report):
+    """fcntl F_SETOWN / F_SETSIG / F_SETOWN_EX and O_ASYNC on a pipe: the kernel, not the run, would send the
+    signal (SIGIO), which RUN's "no signals" rules never see."""
+    need(report, "seccomp")
+    attacks = [hostile(name, f"r, w = os.pipe()\nassert ctypes.CDLL(None).fcntl(r, {cmd}, {arg}) == 0")
+               for name, cmd, arg in [("setown", 8, "os.getpid()"), ("setsig", 10, "signal.SIGKILL"),
+                                      ("setown_ex", 15, "ctypes.byref((ctypes.c_int * 2)(1, os.getpid()))")]]
+    getown = hostile("getown", "r, w = os.pipe()\nassert ctypes.CDLL(None).fcntl(r, 9) == 0")  # F_GETOWN: allowed
+    with SandboxExecutor(workers=1, unchecked=True) as ex:
+        results = ex.run([*attacks, getown], EXAMPLES, LABELS)
+    assert_held(results[:-1])
+    assert results[-1].votes.tolist() == [BREACH] * 4
+
+
+def test_without_namespaces_or_signal_scoping_sigio_kills_no_process_of_nobody(weak_host):
+    """Where nothing else holds (no pid namespace, Landlock before ABI 6), a run must still not have the kernel
+    send SIGKILL (F_SETSIG) or SIGIO (F_SETOWN_EX) to a process of nobody outside its worker."""
+    if os.geteuid() != 0:
+        pytest.skip("the decoys run as nobody, which needs root")
+    weak_host(namespaces=False, landlock_abi=5)
+    decoys = [subprocess.Popen(["sleep", "60"], user=confine.NOBODY, group=confine.NOBODY, start_new_session=True)
+              for _ in range(2)]
+    try:
+        owner = ["fcntl(r, 8, {pid}) == 0 and libc.fcntl(r, 10, signal.SIGKILL)",  # F_SETOWN, F_SETSIG
+                 "fcntl(r, 15, ctypes.byref((ctypes.c_int * 2)(1, {pid})))"]  # F_SETOWN_EX (F_OWNER_PID)
+        attacks = [hostile(f"sigio_{i}", f"""
+            libc = ctypes.CDLL(None)
+            r, w = os.pipe()
+            assert libc.{how.format(pid=decoy.pid)} == 0
+            assert libc.fcntl(r, 4, libc.fcntl(r, 3) | os.O_ASYNC) == 0  # F_SETFL
+            os.write(w, b'x')  # the read end is ready: the kernel signals its owner
+            time.sleep(0.1)
+        """) for i, (how, decoy) in enumerate(zip(owner, decoys, strict=True))]
+        with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+            report = ex.containment()
+            assert report["namespaces"].startswith("off: simulated") and report["pid namespace"].startswith("off")
+            if not report["seccomp"].startswith("on"):
+                pytest.skip(f"needs seccomp: {report['seccomp']}")
+            assert "signals" not in report["landlock"]
+            results = ex.run(attacks, EXAMPLES[:1], LABELS)
+        time.sleep(0.2)
+        assert [decoy.poll() for decoy in decoys] == [None, None], "a decoy was killed"
+        assert_held(results)
+    finally:
+        for decoy in decoys:
+            decoy.kill()
+            decoy.wait()
+
+
+def reaches_the_kernel(call: str) -> str:
+    """Attack text: breach when `call` (a libc.syscall) is not refused by seccomp (EPERM)."""
+    return (f"libc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"assert {call} >= 0 or ctypes.get_errno() != 1")
+
+
+def test_mounts_host_memory_writeback_and_truncate_are_refused(report):
+    """listmount / statmount read the mount table without a path, sysinfo the host's memory and load, sync and
+    syncfs start host-wide writeback, and truncate is outside Landlock before ABI 3."""
+    need(report, "seccomp")
+    listmount = "libc.syscall(458, ctypes.create_string_buffer(struct.pack('IIQQ', 24, 0, (1 << 64) - 1, 0)), " \
+                "(ctypes.c_uint64 * 64)(), 64, 0)"  # LSMT_ROOT: every mount in this namespace
+    calls = {"listmount": listmount, "statmount": "libc.syscall(457, None, None, 0, 0)",
+             "truncate": "libc.syscall(76, b'/x', 0)", "ftruncate": "libc.syscall(77, os.pipe()[1], 0)",
+             "sysinfo": "libc.syscall(99, ctypes.create_string_buffer(256))", "sync": "libc.syscall(162)",
+             "syncfs": "libc.syscall(306, os.pipe()[0])"}
+    attacks = [hostile(name, reaches_the_kernel(call), prelude="import struct\n") for name, call in calls.items()]
+    with SandboxExecutor(workers=1, unchecked=True) as ex:
+        assert_held(ex.run(attacks, EXAMPLES, LABELS))
+
+
+def test_uname_does_not_name_the_host(pool, report):
+    need(report, "namespaces")
+    assert_held(run_with_benign(pool, hostile("hostname", f"assert os.uname().nodename == {socket.gethostname()!r}")))
+
+
+def test_without_namespaces_and_landlock_before_abi_3_truncate_is_refused(weak_host):
+    """Landlock has no truncate right before ABI 3: with no namespaces, a world-writable file any process of
+    nobody can reach would be truncated by path, and the report must not say "no file access" as if it were all."""
+    weak_host(namespaces=False, landlock_abi=2)
+    folder = Path(tempfile.mkdtemp(prefix="containment-decoy-"))  # not under tmp_path, whose parents are 0700
+    decoy = folder / "workspace.duckdb"
+    try:
+        folder.chmod(0o755)
+        decoy.write_bytes(b"DUCK" * 1000)
+        decoy.chmod(0o666)  # only the sandbox's own walls may stop the truncate
+        with SandboxExecutor(workers=1, time_budget_s=2.0, per_example_s=0.0, unchecked=True) as ex:
+            report = ex.containment()
+            assert report["namespaces"].startswith("off: simulated")
+            if not (report["landlock"].startswith("on: ABI 2") and report["seccomp"].startswith("on")):
+                pytest.skip(f"needs Landlock (ABI 2 or more) and seccomp: {report['landlock']}; {report['seccomp']}")
+            assert "but truncate" in report["landlock"]
+            assert_held(run_with_benign(ex, hostile("truncate", f"os.truncate({str(decoy)!r}, 0)")))
+        assert decoy.read_bytes() == b"DUCK" * 1000
+    finally:
+        shutil.rmtree(folder)
+
+
+def forge_reply(name: str, frame: bytes) -> Annotator:
+    """An annotator whose child writes `frame` on its own reply pipe (its one FIFO past stderr) and exits."""
+    return hostile(name, f"""
+        for fd in range(3, 1 << 10):
+            try:
+                if (os.fstat(fd).st_mode & 0o170000) == 0o010000:  # S_IFIFO
+                    break
+            except OSError:
+                pass
+        os.write(fd, len({frame!r}).to_bytes(4, 'big') + {frame!r})
+        os._exit(0)
+    """)
+
+
+def test_a_forged_frame_of_nested_brackets_or_forged_seconds_faults_only_its_run():
+    """A 4 KB frame of nested brackets made json.loads raise RecursionError past the zygote's FrameError
+    handling (the worker answered an error and was killed); forged seconds went into the results unchecked."""
+    reply = b'{"ok":true,"votes":"AQEBAQ==","faults":0,"first_error":null,"stopped":false,"seconds":%s}'
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+        ex.containment()
+        worker = ex._workers[0].proc.pid
+        nested, huge, negative, benign = ex.run([forge_reply("nested", b"[" * 2070 + b"]" * 2070),
+                                                 forge_reply("huge", reply % b"1e308"),
+                                                 forge_reply("negative", reply % b"-1e308"), BENIGN], EXAMPLES, LABELS)
+        assert ex._workers[0].proc.pid == worker, "the worker was replaced"
+    assert nested.faults == len(EXAMPLES) and "not JSON" in nested.first_error, nested.first_error
+    assert benign.votes.tolist() == BENIGN_VOTES
+    wall = 2 * 1.0 + 5.0 / 2  # the executor's wall budget for the run (SandboxExecutor._run_task)
+    assert 0.0 < huge.seconds <= wall and negative.seconds == 0.0, (huge.seconds, negative.seconds)
+
+
+def heap_snoop(head: str, tail: str) -> Annotator:
+    """Votes "breach" when `head` + `tail` is anywhere in the memory of its own process (pages 512 MiB either side
+    of a heap object, each probed with write() to a pipe: EFAULT, not a crash, where nothing is mapped). It never
+    holds the two together itself, so a find is memory it inherited."""
+    return Annotator(id="snoop", name="snoop", agent="human", generation=0, source=textwrap.dedent(f"""
+        import ctypes, os
+        HEAD, TAIL = {head.encode()!r}, {tail.encode()!r}
+        def annotate(example):
+            libc = ctypes.CDLL(None)
+            r, w = os.pipe()
+            base = id(example) & ~0xFFF
+            for page in range(-(1 << 17), 1 << 17):
+                addr = base + page * 4096
+                if addr <= 0 or libc.write(w, ctypes.c_void_p(addr), 4096) != 4096:
+                    continue
+                os.read(r, 4096)
+                more = libc.write(w, ctypes.c_void_p(addr + 4096), 64) == 64 and len(os.read(r, 64)) == 64
+                data = ctypes.string_at(addr, 4096 + 64 if more else 4096)
+                at = data.find(HEAD)
+                while at >= 0:
+                    if data[at + len(HEAD):at + len(HEAD) + len(TAIL)] == TAIL:
+                        return 'breach'
+                    at = data.find(HEAD, at + 1)
+            return 'held'
+    """))
+
+
+def test_a_run_cannot_read_earlier_annotators_sources_or_rows_in_inherited_memory():
+    """The zygote used to compile (and cache) every source and parse every chunk: a later run's child, forked
+    from it, could read them in its copy of the zygote's heap, freed or not. Now a run's child reads its own
+    source, and each chunk goes to a fresh holder forked from an init that never read a request."""
+    token = uuid.uuid4().hex[:12]
     secret = Annotator(id="secret", name="secret", agent="human", generation=0, source=(
-        "def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user' in example['text'] else None\n"))
-    # the probe finds the cache at load (a missing one faults the run rather than vote "held"), then looks in it
-    snoop = hostile("snoop", """
-        others = [source for cache in CACHES for source in cache if "_CODE_CACHE" not in source]  # not itself
-        if not any("secret-cue-of-another-user" in source for source in others):
-            raise LookupError("nothing to read")
-        """, prelude="CACHES = [m._CODE_CACHE for m in list(sys.modules.values()) if hasattr(m, '_CODE_CACHE')]\n"
-                     "assert CACHES, 'no code cache found'\n")
-    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the snoop forks from the same zygote
-        ex.run([secret], EXAMPLES, LABELS)
-        (result,) = ex.run([snoop], EXAMPLES, LABELS)
-    assert result.votes.tolist() == [HELD] * 4, result.first_error  # the zygote's cache held every source
+        f"def annotate(example):\n    return 'spam' if 'secret-cue-of-another-user-{token}' in example['text'] "
+        "else None\n"))
+    holdout = [{"text": f"HOLDOUT-ROW-{token} patient {i}"} for i in range(200)]
+    with SandboxExecutor(workers=1, time_budget_s=20.0, per_example_s=0.0, unchecked=True) as ex:
+        ex.run([BENIGN], holdout, LABELS)  # an earlier call's rows (say another user's, on the studio's pool)
+        source_snoop = heap_snoop("secret-cue-of-another-user-", token)
+        _, sources = ex.run([secret, source_snoop], EXAMPLES[:1], LABELS)  # same call, same chunk
+        (rows,) = ex.run([heap_snoop("HOLDOUT-ROW-", token)], EXAMPLES[:1], LABELS)
+    assert (sources.votes.tolist(), sources.first_error) == ([HELD], None)
+    assert (rows.votes.tolist(), rows.first_error) == ([HELD], None)
 
 
 def test_rlimits_partly_refused_are_reported_off_not_on():

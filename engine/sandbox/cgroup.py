@@ -1,5 +1,5 @@
-"""One cgroup per sandbox worker: a memory cap and a process cap for the worker's whole tree (worker, zygote and
-every annotator run), and a way to kill all of it, so a fork or memory hog dies with its job.
+"""One cgroup per sandbox worker: a memory cap and a process cap for the worker's whole tree (worker, init, holder
+and every annotator run), and a way to kill all of it, so a fork or memory hog dies with its job.
 
 The parent (root, before the worker starts) makes a child cgroup under its own one, in cgroup v2 where the
 memory and pids controllers are delegated to it, else in the v1 `memory` and `pids` hierarchies; the worker

@@ -3,7 +3,7 @@ annotator code beats the checker and runs arbitrary Python (or raw system calls 
 
 Layers, each applied best-effort and reported as "on: ..." or "off: why" (never silently skipped):
   uid          root switches to nobody (65534) with no groups; others keep their own uid and say so
-  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts and cgroup namespaces
+  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts (a fixed host name) and cgroup
   filesystem   the root becomes an empty read-only tmpfs: no app files, no /proc, no /dev, nothing to exec
   capabilities every capability dropped, bounding and ambient sets emptied
   rlimits      address space, no file writes, no core files, few descriptors
@@ -24,6 +24,7 @@ import signal
 from engine.sandbox import landlock, seccomp
 
 NOBODY = 65534
+HOSTNAME = b"sandbox"
 _CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -67,7 +68,10 @@ def enter_namespaces() -> str:
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as fh:
             fh.write(text)
-    return "on: user, mount, pid, network (loopback down, no other interface), ipc, uts"
+    libc = _libc()  # uname would name the host otherwise
+    named = libc.sethostname(HOSTNAME, len(HOSTNAME)) == 0 and libc.setdomainname(b"(none)", 6) == 0
+    uts = f"uts (host name {HOSTNAME.decode()})" if named else f"uts (sethostname refused: {_err()})"
+    return f"on: user, mount, pid, network (loopback down, no other interface), ipc, {uts}"
 
 
 def empty_root() -> str:
@@ -155,7 +159,7 @@ def die_with_parent() -> None:
 
 
 def confine(memory_mb: int, cgroup_procs: list[str] | None = None) -> Report:
-    """Every layer, in the order that lets each be set up; the worker forks its zygote right after."""
+    """Every layer, in the order that lets each be set up; the worker forks its init right after."""
     report: Report = {"cgroup": join_cgroup(cgroup_procs or [])}
     report |= {"uid": drop_to_nobody(), "namespaces": enter_namespaces()}
     report["filesystem"] = empty_root() if report["namespaces"].startswith("on") else \
@@ -163,6 +167,6 @@ def confine(memory_mb: int, cgroup_procs: list[str] | None = None) -> Report:
     report["rlimits"] = apply_rlimits(memory_mb)
     report["capabilities"] = drop_capabilities()
     report["landlock"] = landlock.restrict_everything()
-    report["seccomp"] = seccomp.install(seccomp.BASE)
+    report["seccomp"] = seccomp.install_base()
     _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no other process of this uid may ptrace or read us
     return report

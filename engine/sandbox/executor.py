@@ -80,7 +80,7 @@ def _check_votes(reply: dict, size: int, n_labels: int) -> None:
     reply["votes"] = votes
 
 
-CHUNK_CHARS = 8 << 20  # a chunk's examples as JSON: the zygote holds them, every run's child may copy them
+CHUNK_CHARS = 8 << 20  # a chunk's examples as JSON: a worker's holder holds them, every run's child may copy them
 FIRST_CHUNK_ROWS = 4096  # a probe: an annotator that runs away is stopped there, on a small budget, and skipped
 _ENCODER = json.JSONEncoder(default=jsonable)  # one encoder for every row (json.dumps builds one per call)
 
@@ -320,10 +320,10 @@ class SandboxExecutor:
         if worker.chunk_key == key:
             return worker
         try:
-            worker.request(state.loads[ci], self.load_timeout_s)
+            worker.load(state.loads[ci], self.load_timeout_s)
         except WorkerFailed:
             worker = self._worker(slot)  # one retry on a fresh process, then it is an infrastructure failure
-            worker.request(state.loads[ci], self.load_timeout_s)
+            worker.load(state.loads[ci], self.load_timeout_s)
         worker.chunk_key = key
         return worker
 
@@ -335,11 +335,9 @@ class SandboxExecutor:
         worker = self._load(slot, state, ci)
         budget = self.time_budget_s + self.per_example_s * size
         wall = 2 * budget + self.grace_s / 2  # the worker's own deadline comes first and keeps the worker
-        payload = (json.dumps({"op": "run", "source": annotator.source, "budget_s": budget, "wall_s": wall})
-                   + "\n").encode()
         began = time.perf_counter()
         try:
-            reply = worker.run(payload, 2 * budget + self.grace_s, cap=4096 + 16 * size)
+            reply = worker.run(annotator.source, budget, wall, 2 * budget + self.grace_s, cap=4096 + 16 * size)
             _check_votes(reply, size, state.n_labels)
         except WorkerFailed as exc:
             worker.kill()

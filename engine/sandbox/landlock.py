@@ -1,6 +1,6 @@
-"""Landlock through ctypes: the worker gives up every filesystem access, TCP bind/connect, and (ABI 6+) signals
-to and abstract sockets of processes outside its own domain. Everything the worker needs was opened or
-imported before, so the ruleset allows nothing at all.
+"""Landlock through ctypes: the worker gives up every filesystem access (before ABI 3 all but truncate, which
+seccomp refuses), TCP bind/connect, and (ABI 6+) signals to and abstract sockets of processes outside its own
+domain. Everything the worker needs was opened or imported before, so the ruleset allows nothing at all.
 
 System calls 444-446 (landlock_create_ruleset, landlock_add_rule, landlock_restrict_self) are the same
 number on every architecture that has them.
@@ -63,5 +63,6 @@ def restrict_everything() -> str:
             return f"off: restrict_self refused ({errno.errorcode.get(ctypes.get_errno(), '?')}, ABI {abi})"
     finally:
         os.close(fd)
-    parts = ["no file access"] + (["no TCP"] if abi >= 4 else []) + (["no signals out"] if abi >= 6 else [])
+    files = "no file access" if abi >= 3 else "no file access but truncate (ABI < 3 has no truncate right)"
+    parts = [files] + (["no TCP"] if abi >= 4 else []) + (["no signals out"] if abi >= 6 else [])
     return f"on: ABI {abi}, " + ", ".join(parts)

@@ -4,6 +4,7 @@ Kept apart from `engine.sandbox.executor` (which schedules work over a pool of t
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.sandbox.cgroup import WorkerCgroup
-from engine.sandbox.wire import AWAITING_NONCE, FrameError, FrameReader, has_nonce, new_nonce
+from engine.sandbox.wire import AWAITING_NONCE, AWAITING_SOURCE, FrameError, FrameReader, has_nonce, new_nonce
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 30.0
-TREE_PIDS_MAX = 32  # worker, zygote, one run child and their threads; seccomp refuses a run's forks first
+TREE_PIDS_MAX = 32  # worker, init, holder, one run child and their threads; seccomp refuses a run's forks first
 CONTROL_REPLY_CAP = 1 << 20  # the hello and load replies are a few hundred bytes
 
 
@@ -34,7 +35,7 @@ class WorkerFailed(RuntimeError):
 
 
 class WorkerProcess:
-    """One worker process (and its zygote), the chunk it currently holds, and the containment it reported."""
+    """One worker process (and its init and holder), the chunk it currently holds, and the containment it reported."""
 
     def __init__(self, memory_mb: int, unchecked: bool = False, tree_memory_mb: int | None = None):
         """`tree_memory_mb`: the cgroup's cap on the memory of the whole tree (default `memory_mb`, which also
@@ -64,6 +65,7 @@ class WorkerProcess:
         self.worker_reply_fd = write_fd  # its number in the worker (the containment tests forge frames into it)
         self._frames = FrameReader(read_fd)
         self.chunk_key: tuple[int, int] | None = None
+        self._holds_rows = False  # its holder has parsed a load: the next load goes to a fresh one
         self.containment: dict[str, str] = dict(self._read(STARTUP_TIMEOUT_S, CONTROL_REPLY_CAP)["containment"])
         joined = self.containment.get("cgroup", "")
         self.containment["cgroup"] = (self.cgroup.describe() if self.cgroup and joined.startswith("on")
@@ -75,16 +77,27 @@ class WorkerProcess:
         reply = self._read(timeout_s, cap)
         return self._ok(reply)
 
-    def run(self, payload: bytes, timeout_s: float, cap: int) -> dict[str, Any]:
-        """A run request: wait for the acknowledgement (the child is forked), send a fresh nonce, and take
-        only a reply that carries it; anything else kills the worker (engine.sandbox.wire)."""
+    def load(self, payload: bytes, timeout_s: float) -> dict[str, Any]:
+        """A load request, to a holder that never held other rows (engine.sandbox.worker)."""
+        if self._holds_rows:
+            self.request(b'{"op":"fresh"}\n', timeout_s)
+        self._holds_rows = True
+        return self.request(payload, timeout_s)
+
+    def run(self, source: str, budget_s: float, wall_s: float, timeout_s: float, cap: int) -> dict[str, Any]:
+        """A run: the header, then (the run's child forked) its source, which only that child reads, then a fresh
+        nonce, and only a reply that carries it is taken; anything else kills the worker (engine.sandbox.wire)."""
         deadline = time.monotonic() + timeout_s
-        self._send(payload)
-        ack = self._read(timeout_s, CONTROL_REPLY_CAP)
-        if ack != AWAITING_NONCE:
-            self._ok(ack)
-            self.kill()
-            raise WorkerFailed("a frame out of turn before the run's acknowledgement (forged or stale), worker killed")
+        data = source.encode("utf-8")
+        header = {"op": "run", "source_bytes": len(data), "budget_s": budget_s, "wall_s": wall_s}
+        for payload, expected in ((f"{json.dumps(header)}\n".encode(), AWAITING_SOURCE), (data, AWAITING_NONCE)):
+            self._send(payload)
+            ack = self._read(max(0.05, deadline - time.monotonic()), CONTROL_REPLY_CAP)
+            if ack != expected:
+                self._ok(ack)
+                self.kill()
+                raise WorkerFailed("a frame out of turn before the run's acknowledgement (forged or stale), "
+                                   "worker killed")
         nonce = new_nonce()
         self._send(f"{nonce}\n".encode())
         reply = self._read(max(0.05, deadline - time.monotonic()), cap)
@@ -169,7 +182,7 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
             except subprocess.TimeoutExpired:
                 pass
     if proc.poll() is None:  # the whole group while its leader lives (so the id is still ours): worker,
-        try:  # zygote and a run's child; none of them may leave the group (seccomp refuses setsid/setpgid)
+        try:  # init, holder and a run's child; none of them may leave the group (seccomp refuses setsid/setpgid)
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             proc.kill()

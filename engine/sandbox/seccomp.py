@@ -2,10 +2,10 @@
 let annotator code reach past its own process, whatever Python it manages to run.
 
 Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, other processes' memory, mounts,
-namespaces, kernel keyrings, bpf, io_uring), and `RUN` added by each per-annotator child on top (no new
-processes or programs, no signals to anyone, no new session, and the calls that set limits, priority or CPUs only
-on the caller itself: the zygote shares its uid, and every later run inherits what it is set to). x86_64 only;
-elsewhere `install` says it is unavailable.
+namespaces, kernel keyrings, bpf, io_uring, nor a SIGIO owner set with fcntl), and `RUN` added by each
+per-annotator child on top (no new processes or programs, no signals to anyone, no new session, and the calls that
+set limits, priority or CPUs only on the caller itself: the holder and the init share its uid, and every later run
+inherits what they are set to). x86_64 only; elsewhere `install` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ BASE: dict[str, int] = {
     "acct": 163, "quotactl": 179, "setuid": 105, "setgid": 106, "setreuid": 113, "setregid": 114,
     "setresuid": 117, "setresgid": 119, "setgroups": 116, "capset": 126, "personality": 135,
     "mknod": 133, "mknodat": 259, "memfd_create": 319, "process_madvise": 440, "seccomp": 317,
+    # the mount table without a path (Landlock does not see these); truncate, which Landlock before ABI 3 does
+    # not cover; the host's memory and load, and host-wide writeback
+    "statmount": 457, "listmount": 458, "truncate": 76, "ftruncate": 77, "sysinfo": 99, "sync": 162, "syncfs": 306,
 }
 RUN: dict[str, int] = {
     "fork": 57, "vfork": 58, "clone": 56, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
@@ -44,14 +47,23 @@ RUN: dict[str, int] = {
     "execve": 59, "execveat": 322,  # also in BASE; repeated so this filter holds on its own
 }
 _ENOSYS_IN_RUN = {"clone3": 435}  # ENOSYS, not EPERM: glibc then falls back to clone, which RUN refuses
-# calls that may name another process (same uid: the zygote, pid 1 of the child's namespace, whose limits, priority
-# and CPUs every later run inherits): allowed in RUN only on the caller itself, i.e. the pid argument (its index
-# here) is 0, as glibc's setrlimit / nice / sched_* calls pass it
-SELF_ONLY_IN_RUN: dict[str, tuple[int, int]] = {
-    "prlimit64": (302, 0), "setpriority": (141, 1), "sched_setparam": (142, 0), "sched_setscheduler": (144, 0),
-    "sched_setaffinity": (203, 0), "sched_setattr": (314, 0), "ioprio_set": (251, 1), "migrate_pages": (256, 0),
-    "move_pages": (279, 0),
+# calls that may name another process (same uid: the holder and the init, pid 1 of the child's namespace, whose
+# limits, priority and CPUs every later run inherits): allowed in RUN only on the caller itself. Each is (nr,
+# conditions), a condition (argument index, the one value allowed): the pid argument is 0, as glibc's setrlimit /
+# nice / sched_* calls pass it; setpriority and ioprio_set also need `which` to name a process, since with
+# PRIO_PGRP / PRIO_USER (IOPRIO_WHO_PGRP / _USER) who == 0 means the caller's process group or uid, the holder too
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
+SELF_ONLY_IN_RUN: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
+    "prlimit64": (302, ((0, 0),)), "setpriority": (141, ((0, _PRIO_PROCESS), (1, 0))),
+    "sched_setparam": (142, ((0, 0),)), "sched_setscheduler": (144, ((0, 0),)),
+    "sched_setaffinity": (203, ((0, 0),)), "sched_setattr": (314, ((0, 0),)),
+    "ioprio_set": (251, ((0, _IOPRIO_WHO_PROCESS), (1, 0))), "migrate_pages": (256, ((0, 0),)),
+    "move_pages": (279, ((0, 0),)),
 }
+# calls refused in BASE only for some values of one argument: (nr, argument index, values), the argument's low 32 bits
+# compared (the kernel reads these as int). fcntl's F_SETOWN, F_SETSIG, F_SETOWN_EX with O_ASYNC have the kernel
+# signal any process of the uid for us (SIGIO), past every "no signals" rule
+BASE_IF: dict[str, tuple[int, int, tuple[int, ...]]] = {"fcntl": (72, 1, (8, 10, 15))}
 _ARGS_OFFSET = 16  # struct seccomp_data: nr (4), arch (4), instruction_pointer (8), then six 64-bit arguments
 
 
@@ -60,21 +72,28 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program(deny: dict[str, int], enosys: dict[str, int] | None = None,
-            self_only: dict[str, tuple[int, int]] | None = None) -> bytes:
-    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, index of its
-    pid argument): allowed when that argument is 0 (the caller), else EPERM; anything else: allowed."""
+            self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None,
+            deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> bytes:
+    """Wrong architecture or x32 ABI: kill; a listed call: EPERM (or ENOSYS); a `self_only` call (nr, conditions):
+    allowed when each condition's argument (all 64 bits) equals its value, else EPERM; a `deny_if` call (nr,
+    argument index, values): EPERM when that argument's low 32 bits are one of the values; anything else: allowed."""
     out = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),
            _insn(_LD_W_ABS, 0, 0, 0), _insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS)]
     for table, err in ((deny, errno.EPERM), (enosys or {}, errno.ENOSYS)):
         for nr in sorted(set(table.values())):
             out += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, _RET_ERRNO | err)]
-    for nr, arg in sorted(set((self_only or {}).values())):
-        low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
-        out += [_insn(_JEQ_K, 0, 6, nr),  # another call: skip this block
-                _insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, 3, 0),  # low half not 0: refuse
-                _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, 1, 0),  # high half not 0: refuse
-                _insn(_RET_K, 0, 0, _RET_ALLOW),
-                _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    for nr, conditions in sorted(set((self_only or {}).values())):
+        refuse = 4 * len(conditions) + 1  # the refusal's place counted from the block's first load
+        out.append(_insn(_JEQ_K, 0, refuse + 1, nr))  # another call: skip this block
+        for i, (arg, value) in enumerate(conditions):
+            low = _ARGS_OFFSET + 8 * arg  # little endian: the low 32 bits first, then the high ones
+            out += [_insn(_LD_W_ABS, 0, 0, low), _insn(_JEQ_K, 0, refuse - 4 * i - 2, value),
+                    _insn(_LD_W_ABS, 0, 0, low + 4), _insn(_JEQ_K, 0, refuse - 4 * i - 4, 0)]
+        out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    for nr, arg, values in sorted((deny_if or {}).values()):
+        out += [_insn(_JEQ_K, 0, len(values) + 3, nr), _insn(_LD_W_ABS, 0, 0, _ARGS_OFFSET + 8 * arg)]
+        out += [_insn(_JEQ_K, len(values) - j, 0, value) for j, value in enumerate(values)]
+        out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     out.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(out)
 
@@ -88,14 +107,16 @@ def available() -> bool:
 
 
 class Filter:
-    """A filter built once (the zygote builds RUN ahead) so loading it in a fresh child is one prctl."""
+    """A filter built once (the worker builds RUN ahead) so loading it in a fresh child is one prctl."""
 
     def __init__(self, deny: dict[str, int], enosys: dict[str, int] | None = None,
-                 self_only: dict[str, tuple[int, int]] | None = None):
+                 self_only: dict[str, tuple[int, tuple[tuple[int, int], ...]]] | None = None,
+                 deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None):
         self.count = len(set(deny.values()) | set((enosys or {}).values()))
         self.self_only = len(self_only or {})
+        self.deny_if = len(deny_if or {})
         self._libc = ctypes.CDLL(None, use_errno=True)
-        code = program(deny, enosys, self_only)
+        code = program(deny, enosys, self_only, deny_if)
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
 
@@ -111,12 +132,19 @@ class Filter:
         if self._libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0) != 0:
             return f"off: filter refused ({errno.errorcode.get(ctypes.get_errno(), '?')})"
         return f"on: {self.count} system calls refused" + (
-            f", {self.self_only} allowed on the caller only" if self.self_only else "")
+            f", {self.self_only} allowed on the caller only" if self.self_only else "") + (
+            f", {self.deny_if} refused for some arguments" if self.deny_if else "")
 
 
-def install(deny: dict[str, int], enosys: dict[str, int] | None = None) -> str:
+def install(deny: dict[str, int], enosys: dict[str, int] | None = None,
+            deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> str:
     """Build and load one filter now."""
-    return Filter(deny, enosys).load()
+    return Filter(deny, enosys, deny_if=deny_if).load()
+
+
+def install_base() -> str:
+    """The worker's filter: BASE, and fcntl refused the commands that make the kernel signal for us."""
+    return install(BASE, deny_if=BASE_IF)
 
 
 def run_filter() -> Filter:

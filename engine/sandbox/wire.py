@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+AWAITING_SOURCE = {"ok": True, "awaiting": "source"}
 AWAITING_NONCE = {"ok": True, "awaiting": "nonce"}
 NONCE_HEX_CHARS = 32
 
@@ -106,6 +107,8 @@ class FrameReader:
             obj = json.loads(read_exactly(self.fd, self._poll, size, deadline, self._buf))
         except ValueError as exc:
             raise FrameError(f"reply is not JSON ({exc})") from None
+        except (RecursionError, MemoryError) as exc:  # a frame of nested brackets: the writer's fault, not ours
+            raise FrameError(f"reply is not JSON we parse ({type(exc).__name__})") from None
         if not isinstance(obj, dict):
             raise FrameError("reply is not a JSON object")
         return obj

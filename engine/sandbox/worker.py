@@ -3,15 +3,20 @@
 Started by `engine.sandbox.process` as `python -S -m engine.sandbox.worker --reply-fd N --memory-mb M`; never
 import it into the engine process (it changes process-wide state). Before reading anything it confines itself
 (engine.sandbox.confine: nobody, namespaces, empty root, no capabilities, Landlock, seccomp), then forks the
-zygote, which is pid 1 of its own pid namespace. The zygote holds the current chunk and forks a pristine child
-per annotator run, so no annotator ever runs where another could have changed its state; the child adds the
-RUN seccomp filter (no processes, no signals), runs the annotator and sends its reply to the zygote, which
-checks it and forwards it. Requests arrive as JSON lines on stdin; replies leave as frames (engine.sandbox.wire)
-on the reply fd, never on stdout (which is /dev/null):
+init, pid 1 of its own pid namespace, which reads no request: it forks a holder per chunk, and the holder reads
+the chunk and forks a pristine child per annotator run, so no annotator ever runs where another could have
+changed its state, and none inherits memory that held another chunk's rows or another annotator's source (the
+run's child reads its own source from stdin; the holder never does). The child adds the RUN seccomp filter (no
+processes, no signals), runs the annotator and sends its reply to the holder, which checks it and forwards it.
+Requests arrive as JSON lines on stdin, in lockstep (the parent waits for each answer before it sends more, so
+no process reads ahead into bytes meant for another); replies leave as frames (engine.sandbox.wire) on the reply
+fd, never on stdout (which is /dev/null):
   first frame                                                             {"ok": true, "containment": {...}}
   {"op": "load", "offset": int, "labels": [str], "examples": [dict]}   -> {"ok": true, "n": int}
-  {"op": "run", "source": str, "budget_s": float, "wall_s": float}     -> {"ok": true, "awaiting": "nonce"}
-  then, once the run's child is forked, one line: a fresh hex nonce      -> {"ok": true, "votes": packed, ...,
+  {"op": "fresh"}  (before every load but a holder's first)               -> {"ok": true}, then a new holder
+  {"op": "run", "source_bytes": int, "budget_s": float, "wall_s": float} -> {"ok": true, "awaiting": "source"}
+  then the source, that many bytes of UTF-8, read by the run's child       -> {"ok": true, "awaiting": "nonce"}
+  then one line: a fresh hex nonce                                        -> {"ok": true, "votes": packed, ...,
                                                                              "nonce": the same}
 (votes packed as engine.sandbox.wire.pack_votes writes them: base64 of one small int per example)
 """
@@ -36,13 +41,13 @@ import string
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
 from typing import Any
 
 from engine.sandbox import confine, seccomp
 from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
 from engine.sandbox.wire import (
     AWAITING_NONCE,
+    AWAITING_SOURCE,
     NONCE_HEX_CHARS,
     FrameError,
     FrameReader,
@@ -61,7 +66,9 @@ _SAFE_BUILTINS = [
     "Ellipsis",
 ]
 _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kept for guarded imports
-_CODE_CACHE: dict[str, Any] = {}
+MAX_SOURCE_BYTES = 1 << 20
+_FRESH_EXIT = 75  # a holder's exit status asking the init for a fresh one
+_READY = {"ready": True}  # a run's child has its source and no longer holds stdin (sent before annotator code runs)
 _UNCHECKED = False  # set once by main(); see --unchecked
 _RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
 _SECCOMP_ON = False  # set by main() when the worker's BASE filter loaded: a child that cannot add RUN then exits
@@ -156,13 +163,7 @@ def _apply_limits(memory_mb: int) -> str:
 
 def _compiled(source: str) -> Any:
     """Re-check (defence in depth) and compile; `_UNCHECKED` (containment tests only) skips the check."""
-    code = _CODE_CACHE.get(source)
-    if code is None:
-        code = builtins.compile(source if _UNCHECKED else check_source(source), "<annotator>", "exec")
-        if len(_CODE_CACHE) > 512:
-            _CODE_CACHE.clear()
-        _CODE_CACHE[source] = code
-    return code
+    return builtins.compile(source if _UNCHECKED else check_source(source), "<annotator>", "exec")
 
 
 def _describe(exc: BaseException) -> str:
@@ -176,7 +177,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Batch:
-    """The examples of one chunk, held by the zygote; each run's child sees them as they were loaded."""
+    """The examples of one chunk, held by its holder; each run's child sees them as they were loaded."""
 
     def __init__(self, offset: int, labels: list[str], examples: list[dict]):
         self.offset = offset
@@ -196,6 +197,8 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
         code = _compiled(source)
     except CodeRejected as exc:
         return _reply(votes, n, f"rejected: {exc.reason}", True, 0.0)
+    except BaseException as exc:  # noqa: BLE001 - e.g. a SyntaxError the check did not see
+        return _reply(votes, n, f"does not compile: {_describe(exc)}", True, 0.0)
     label_index = batch.label_index
     done = 0  # examples before `done` are finished; a timeout voids the rest
     try:
@@ -244,22 +247,32 @@ def _reply(votes: list[int], faults: int, first_error: str | None, stopped: bool
             "seconds": seconds}
 
 
-def _run_in_child(source: str, batch: _Batch, budget_s: float, reply_fd: int) -> None:
-    """In the forked child: keep only the result pipe, add the RUN filter, run, send the reply, exit."""
+def _read_source(size: int) -> str:
+    """The run's source, exactly `size` bytes from stdin (unbuffered: nothing past it is taken)."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            raise EOFError("stdin closed inside a source")
+        data += chunk
+    return data.decode("utf-8")
+
+
+def _run_in_child(source_bytes: int, batch: _Batch, budget_s: float, reply_fd: int) -> None:
+    """In the forked child: read this run's source, keep only the result pipe, say it is ready, add the RUN
+    filter, run, send the reply, exit."""
     try:
-        gc.disable()  # short-lived: a collection would touch (and so copy) the zygote's pages for nothing
-        os.dup2(1, 2)  # stderr -> /dev/null: the zygote's stderr stays for the worker's own diagnostics
-        os.close(0)
+        gc.disable()  # short-lived: a collection would touch (and so copy) the holder's pages for nothing
+        os.dup2(1, 2)  # stderr -> /dev/null: the holder's stderr stays for the worker's own diagnostics
         os.closerange(3, reply_fd)  # every fd, however high: the worker's own reply fd is the parent's number
         os.closerange(reply_fd + 1, 1 << 20)
         hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
+        source = _read_source(source_bytes)
+        os.close(0)  # before the holder asks for the nonce, which travels on stdin too
+        write_all(reply_fd, encode(_READY))
         if not _RUN_FILTER.load().startswith("on") and _SECCOMP_ON:
             return  # the layer the report says is on would be missing for this run: no run (a fault), not a weak one
-        code = _CODE_CACHE.get(source)  # only this run's code: not the sources of earlier annotators, other users'
-        _CODE_CACHE.clear()
-        if code is not None:
-            _CODE_CACHE[source] = code
         write_all(reply_fd, encode(_packed(run_annotator(source, batch, budget_s), batch)))
     finally:
         os._exit(0)
@@ -272,8 +285,9 @@ def _packed(reply: dict, batch: _Batch) -> dict:
     return reply
 
 
-def _checked(reply: dict, batch: _Batch) -> dict:
-    """The child's reply as the zygote forwards it: well-formed, votes in range, or a fault."""
+def _checked(reply: dict, batch: _Batch, wall_s: float) -> dict:
+    """The child's reply as the holder forwards it: well-formed, votes in range, seconds within the run's wall
+    budget (the child may forge its frame), or a fault."""
     n, k = len(batch.examples), len(batch.labels)
     try:
         votes = unpack_votes(reply.get("votes"), k)
@@ -283,9 +297,10 @@ def _checked(reply: dict, batch: _Batch) -> dict:
         raise FrameError("malformed votes")
     faults = reply.get("faults")
     error = reply.get("first_error")
+    seconds = reply.get("seconds")
+    seconds = min(seconds, wall_s) if type(seconds) is float and seconds >= 0.0 else 0.0  # NaN: 0
     return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
-                  error[:300] if isinstance(error, str) else None, reply.get("stopped") is True,
-                  float(reply["seconds"]) if type(reply.get("seconds")) is float else 0.0)
+                  error[:300] if isinstance(error, str) else None, reply.get("stopped") is True, seconds)
 
 
 def _await_nonce(reply_fd: int) -> str:
@@ -298,39 +313,41 @@ def _await_nonce(reply_fd: int) -> str:
     return nonce
 
 
-def run_isolated(source: str, batch: _Batch, budget_s: float, wall_s: float, reply_fd: int) -> dict[str, Any]:
-    """`run_in_fresh_fork`, acknowledged, with the run's nonce in the reply the parent will accept."""
-    nonce: list[str] = []
-    reply = run_in_fresh_fork(source, batch, budget_s, wall_s, lambda: nonce.append(_await_nonce(reply_fd)))
-    if not nonce:  # refused or not compiled: no child was forked
-        nonce.append(_await_nonce(reply_fd))
-    return {**reply, "nonce": nonce[0]}
-
-
-def run_in_fresh_fork(source: str, batch: _Batch, budget_s: float, wall_s: float,
-                      after_fork: Callable[[], None]) -> dict[str, Any]:
-    """One annotator over the chunk in a fresh fork; its death, hang or nonsense is a fault, not a worker crash."""
+def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: float, reply_fd: int) -> dict[str, Any]:
+    """One annotator over the chunk in a fresh fork that reads its own source; the reply carries the run's nonce,
+    asked for once the child holds its source and no longer holds stdin. The annotator's death, hang or nonsense
+    is a fault, not a worker crash."""
+    if not 0 <= source_bytes <= MAX_SOURCE_BYTES:
+        raise ValueError(f"a source of {source_bytes} bytes")
     n = len(batch.examples)
     started = time.perf_counter()
-    try:
-        _compiled(source)  # check and compile here (no code runs), so every child starts with it compiled
-    except CodeRejected:
-        return run_annotator(source, batch, budget_s)  # the rejection reply; runs nothing
-    except BaseException as exc:  # noqa: BLE001 - e.g. a SyntaxError the check did not see
-        return _reply([ABSTAIN] * n, n, f"does not compile: {_describe(exc)}", True, 0.0)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _run_in_child(source, batch, budget_s, write_fd)
+        _run_in_child(source_bytes, batch, budget_s, write_fd)
     os.close(write_fd)
-    after_fork()
-    why, timed_out = None, False
+    why, timed_out, reply = None, False, None
     try:
-        reply = _checked(FrameReader(read_fd).read(wall_s, 4096 + 16 * n), batch)
-    except FrameError as exc:
-        reply, timed_out = None, exc.timed_out
-        why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)
+        frames = FrameReader(read_fd)
+        write_all(reply_fd, encode(AWAITING_SOURCE))
+        try:
+            ready = frames.read(wall_s, 64)
+        except FrameError as exc:
+            ready = str(exc)
+        if ready != _READY:  # our own code failed before the annotator's: stdin may hold the rest of the source
+            raise RuntimeError(f"the run's child did not take its source ({ready})")
+        nonce = _await_nonce(reply_fd)
+        try:
+            reply = _checked(frames.read(max(0.0, started + wall_s - time.perf_counter()), 4096 + 16 * n), batch,
+                             wall_s)
+        except FrameError as exc:
+            timed_out = exc.timed_out
+            why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise  # the stream is out of step: the parent kills the worker on the error reply
     finally:
         os.close(read_fd)
     try:
@@ -339,7 +356,7 @@ def run_in_fresh_fork(source: str, batch: _Batch, budget_s: float, wall_s: float
         pass
     if reply is not None:
         _UNREAPED.append(pid)  # reaped after the reply is sent: its exit overlaps the parent's next request
-        return reply
+        return {**reply, "nonce": nonce}
     _, status, usage = os.wait4(pid, 0)
     if usage.ru_utime + usage.ru_stime >= budget_s and not timed_out:
         why, timed_out = "stopped at its CPU limit", True
@@ -348,13 +365,15 @@ def run_in_fresh_fork(source: str, batch: _Batch, budget_s: float, wall_s: float
     elif os.WIFSIGNALED(status) and not timed_out and why == "end of stream":
         why = "killed before it answered (over the worker's memory cap, most likely)"
     text = f"timeout after {budget_s:.1f}s: {why}" if timed_out else f"annotator process failed: {why}"
-    return _reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started)
+    return {**_reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started), "nonce": nonce}
 
 
-def serve(reply_fd: int) -> None:
-    """Answer JSON-line requests from stdin with frames on `reply_fd` until stdin closes."""
+def serve(reply_fd: int) -> int:
+    """The holder: answer JSON-line requests from stdin with frames on `reply_fd` until stdin closes (0) or a
+    "fresh" request (_FRESH_EXIT: the init forks a new holder, which never held this one's rows)."""
     batch = _Batch(0, [], [])
     for line in sys.stdin.buffer:
+        fresh = False
         try:
             msg = json.loads(line)
             if msg["op"] == "load":
@@ -364,8 +383,10 @@ def serve(reply_fd: int) -> None:
                 gc.freeze()  # the chunk leaves the collector's view: a child's collections do not copy its pages
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
-                reply = run_isolated(str(msg["source"]), batch, float(msg["budget_s"]), float(msg["wall_s"]),
-                                     reply_fd)
+                reply = run_isolated(int(msg["source_bytes"]), batch, float(msg["budget_s"]),
+                                     float(msg["wall_s"]), reply_fd)
+            elif msg["op"] == "fresh":
+                reply, fresh = {"ok": True}, True
             else:
                 reply = {"ok": False, "error": f"unknown op {msg['op']!r}"}
         except BaseException as exc:  # noqa: BLE001 - a worker bug must answer, not kill the loop
@@ -373,10 +394,31 @@ def serve(reply_fd: int) -> None:
         write_all(reply_fd, encode(_packed(reply, batch)))
         while _UNREAPED:
             os.waitpid(_UNREAPED.pop(), 0)
+        if fresh:
+            return _FRESH_EXIT
+    return 0
 
 
-def _wait_for_zygote(pid: int, reply_fd: int) -> None:
-    """The outer process only waits: the zygote alone talks to the parent, so EOF follows its death."""
+def _init(reply_fd: int, report: dict[str, str]) -> None:
+    """pid 1: say hello, then fork a holder per chunk and reap; it reads no request, so it holds no rows or
+    sources for a holder to inherit."""
+    write_all(reply_fd, encode({"ok": True, "containment": report}))
+    while True:
+        holder = os.fork()
+        if holder == 0:
+            confine.die_with_parent()
+            os._exit(serve(reply_fd))
+        while True:
+            pid, status = os.wait()  # the holder, or a run's child it left behind
+            if pid == holder:
+                break
+        code = os.waitstatus_to_exitcode(status)
+        if code != _FRESH_EXIT:
+            os._exit(code if code >= 0 else 128 - code)
+
+
+def _wait_for_init(pid: int, reply_fd: int) -> None:
+    """The outer process only waits: the init's holder alone talks to the parent, so EOF follows its death."""
     os.close(0)
     os.close(reply_fd)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -400,16 +442,16 @@ def main() -> None:
     signal.signal(signal.SIGPROF, _Alarm.fire)
     pid = os.fork()
     if pid:
-        _wait_for_zygote(pid, args.reply_fd)
+        _wait_for_init(pid, args.reply_fd)
     confine.die_with_parent()
-    report["pid namespace"] = ("on: the zygote is pid 1; every process of the worker dies with it"
+    report["pid namespace"] = ("on: the worker's init is pid 1; every process of the worker dies with it"
                                if os.getpid() == 1 else "off: no pid namespace")
-    report["integrity"] = "on: every annotator run is a fresh fork of the zygote, which runs no annotator code"
+    report["integrity"] = ("on: every chunk a fresh holder forked from an init that reads no request, every "
+                           "annotator run a fresh fork of it that reads its own source; neither runs annotator code")
     report["wire"] = (f"on: length-prefixed, capped frames on fd {args.reply_fd} (stdout is /dev/null), a per-run "
                       "nonce the run's child never sees, votes range-checked")
     report["checker"] = "off: --unchecked (containment tests)" if _UNCHECKED else "on: re-checked in the worker"
-    write_all(args.reply_fd, encode({"ok": True, "containment": report}))
-    serve(args.reply_fd)
+    _init(args.reply_fd, report)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.domain import ABSTAIN, Annotator, GateDecision
+from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
 from engine.store import vote_codes
 from engine.store.migrations import MIGRATIONS
 from engine.store.workspace import Store
@@ -118,6 +118,29 @@ def test_threads_share_a_workspace(tmp_path):
     assert not errors
     assert len(store.events(limit=1000)) == 80
     assert [e["j"] for e in store.events("run2")] == list(range(20))
+
+
+def test_two_threads_writing_the_same_annotators_votes_and_score_do_not_conflict(tmp_path):
+    """A generation's catch-up and the studio's label save write one candidate's votes and score at once: DuckDB
+    refused the second overlapping write ("Conflict on update"), failing the run or the expert's save."""
+    store = seeded(tmp_path)
+    store.save_annotator(ann(1))
+    errors: list[Exception] = []
+
+    def writer(vote: int) -> None:
+        mine = Store.open(tmp_path / "ws")  # as each thread opens it: the job's store, the page's store
+        try:
+            for _ in range(60):
+                mine.add_votes("id1", ["a", "b"], np.array([vote, vote]))
+                mine.save_score(AnnotatorScore("id1", 2, 1.0, 0.5, vote, 1, 0))
+        except Exception as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in (0, 1, 0, 1)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors, errors[:1]
+    assert store.vote_matrix(["id1"], "dev").votes[:, 0].tolist() in ([0, 0], [1, 1])
 
 
 def test_second_process_gets_a_clear_lock_error(tmp_path):

@@ -51,14 +51,24 @@ def _damaged(path: Path, err: Exception) -> WorkspaceDamaged:
                             "it from a copy or use another --workdir")
 
 
+_WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
+
+
 class Store(ExamplesMixin, PoolMixin, LogsMixin):
     _connections: dict[str, duckdb.DuckDBPyConnection] = {}
-    _lock = threading.Lock()
+    _write_locks: dict[str, threading.RLock] = {}
+    _lock = threading.Lock()  # guards _connections (held while a new store migrates)
+    _write_locks_guard = threading.Lock()
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, path: Path):
         self._conn = conn
         self.path = path
         self._local = threading.local()
+        # one writer at a time per workspace in this process: a background job and the studio write the same rows
+        # (a candidate's votes, scores), and DuckDB refuses the second of two overlapping writes ("Conflict on
+        # update"), failing the run or the expert's save. Reads take no lock.
+        with Store._write_locks_guard:
+            self._writing = Store._write_locks.setdefault(str(path), threading.RLock())
 
     # ---- opening -----------------------------------------------------------------------------
     @classmethod
@@ -140,16 +150,21 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        cur = self._cur
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            yield
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        cur.execute("COMMIT")
+        """All or nothing, and the workspace's only writer in this process until it ends."""
+        with self._writing:
+            cur = self._cur
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
 
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        if sql.lstrip()[:6].upper() in _WRITES:
+            with self._writing:
+                return self._cur.execute(sql, params or []).fetchall()
         return self._cur.execute(sql, params or []).fetchall()
 
     def _df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -568,6 +569,51 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
         assert not worker.alive()
     finally:
         worker.close()
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
+        assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
+
+
+def test_a_source_with_a_lone_surrogate_faults_its_annotator_not_the_whole_run():
+    """Text no UTF-8 can hold (an exported labeler's edited SOURCES may carry one) made run() raise for every
+    annotator of the call; now it reaches the child as '?' and only its own annotator is judged."""
+    odd = Annotator("odd", "odd", "def annotate(example):\n    return 'spam\ud83d'\n", "generator", 0)
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
+        benign, broken = ex.run([BENIGN, odd], EXAMPLES, LABELS)
+    assert benign.votes.tolist() == BENIGN_VOTES
+    assert broken.faults == len(EXAMPLES) and (broken.votes == ABSTAIN).all()
+
+
+def test_a_run_whose_child_fails_before_taking_its_source_ends_the_worker_not_the_parent():
+    """Our own code in the run's child failing before it reads its source (here: a CPU budget it cannot set as its
+    limit) left the holder reading the rest of a long source as requests, answering each while the parent, still
+    writing, read nothing: both blocked for good, and close() with them. Now the worker ends and the parent's write
+    fails at once; a source of short lines, of the checker's size, is what filled the pipes."""
+    from engine.sandbox.process import WorkerFailed, WorkerProcess
+
+    long_source = ("WORDS = [\n" + "".join(f"    'w{i}',\n" for i in range(7500))
+                   + "]\ndef annotate(example):\n    return 'a'\n")
+    worker = WorkerProcess(256)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            worker.run(long_source, 1e300, 5.0, 10.0, 4096)
+        except WorkerFailed as err:
+            outcome["failed"] = str(err)
+
+    try:
+        load = {"op": "load", "offset": 0, "labels": LABELS, "examples": EXAMPLES}
+        worker.load((json.dumps(load) + "\n").encode(), 30)
+        caller = threading.Thread(target=run, daemon=True)
+        caller.start()
+        caller.join(30)  # a deadline for a hang, not a measurement
+        assert not caller.is_alive(), "the run blocked for good"
+        assert "failed" in outcome and not worker.alive()
+    finally:
+        closer = threading.Thread(target=worker.close, daemon=True)
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "close() blocked"
     with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0) as ex:
         assert ex.run([BENIGN], EXAMPLES, LABELS)[0].votes.tolist() == BENIGN_VOTES
 

@@ -88,7 +88,7 @@ class WorkerProcess:
         """A run: the header, then (the run's child forked) its source, which only that child reads, then a fresh
         nonce, and only a reply that carries it is taken; anything else kills the worker (engine.sandbox.wire)."""
         deadline = time.monotonic() + timeout_s
-        data = source.encode("utf-8")
+        data = source.encode("utf-8", "replace")  # a lone surrogate: a "?" for the child's checker, not a crash here
         header = {"op": "run", "source_bytes": len(data), "budget_s": budget_s, "wall_s": wall_s}
         for payload, expected in ((f"{json.dumps(header)}\n".encode(), AWAITING_SOURCE), (data, AWAITING_NONCE)):
             self._send(payload)

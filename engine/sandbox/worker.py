@@ -68,6 +68,7 @@ _SAFE_BUILTINS = [
 _PRELOADED = (collections, functools, itertools, re, string, unicodedata)  # kept for guarded imports
 MAX_SOURCE_BYTES = 1 << 20
 _FRESH_EXIT = 75  # a holder's exit status asking the init for a fresh one
+_OUT_OF_STEP_EXIT = 76  # a holder that lost its place in the request stream: the worker ends
 _READY = {"ready": True}  # a run's child has its source and no longer holds stdin (sent before annotator code runs)
 _UNCHECKED = False  # set once by main(); see --unchecked
 _RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
@@ -347,7 +348,7 @@ def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: floa
     except BaseException:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        raise  # the stream is out of step: the parent kills the worker on the error reply
+        raise  # the stream is out of step: `serve` answers, then ends the worker (the parent may still be writing)
     finally:
         os.close(read_fd)
     try:
@@ -373,7 +374,7 @@ def serve(reply_fd: int) -> int:
     "fresh" request (_FRESH_EXIT: the init forks a new holder, which never held this one's rows)."""
     batch = _Batch(0, [], [])
     for line in sys.stdin.buffer:
-        fresh = False
+        fresh = out_of_step = False
         try:
             msg = json.loads(line)
             if msg["op"] == "load":
@@ -383,8 +384,10 @@ def serve(reply_fd: int) -> int:
                 gc.freeze()  # the chunk leaves the collector's view: a child's collections do not copy its pages
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
+                out_of_step = True  # until the run returns: stdin may hold the rest of a source nobody read
                 reply = run_isolated(int(msg["source_bytes"]), batch, float(msg["budget_s"]),
                                      float(msg["wall_s"]), reply_fd)
+                out_of_step = False
             elif msg["op"] == "fresh":
                 reply, fresh = {"ok": True}, True
             else:
@@ -396,6 +399,11 @@ def serve(reply_fd: int) -> int:
             os.waitpid(_UNREAPED.pop(), 0)
         if fresh:
             return _FRESH_EXIT
+        if out_of_step:
+            # reading on would take the rest of the source for requests, each answered while the parent, still
+            # writing it, reads nothing: both would block for good. Ending the worker closes stdin, so the parent's
+            # write fails at once and it replaces the worker
+            return _OUT_OF_STEP_EXIT
     return 0
 
 
@@ -403,6 +411,8 @@ def _init(reply_fd: int, report: dict[str, str]) -> None:
     """pid 1: say hello, then fork a holder per chunk and reap; it reads no request, so it holds no rows or
     sources for a holder to inherit."""
     write_all(reply_fd, encode({"ok": True, "containment": report}))
+    gc.collect()
+    gc.freeze()  # what is alive now leaves the collector's view: a holder's collections do not copy its pages
     while True:
         holder = os.fork()
         if holder == 0:

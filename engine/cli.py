@@ -178,6 +178,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
                              text_column=args.text_column,
                              label_column=args.label_column, multi_label=args.multi_label,
                              label_separator=args.label_separator, task_name=args.task_name,
+                             labels=tuple(args.labels) if args.labels else None,
                              label_descriptions=_label_descriptions(args.label_descriptions))
         report = import_path(store, args.data, opts)
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
@@ -428,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--multi-label", action="store_true",
                      help="a label cell may hold several labels (CSV: joined by --label-separator; JSONL: a list)")
     run.add_argument("--label-separator", default="|", help="between the labels of a multi-label cell")
+    run.add_argument("--label", action="append", dest="labels", metavar="NAME",
+                     help="the label set, one --label per class, in this order (import only; default: the labels "
+                          "found in the data). A set you give is taken as given: labels that differ only in case "
+                          "stay apart, a class no row holds yet is kept, and a row with another label is a problem")
     run.add_argument("--label-descriptions", metavar="JSON",
                      help='file with {"label": "what it means", ...}: seeds the agents\' cues (import only)')
     run.add_argument("--task-name", help="the task's name (import only; default: the file's name)")

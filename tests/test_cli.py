@@ -127,6 +127,20 @@ def test_idle_generations_counts_the_trailing_complete_ones_without_candidates()
     assert idle_generations(frame.iloc[:0]) == 0
 
 
+def test_run_takes_a_label_set_that_keeps_labels_differing_only_in_case_apart(tmp_path):
+    rows = [f"r{i},the drug number {i} acts here,{('inhibitor', 'Inhibitor', 'none')[i % 3]}" for i in range(30)]
+    data = tmp_path / "rel.csv"
+    data.write_text("id,text,label\n" + "\n".join(rows) + "\n")
+    _, refused = evopool("run", str(data), "--workdir", str(tmp_path / "a"), "--generations", "0")
+    assert refused.returncode == 1 and "differ only in case" in refused.stderr and "--label NAME" in refused.stderr
+    _, out = evopool("run", str(data), "--workdir", str(tmp_path / "b"), "--generations", "0", "--label", "none",
+                     "--label", "inhibitor", "--label", "Inhibitor", "--label", "activator")
+    assert out.returncode == 0, out.stderr
+    task = Store.open(tmp_path / "b").load_task()
+    Store.close_all()
+    assert task.labels == ("none", "inhibitor", "Inhibitor", "activator")  # as given: order, case, a class to come
+
+
 def test_run_with_other_data_on_a_workspace_that_holds_data_is_refused(tmp_path, demo_csv):
     """Only an empty workspace imports DATA: a rerun with the same file goes on, another file is refused (it used to be
     ignored without a word, the old rows evolved as if they were the new)."""

@@ -222,10 +222,11 @@ def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_cla
     assert [str(p) for p in err.value.problems] == [
         "the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) differ only "
         "in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they are "
-        "different labels, give the label set",
+        "different labels, give the label set (the import form's labels box; evopool run --label NAME, one per class)",
         "the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) differ "
         "only in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they "
-        "are different labels, give the label set"]
+        "are different labels, give the label set (the import form's labels box; evopool run --label NAME, one per "
+        "class)"]
     # a label set given keeps them apart, as given
     report = import_path(Store.open(tmp_path / "b"), path,
                          IngestOptions(labels=("Inhibitor", "inhibitor", "no  relation", "no relation")))

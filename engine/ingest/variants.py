@@ -39,5 +39,6 @@ def variant_problems(row_labels: list[list[str] | None], row_name: Callable[[int
                                 for name in sorted(spellings))
             problems.append(RowProblem(0, f"labels {told} differ only in case or spacing, so they would be "
                                           f"{len(spellings)} separate classes: write them alike in the file, or, "
-                                          "if they are different labels, give the label set"))
+                                          "if they are different labels, give the label set (the import "
+                                          "form's labels box; evopool run --label NAME, one per class)"))
     return problems

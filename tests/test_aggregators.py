@@ -164,14 +164,20 @@ def test_dawid_skene_trusts_the_good_annotator_without_labels():
     assert diag[0] > 0.85 and max(diag[1:]) < 0.7
 
 
-def test_dawid_skene_reads_single_class_annotators_through_abstention():
-    # each annotator only ever votes one class: the information is in whether it fires
-    rng = np.random.default_rng(3)
-    y = rng.integers(0, 2, 400)
-    votes = np.full((400, 4), ABSTAIN)
+def single_class_votes(n: int = 400, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """(y, votes) of two classes and four annotators that each only ever vote one class (two per class): the
+    information is in whether one fires (70 % of its class's rows, 10 % of the other's)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    votes = np.full((n, 4), ABSTAIN)
     for j, cls in enumerate((0, 0, 1, 1)):
-        fires = rng.random(400) < np.where(y == cls, 0.7, 0.1)
+        fires = rng.random(n) < np.where(y == cls, 0.7, 0.1)
         votes[fires, j] = cls
+    return y, votes
+
+
+def test_dawid_skene_reads_single_class_annotators_through_abstention():
+    y, votes = single_class_votes()
     ds = DawidSkene(2).fit(votes)
     assert macro_f1(y, ds.predict(votes), 2) > 0.75
 
@@ -179,12 +185,7 @@ def test_dawid_skene_reads_single_class_annotators_through_abstention():
 def test_dawid_skene_gives_no_row_to_a_class_nobody_votes_for():
     """The same single-class annotators, with a third class in the label set that none votes and no label holds:
     EM must not make it the class of "everyone abstains" (it took rows and the macro-F1 fell)."""
-    rng = np.random.default_rng(3)
-    y = rng.integers(0, 2, 400)
-    votes = np.full((400, 4), ABSTAIN)
-    for j, cls in enumerate((0, 0, 1, 1)):
-        fires = rng.random(400) < np.where(y == cls, 0.7, 0.1)
-        votes[fires, j] = cls
+    _, votes = single_class_votes()
     two = DawidSkene(2).fit(votes).predict_proba(votes)
     three = DawidSkene(3).fit(votes)
     proba = three.predict_proba(votes)

@@ -171,10 +171,14 @@ def frame_bytes(frame: pd.DataFrame, fmt: str, spreadsheet: bool = False) -> byt
     return buffer.getvalue()
 
 
+def file_format(out: str | Path, fmt: str | None = None) -> str:
+    """The format a file is written in: `fmt` when given, else `out`'s suffix, else csv."""
+    return (fmt or Path(out).suffix.lstrip(".") or "csv").lower()
+
+
 def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None, spreadsheet: bool = False) -> Path:
     out = Path(out)
-    fmt = (fmt or out.suffix.lstrip(".") or "csv").lower()
-    data = frame_bytes(frame, fmt, spreadsheet)
+    data = frame_bytes(frame, file_format(out, fmt), spreadsheet)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, data)
     return out
@@ -218,14 +222,16 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
     fmt "hf" writes a folder in the Hugging Face `datasets` layout (needs the `hf` extra). `spreadsheet`: a CSV
     safe to open in a spreadsheet (`spreadsheet_safe`; the manifest counts the cells quoted)."""
     frame = labeled_frame(store, soft, hard, n_votes)
-    if spreadsheet:
-        extra = {**(extra or {}), "spreadsheet_safe": {"quoted_cells": spreadsheet_safe(frame)[1]}}
+    written = frame
+    if spreadsheet:  # quoted once: the file gets the quoted frame, the manifest its count
+        written, quoted = spreadsheet_safe(frame)
+        extra = {**(extra or {}), "spreadsheet_safe": {"quoted_cells": quoted}}
     if fmt == "hf":
         from engine.export_hf import write_hf
 
         path = write_hf(frame, store.load_task().labels, out, label_separator(store))
     else:
-        path = write_frame(frame, out, fmt, spreadsheet)
+        path = write_frame(written, out, fmt)
     manifest_path = path.with_name(path.name + ".manifest.json")
     manifest_text = json.dumps(manifest(store, soft, frame, extra, threshold), indent=2)
     write_atomically(manifest_path, manifest_text.encode("utf-8"))

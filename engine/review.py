@@ -220,7 +220,8 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
                 "evopool pool add --approve, over the gate's rejection: " + "; ".join(decision.reasons))
         save_edit(store, executor, source, None, note, name=name)
     if accepted:  # the gate accepted it as a member's replacement (judged with that member gone): retire it
-        prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in store.pool_ids()]
+        members = set(store.pool_ids())
+        prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in members]
         store.record_gate_prunes(prunes)
         pruned = [d.annotator_id for d in prunes]
     return {"added": added, "verdict": decision.verdict, "reasons": list(decision.reasons),

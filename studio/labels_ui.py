@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.aggregators.choice_names import describe_choice
+from engine.aggregators.choice_names import describe_choice, is_student
 from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
@@ -212,10 +212,10 @@ def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
     if choice.left_out:
         text += (f"; left out {', '.join(choice.left_out)}: the pool was chosen on these same rows, so their "
                  "dev figures are inflated")
-    if choice.chosen.startswith("student<"):
-        text += (". A student learns from its teacher's labels of thousands of unlabeled rows and reads only the "
-                 "text; auto keeps it over its teacher unless the teacher beats it in every resample of the rows it "
-                 "is judged on")
+    if is_student(choice.chosen) or choice.chosen.startswith("avg(student"):
+        text += (". A student learns from its teacher's labels of thousands of unlabeled rows and reads the text "
+                 "(and the votes, when named student+votes); auto keeps it over its teacher unless the teacher beats "
+                 "it in every resample of the rows it is judged on")
     return text
 
 

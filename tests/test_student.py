@@ -10,7 +10,7 @@ import pytest
 
 from engine.aggregators.auto import AutoAggregator
 from engine.aggregators.base import class_prior
-from engine.aggregators.choice_names import PRIOR_SUFFIX, describe_choice, reads_votes
+from engine.aggregators.choice_names import PRIOR_SUFFIX, VOTE_STUDENT, describe_choice, reads_votes
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.student import (
     StudentAggregator,
@@ -166,10 +166,16 @@ def test_auto_pool_chooses_among_what_reads_the_votes(data):
     for selected in (False, True):  # without audit rows under a pool chosen on dev, only its students may be chosen
         model = AutoAggregator(2, seed=0, pool_only=True).fit(votes[dev], y[dev], rows(X, dev),
                                                               votes_selected=selected, **fit)
-        assert model.uses_votes_ is True and all(reads_votes(name) for name in model.oof_scores_)
-        assert "tfidf-only" not in model.oof_scores_ and "student<tfidf-only>" not in model.oof_scores_
-        assert not selected or model.chosen_.startswith("student<")
+        assert model.uses_votes_ is True and reads_votes(model.chosen_)
+        # the text-only models are scored only to teach: the best of them teaches a student of the text and one that
+        # also reads the votes, which (or the mean of the students) auto-pool may choose, never the text's own
+        # (not without audit rows under a pool chosen on dev: it would be judged where the votes were chosen)
+        assert any(name.startswith(VOTE_STUDENT) for name in model.oof_scores_) is not selected
+        assert not selected or model.chosen_.startswith(("student", "avg(student"))
         assert model.predict_proba(votes[test], rows(X, test)).shape == (len(test), 2)
+        alone = AutoAggregator(2, seed=0, pool_only=True, students=False).fit(votes[dev], y[dev], rows(X, dev),
+                                                                             votes_selected=selected, **fit)
+        assert all(reads_votes(name) for name in alone.oof_scores_)  # no student: nothing for the text to teach
     with pytest.raises(ValueError, match="exclude each other"):
         AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
     # with no annotator there is nothing of the pool to choose: a clear error, and auto says it reads no pool
@@ -213,10 +219,10 @@ def _weigh_fixed_students(monkeypatch, auto: AutoAggregator, wrong: dict[str, in
     judge, board = _Judge(y, None, 2), _Board()
     for name in ("evoagg[embedding]", "embedding-only"):
         board.add(name, predicting(wrong[name]), judge.score(predicting(wrong[name]), name), [name], lambda: None)
-    students = {(teacher, ("embedding",)): (predicting(wrong[f"student<{teacher}>"]),) * 2 + (None,)
+    students = {(teacher, 0.0): (predicting(wrong[f"student<{teacher}>"]),) * 2 + (None,)
                 for teacher in ("evoagg[embedding]", "embedding-only")}
-    monkeypatch.setattr(auto, "_students", lambda teachers, *rest: {k: v for k, v in students.items()
-                                                                    if k[0] in teachers})
+    monkeypatch.setattr(auto, "_students", lambda specs, *rest: {k: v for k, v in students.items() if k in specs})
+    auto.student_mix = False  # one student per teacher: the rules of who replaces whom
     chosen, _ = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"],
                                      ["evoagg[embedding]"], judge, True,
                                      np.zeros((len(y), 1), int), y, {"embedding": np.zeros((len(y), 3))}, [],
@@ -306,11 +312,12 @@ def test_without_audit_rows_the_best_text_model_also_teaches(data):
     off = AutoAggregator(2, seed=0, text_teacher=False).fit(votes[dev], y[dev], rows(X, dev), votes_selected=True,
                                                             **fit)
     assert "student<tfidf-only>" not in off.oof_scores_  # the switch bench/text_teacher.py compares
-    # with audit rows to judge on, the two teachers of before (the best candidate and the best vote reader)
+    # with audit rows to judge on, it teaches too (its student, and the one that also reads the votes, join the mean
+    # of the students)
     audit = np.arange(40) % 2 == 0
     judged = AutoAggregator(2, seed=0, min_audit=10).fit(votes[dev], y[dev], rows(X, dev), audit=audit,
                                                         votes_selected=True, **fit)
-    assert not any(name.startswith("student<tfidf-only") for name in judged.oof_scores_)
+    assert {"student<tfidf-only>", "student+votes<tfidf-only>"} <= set(judged.oof_scores_)
 
 
 def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_better(data):
@@ -320,15 +327,19 @@ def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_be
     dev = np.arange(650, 680)  # 30 rows where the best candidate leads its student by a row out of fold
     fit = dict(unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
     # any bootstrap lead is sure (student_confidence 0): the student needs a strictly higher score, as before
-    always = AutoAggregator(2, seed=0, student_confidence=0.0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    # (the mix of students left out: this is about one teacher and its own student)
+    always = AutoAggregator(2, seed=0, student_confidence=0.0, student_mix=False).fit(votes[dev], y[dev],
+                                                                                     rows(X, dev), **fit)
     teacher, scores = always.chosen_, always.oof_scores_
     student = f"student<{teacher}>"
     assert not teacher.startswith("student<") and scores[student] < scores[teacher]
     # nothing is ever sure (student_confidence above 1): the best candidate's student takes its place
-    never = AutoAggregator(2, seed=0, student_confidence=1.01).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    never = AutoAggregator(2, seed=0, student_confidence=1.01, student_mix=False).fit(votes[dev], y[dev],
+                                                                                     rows(X, dev), **fit)
     assert never.chosen_ == student and never.uses_votes_ is reads_votes(teacher)
     # the default: a one-row lead on 30 rows is not sure
-    assert AutoAggregator(2, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit).chosen_ == student
+    assert AutoAggregator(2, seed=0, student_mix=False).fit(votes[dev], y[dev], rows(X, dev),
+                                                            **fit).chosen_ == student
 
 
 def test_a_teacher_keeps_its_place_only_if_it_wins_every_bootstrap_draw():
@@ -407,7 +418,7 @@ def test_auto_chooses_the_shifted_student_only_when_it_scores_clearly_higher_out
     dev = rng.choice(n, 150, replace=False)
     pool = np.setdiff1d(np.arange(n), dev)
     fit = dict(votes_selected=True, unlabeled_votes=votes[pool], unlabeled_X=rows(X, pool))
-    auto = AutoAggregator(k, seed=0).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    auto = AutoAggregator(k, seed=0, student_mix=False).fit(votes[dev], y[dev], rows(X, dev), **fit)
     assert auto.chosen_ == "student<evoagg[embedding]>" + PRIOR_SUFFIX and auto.members_[0].match_prior is True
     scores = auto.oof_scores_
     choosable = [name for name in scores if name != auto.chosen_ and (name.startswith("student<")
@@ -418,7 +429,8 @@ def test_auto_chooses_the_shifted_student_only_when_it_scores_clearly_higher_out
     # a shift that gains less than `prior_min_gain` over its plain student is taken for noise: the best unshifted
     # choice stays (here the student of the text alone, a teacher too since no audit rows judge the pool)
     gain = scores[auto.chosen_] - scores["student<evoagg[embedding]>"]
-    strict = AutoAggregator(k, seed=0, prior_min_gain=gain + 1e-3).fit(votes[dev], y[dev], rows(X, dev), **fit)
+    strict = AutoAggregator(k, seed=0, prior_min_gain=gain + 1e-3, student_mix=False).fit(votes[dev], y[dev],
+                                                                                         rows(X, dev), **fit)
     unshifted = max((name for name in choosable if not name.endswith(PRIOR_SUFFIX)), key=scores.get)
     assert unshifted == "student<embedding-only>"
     assert strict.chosen_ == unshifted and strict.members_[0].match_prior is False
@@ -458,3 +470,124 @@ def test_auto_refuses_a_negative_minimum_gain_for_the_shift(data):
     X, y, votes, dev, pool, test = data
     with pytest.raises(ValueError, match="prior_min_gain"):
         AutoAggregator(2, prior_min_gain=-0.01).fit(votes[:40], y[:40], rows(X, np.arange(40)))
+
+
+def test_names_say_whether_a_student_reads_the_votes_itself():
+    from engine.aggregators.choice_names import is_student, reads_votes_at_prediction
+
+    assert reads_votes("student+votes<tfidf-only>") and reads_votes_at_prediction("student+votes<tfidf-only>")
+    # a student of a vote reader reads the votes through its teacher only: at prediction it reads text
+    assert reads_votes("student<evoagg[tfidf]>") and not reads_votes_at_prediction("student<evoagg[tfidf]>")
+    mean = "avg(student<evoagg[tfidf]>,student<tfidf-only>,student+votes<tfidf-only>)"
+    assert reads_votes(mean) and reads_votes_at_prediction(mean) and is_student("student+votes<x-only>")
+    assert not reads_votes_at_prediction("avg(student<evoagg[tfidf]>,student<tfidf-only>)")
+    assert "pool's votes" in describe_choice("student+votes<tfidf-only>")
+    assert "pool's votes" not in describe_choice("student<tfidf-only>").split("; the teacher")[0]
+
+
+def test_a_student_that_reads_the_votes_learns_from_the_unlabeled_rows_how_far_to_trust_them():
+    """Text that barely tells the classes apart, an annotator right on 95 % of the rows it fires on (70 % of them) and
+    a teacher right on 75 % of the rows, its errors independent of the annotator's: the votes agree with the
+    teacher's labels far more often than chance, so a student that reads them learns to follow them; one that reads
+    the text alone cannot."""
+    rng = np.random.default_rng(3)
+    n, k = 3000, 2
+    y = rng.integers(0, k, n)
+    X = {"embedding": rng.normal(size=(k, 16))[y] * 0.15 + rng.normal(size=(n, 16))}
+    votes = np.full((n, 1), ABSTAIN)
+    fires = rng.random(n) < 0.7
+    votes[fires, 0] = np.where(rng.random(fires.sum()) < 0.95, y[fires], 1 - y[fires])
+    taught = np.where(rng.random(n) < 0.75, y, 1 - y)
+
+    class Teacher:  # its labels of the unlabeled rows, row for row
+        def predict_proba(self, v, X_):
+            return np.eye(k)[taught[pool]] * 0.8 + 0.1
+
+    dev, pool, test = np.arange(100), np.arange(100, 2500), np.arange(2500, n)
+    f1 = {}
+    for weight in (0.0, 0.25):
+        student = StudentAggregator(k, lambda: None, "teacher", ("embedding",), seed=0, vote_weight=weight)
+        student.fit_from_teacher(Teacher(), votes[dev], y[dev], rows(X, dev), votes[pool], rows(X, pool))
+        f1[weight] = macro_f1(y[test], student.predict_proba(votes[test], rows(X, test)).argmax(1), k)
+        shuffled = votes[test][::-1]
+        moved = not np.allclose(student.predict_proba(shuffled, rows(X, test)),
+                                student.predict_proba(votes[test], rows(X, test)))
+        assert moved is student.reads_votes is (weight > 0)  # the plain student reads text alone
+    assert f1[0.0] < 0.75 < 0.85 < f1[0.25]
+
+
+def _weigh_students_of(monkeypatch, probas: dict[tuple[str, float], np.ndarray], y: np.ndarray,
+                       audit: np.ndarray | None, auto: AutoAggregator | None = None):
+    """auto._weigh_students (the pool chosen on dev) over the vote reader "evoagg[embedding]" and the text model
+    "embedding-only", whose students (teacher, vote weight) answer `probas`; the specs it asked for are recorded."""
+    from engine.aggregators.auto import _Board, _Judge
+
+    auto = auto or AutoAggregator(2, seed=0)
+    auto.left_out_ = []
+    judge, board = _Judge(y, audit, 2), _Board()
+    for name in ("evoagg[embedding]", "embedding-only"):
+        board.add(name, np.eye(2)[1 - y], judge.score(np.eye(2)[1 - y], name), [name], lambda: None)
+    asked = []
+
+    def students(specs, *rest):
+        asked.extend(specs)
+        return {spec: (probas[spec], probas[spec], None) for spec in specs}
+
+    monkeypatch.setattr(auto, "_students", students)
+    chosen, members = auto._weigh_students(board, "evoagg[embedding]", ["evoagg[embedding]", "embedding-only"],
+                                           ["evoagg[embedding]"], judge, True, np.zeros((len(y), 1), int), y,
+                                           {"embedding": np.zeros((len(y), 3))}, [], (None, None, None),
+                                           text_teacher="embedding-only")
+    return chosen, members, asked, board.scores
+
+
+def test_the_mean_of_the_students_is_chosen_when_they_err_on_different_rows(monkeypatch):
+    """Three students, each wrong (unsure) on its own rows: their mean is right everywhere, and with audit rows it
+    is chosen and holds all three; the student of the text that reads the votes is one of them."""
+    y = np.array([0, 1] * 30)
+
+    def wrong_on(start: int) -> np.ndarray:
+        proba = np.eye(2)[y] * 0.8 + 0.1
+        proba[start:start + 4] = proba[start:start + 4, ::-1] * 0.75 + 0.125  # wrong there at 0.575 / 0.425
+        return proba
+
+    probas = {("evoagg[embedding]", 0.0): wrong_on(0), ("embedding-only", 0.0): wrong_on(20),
+              ("embedding-only", 0.25): wrong_on(40)}
+    audit = np.arange(60)[::2]
+    chosen, members, asked, scores = _weigh_students_of(monkeypatch, probas, y, audit)
+    names = "student<evoagg[embedding]>,student<embedding-only>,student+votes<embedding-only>"
+    assert chosen == f"avg({names})" and scores[chosen] == 1.0
+    assert [(m[0], m[2]) for m in members] == list(probas)
+    # switched off, the best single student stands and no student reads the votes
+    monkeypatch.undo()
+    chosen, members, asked, _ = _weigh_students_of(monkeypatch, probas, y, audit,
+                                                   AutoAggregator(2, seed=0, student_mix=False))
+    assert chosen.startswith("student<") and len(members) == 1 and all(w == 0 for _, w in asked)
+
+
+def test_without_audit_rows_no_student_reads_the_selected_votes(monkeypatch):
+    """No audit rows under a pool chosen on dev: a student reading the votes would be judged where they were chosen to
+    be right, so none is fitted; the mean of the plain students may still be chosen."""
+    y = np.array([0, 1] * 30)
+    proba = {("evoagg[embedding]", 0.0): np.eye(2)[y] * 0.8 + 0.1, ("embedding-only", 0.0): np.eye(2)[y] * 0.6 + 0.2}
+    chosen, members, asked, scores = _weigh_students_of(monkeypatch, proba, y, None)
+    assert asked == list(proba)
+    assert "avg(student<evoagg[embedding]>,student<embedding-only>)" in scores
+
+
+def test_auto_fits_every_student_of_the_mean_it_chose(data, monkeypatch):
+    """When the mean of the students is chosen, each is fitted on all of dev (one that reads the votes among them)
+    and auto answers their mean."""
+    X, y, votes, dev, pool, test = data
+    dev = np.arange(60)
+    audit = np.arange(60) % 3 == 0
+    real = AutoAggregator._beats
+    monkeypatch.setattr(AutoAggregator, "_beats", lambda self, board, name, chosen, unjudged:
+                        name.startswith("avg(student") or real(self, board, name, chosen, unjudged))
+    auto = AutoAggregator(2, seed=0, min_audit=20, n_jobs=1).fit(
+        votes[dev], y[dev], rows(X, dev), audit=audit, votes_selected=True, unlabeled_votes=votes[pool],
+        unlabeled_X=rows(X, pool))
+    assert auto.chosen_.startswith("avg(student") and auto.uses_votes_
+    assert len(auto.members_) >= 3 and [m.reads_votes for m in auto.members_].count(True) == 1
+    mean = np.mean([m.predict_proba(votes[test], rows(X, test)) for m in auto.members_], axis=0)
+    assert np.allclose(auto.predict_proba(votes[test], rows(X, test)), mean)

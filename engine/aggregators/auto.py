@@ -19,10 +19,10 @@ rule and with no audit rows, auto picked majority vote on SMS and ChemProt for e
 on test each time:
 bench/results/audit_ablation_32eb1af.md.)
 
-Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall and the best the
-pool's votes do (`auto-pool`'s choice among the vote readers: the best, or an average of the top ones) and, without
-audit rows under a pool chosen on dev, where those two were ranked on inflated figures, the best text-only candidate
-or average of them (bench/text_teacher.py), each teach a text student (an LR over embeddings + TF-IDF, + the words
+Student stage (engine/aggregators/student.py): given unlabeled rows, the best candidate overall, the best the
+pool's votes do (`auto-pool`'s choice among the vote readers: the best, or an average of the top ones) and the best
+text-only candidate or average of them (bench/text_teacher.py; `auto-pool` scores the text-only candidates for this
+only), each teach a text student (an LR over embeddings + TF-IDF, + the words
 between and around the entities on relation tasks, trained on the teacher's labels of the unlabeled rows plus dev);
 the students are scored out-of-fold like every candidate (per fold, the teacher is refitted on the training rows
 only), so auto may pick one. A student reads only text at prediction, so it is judged on all dev rows even when audit
@@ -37,8 +37,14 @@ rows teaches a student that names it more rarely still. The shifted student is s
 fold, the shift is fitted on that fold's student, its training rows' shares and, when the unlabeled rows outnumber the
 student's sample, up to 2,000 rows outside it: on its own sample a student is surer of its teacher's classes and the
 shift overshoots) and taken on a strictly higher score that also beats the plain student by `prior_min_gain`
-(bench/prior_match.py). `uses_votes_` says whether the chosen model reads the pool's votes anywhere (a student's
-teacher included); `text_only=True` leaves out every vote-reading candidate and teacher: the best the text can do
+(bench/prior_match.py). Two more are weighed (`student_mix`): a student of the text's teacher that also reads the
+pool's votes (`student+votes<...>`: it learns how far to trust each annotator on the unlabeled rows, where the pool
+was not chosen; fitted only with audit rows to judge it, since it reads the votes at prediction), and the mean of
+the plain students and that one (`avg(student<...>,...)`): students of different teachers err on different rows.
+On the withheld gold labels of pool rows (bench/pool_margin.py, README) `auto-pool` then led `auto-text` on TREC and
+SMS, where the pool had tied the text.
+`uses_votes_` says whether the chosen model reads the pool's votes anywhere (a student's teacher included);
+`text_only=True` leaves out every vote-reading candidate and teacher: the best the text can do
 without the pool (the "auto-text" aggregator); `pool_only=True` chooses among what reads the votes (students of
 vote-reading teachers included), by the same rules: the best the pool does (the "auto-pool" aggregator), so "does the
 pool earn its place" compares two choices made alike on dev (without unlabeled rows there is no student to choose, and
@@ -68,11 +74,18 @@ from engine.aggregators.base import (
     oof_proba,
     take_rows,
 )
-from engine.aggregators.choice_names import PRIOR_SUFFIX, reads_votes
+from engine.aggregators.choice_names import (
+    PRIOR_SUFFIX,
+    STUDENT,
+    VOTE_STUDENT,
+    is_student,
+    reads_votes,
+    reads_votes_at_prediction,
+)
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import StudentAggregator, shifted, student_rows
+from engine.aggregators.student import STUDENT_VOTE_WEIGHT, StudentAggregator, shifted, student_rows
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import class_counts, macro_f1
@@ -140,12 +153,14 @@ def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: 
 def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], C: float, n_classes: int,
                   seed: int, v: np.ndarray, y: np.ndarray, feats: dict, train: np.ndarray,
                   held: np.ndarray | None, unlabeled_votes: np.ndarray, unlabeled_X: Features,
-                  shift_X: Features = None) -> tuple[np.ndarray, np.ndarray] | StudentAggregator:
+                  shift_X: Features = None, vote_weight: float = 0.0
+                  ) -> tuple[np.ndarray, np.ndarray] | StudentAggregator:
     """A student's probabilities on the `held` rows, its teacher fitted on the `train` rows only; with
-    `held=None`, the fitted student itself (the one auto keeps if it is chosen)."""
+    `held=None`, the fitted student itself (the one auto keeps if it is chosen). `vote_weight` > 0: a student that
+    also reads the votes."""
     sub = {name: mat[train] for name, mat in feats.items()}
     teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
-    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed)
+    student = StudentAggregator(n_classes, lambda: None, "", views, C=C, seed=seed, vote_weight=vote_weight)
     student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X, shift_X)
     if held is None:
         return student
@@ -184,7 +199,7 @@ class _Judge:
         """Audit rows for what reads the votes at prediction (its dev figures are inflated elsewhere); all dev
         rows for what reads only text (a student included): honest there, and five times as many rows. Audit
         rows are a random share of dev, so on the same classes (`classes`) both estimate the same quantity."""
-        if self.audit is not None and reads_votes(name) and not name.startswith("student<"):
+        if self.audit is not None and reads_votes_at_prediction(name):
             return self.audit
         return np.arange(len(self.y))
 
@@ -235,7 +250,8 @@ class AutoAggregator(BaseAggregator):
                  students: bool = True, confidence: float = 0.9, student_confidence: float = STUDENT_CONFIDENCE,
                  bootstrap: int = 200,
                  n_jobs: int | None = None, prior_matching: bool = True, prior_min_gain: float = PRIOR_MIN_GAIN,
-                 text_teacher: bool = True, pool_only: bool = False, selected_min_gain: float = SELECTED_MIN_GAIN):
+                 text_teacher: bool = True, pool_only: bool = False, selected_min_gain: float = SELECTED_MIN_GAIN,
+                 student_mix: bool = True):
         self.n_classes = n_classes
         self.seed = seed
         self.n_splits = n_splits
@@ -257,6 +273,8 @@ class AutoAggregator(BaseAggregator):
         self.prior_min_gain = prior_min_gain  # what the shifted student must gain over the plain one to be chosen
         # without audit rows under a pool chosen on dev, the best text-only model also teaches (bench/text_teacher.py)
         self.text_teacher = text_teacher
+        # also weigh a student of the best text model that reads the votes, and the mean of the students
+        self.student_mix = student_mix
 
     def candidates(self, X: Features) -> list[Ingredient]:
         """Every ingredient for these features, simplest first."""
@@ -300,7 +318,9 @@ class AutoAggregator(BaseAggregator):
         folds = make_folds(y, self.n_splits, self.seed)
         board = _Board()
         self.C_, self.left_out_, self.demoted_ = {}, [], []
-        candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats))
+        will_teach = bool(self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0)
+        candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats),
+                                    text_teaches=will_teach and self.text_teacher)
         if v.shape[1] == 0 and feats:  # an empty pool (just imported, or every member rejected): only text to read
             candidates = [c for c in candidates if c.reads_text]
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
@@ -313,18 +333,18 @@ class AutoAggregator(BaseAggregator):
             ranked = self._demote_unsure_vote_only(ranked, text_readers, board.oof, judge)
         chosen = self._best_or_average(board, ranked, judge)
         student = None
-        if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0:
+        if will_teach:
             # the student reads this seeded sample alone (the same rows it would draw): workers get only these
             rows, shift = student_rows(len(unlabeled_votes), self.seed)  # and the offsets' rows, if any
             unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
                          take_rows(unlabeled_X, shift) if len(shift) else None)
-            # with no audit rows, the vote readers were ranked on the dev rows their pool was chosen on: the best the
-            # text alone does (an average if that scores higher) also teaches, ranked on honest figures. Such an
-            # average joins the board, so it may also be chosen itself (it reads no votes; scored out of fold)
-            text_ranked = [n for n in ranked if not reads_votes(n)]
+            # the best the text alone does (an average if that scores higher), ranked on honest figures, also
+            # teaches: a student of the text, and one that also reads the votes. Such an average joins the board, so
+            # it may also be chosen itself (it reads no votes; scored out of fold), except by `auto-pool`, where
+            # the text-only candidates were scored to teach only
+            text_ranked = [n for n in (ordered if self.pool_only else ranked) if not reads_votes(n)]
             text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
-                            and votes_selected and judge.audit is None and not (self.text_only or self.pool_only)
-                            else None)
+                            and not self.text_only else None)
             # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader
             # that reads text): its choice among them also teaches a student
             pool_ranked = ranked if self.pool_only else self._pool_ranking(ordered, candidates, board.oof, judge,
@@ -337,20 +357,23 @@ class AutoAggregator(BaseAggregator):
         self.uses_votes_ = reads_votes(chosen) and v.shape[1] > 0  # no annotator: nothing of the pool is read
         if student is None:
             self.members_ = [board.makers[n]().fit(v, y, feats) for n in board.groups[chosen]]
-        else:
-            teacher, views, model, matched = student
-            if model is None:  # not fitted with the folds (they ran here, not on workers)
-                model = _student_fold([board.makers[n] for n in board.groups[teacher]], views, STUDENT_C,
-                                      self.n_classes, self.seed, v, y, feats,
-                                      np.arange(len(y)), None, *unlabeled)
-            model.teacher_name, model.match_prior = teacher, matched
-            self.members_ = [model]
+        else:  # one student, or the students of the mean of them
+            self.members_ = []
+            for teacher, views, vote_weight, model, matched in student:
+                if model is None:  # not fitted with the folds (they ran here, not on workers)
+                    model = _student_fold([board.makers[n] for n in board.groups[teacher]], views, STUDENT_C,
+                                          self.n_classes, self.seed, v, y, feats,
+                                          np.arange(len(y)), None, *unlabeled, vote_weight=vote_weight)
+                model.teacher_name, model.match_prior = teacher, matched
+                self.members_.append(model)
         self.n_annotators_ = v.shape[1]
         return self
 
-    def _eligible(self, candidates: list[Ingredient], selected_unjudged: bool) -> list[Ingredient]:
+    def _eligible(self, candidates: list[Ingredient], selected_unjudged: bool, text_teaches: bool = False
+                  ) -> list[Ingredient]:
         """The candidates that may be weighed. With the pool selected on these dev rows and no audit rows to judge
-        on, the ones that read nothing but the votes are left out (`left_out_`); `text_only`: no vote reader."""
+        on, the ones that read nothing but the votes are left out (`left_out_`); `text_only`: no vote reader;
+        `pool_only`: only vote readers, and the text-only ones when the best of them will teach (`text_teaches`)."""
         if selected_unjudged:
             self.left_out_ = [c.name for c in candidates if not c.reads_text]
             candidates = [c for c in candidates if c.reads_text]
@@ -358,8 +381,8 @@ class AutoAggregator(BaseAggregator):
             candidates = [c for c in candidates if not reads_votes(c.name)]
             if not candidates:
                 raise ValueError("text_only needs text features: pass X")
-        if self.pool_only:  # never empty: the vote-only models are there (or, left out, EvoAgg over each text view)
-            candidates = [c for c in candidates if reads_votes(c.name)]
+        if self.pool_only and not text_teaches:  # never empty: the vote-only models are there (or, left out, EvoAgg
+            candidates = [c for c in candidates if reads_votes(c.name)]  # over each text view)
         return candidates
 
     def _score_candidates(self, board: _Board, candidates: list[Ingredient], v: np.ndarray, y: np.ndarray,
@@ -394,12 +417,13 @@ class AutoAggregator(BaseAggregator):
                         votes_selected: bool,
                         v: np.ndarray, y: np.ndarray, feats: dict, folds: list,
                         unlabeled: tuple[np.ndarray, Features, Features], text_teacher: str | None = None
-                        ) -> tuple[str, tuple | None]:
+                        ) -> tuple[str, list | None]:
         """The students of the chosen candidate, of the best the vote readers do (`pool_ranked`'s best or average of its
-        top ones) and of `text_teacher` (if any), each as
-        trained and shifted, scored out of fold; returns what is chosen now and, if it is a student, (teacher, views,
-        the fitted student or None, whether it predicts shifted)."""
-        view_sets = [student_views(feats)]
+        top ones) and of `text_teacher` (if any), each as trained and shifted, a student of `text_teacher` that also
+        reads the votes, and the mean of these students (unshifted), all scored out of fold; returns what is chosen now
+        and, if it is a student or their mean, one (teacher, views, vote weight, the fitted student or None, whether it
+        predicts shifted) per student it holds."""
+        views = student_views(feats)
         # ties go to the earlier in the ranking (demoted vote-only models after the text readers), then averages
         single = set(ranked)
         weighed = ranked + [n for n in board.groups if n not in single]
@@ -408,35 +432,59 @@ class AutoAggregator(BaseAggregator):
         pool_teacher = [self._best_or_average(board, pool_ranked, judge)] if pool_ranked and not self.text_only else []
         teachers = [chosen] + pool_teacher + ([text_teacher] if text_teacher is not None else [])
         unjudged = votes_selected and judge.audit is None
-        if unjudged:
+        specs = [(teacher, 0.0) for teacher in dict.fromkeys(teachers)]
+        # the text's labels teach how far each annotator is right on rows the pool was not chosen on; but a student
+        # that reads the votes is judged on rows where they were chosen to be right, so only audit rows can judge it
+        # (without them it led the text's student on dev by 0.04-0.05 and trailed the pool's student on YouTube's
+        # held pool rows by 0.01-0.03, bench/pool_margin.py, ad hoc before it shipped)
+        if self.student_mix and text_teacher is not None and v.shape[1] > 0 and not unjudged:
+            specs.append((text_teacher, STUDENT_VOTE_WEIGHT))
+
+        def choosable(name: str) -> bool:  # `auto-pool` keeps to what reads the votes (a student's teacher included)
+            return reads_votes(name) or not self.pool_only
+
+        if unjudged and not self.pool_only:
             # no honest rows for what reads the selected votes: only the students (which read text at
             # prediction) and the text-only candidates may be chosen; vote readers may still teach
             self.left_out_ += [n for n in ranked if reads_votes(n) and n not in self.left_out_]
             chosen = max((n for n in weighed if not reads_votes(n)), key=lambda n: board.scores[n], default=chosen)
         student = None
-        fitted = self._students(teachers, view_sets, board.groups, board.makers, v, y, feats, folds, *unlabeled)
+        fitted = self._students(specs, views, board.groups, board.makers, v, y, feats, folds, *unlabeled)
+        members = []  # (name, spec) of each plain student, for their mean
         # the chosen's own student first: it replaces its teacher unless the teacher is surely better, whatever their
         # scores, and the other students must then beat it. Weighed later, it had replaced its teacher after a
         # student that outscored it lost to that teacher (youtube seed 0, held pool rows: 0.854, its rival 0.865)
-        for (teacher, views), (proba, matched, model) in sorted(fitted.items(), key=lambda item: item[0][0] != chosen):
-            name = f"student<{teacher}>" + (f"[{'+'.join(views)}]" if len(view_sets) > 1 else "")
+        for (teacher, weight), (proba, matched, model) in sorted(fitted.items(),
+                                                                 key=lambda item: item[0] != (chosen, 0.0)):
+            name = f"{VOTE_STUDENT if weight else STUDENT}{teacher}>"
             board.add(name, proba, judge.score(proba, name), board.groups[teacher])
+            members.append((name, (teacher, views, weight, model, False)))
+            if not choosable(name):
+                continue
             # a vote reader ranked on the rows its pool was chosen on (a single one, left out, or an average of them,
             # which `auto-pool` may hold) gives way to any student
             takes_over = self._beats(board, name, chosen, unjudged) or (unjudged and reads_votes(chosen)
-                                                                         and not chosen.startswith("student<"))
-            if not takes_over and teacher == chosen:  # its own teacher keeps its place only when surely better
-                takes_over = not self._surely_better(board.oof[chosen], proba, judge, self.student_confidence,
-                                                     judge.rows(chosen))
+                                                                         and not is_student(chosen))
+            if not takes_over and teacher == chosen and not weight:  # its own teacher keeps its place only when
+                takes_over = not self._surely_better(board.oof[chosen], proba, judge,  # surely better
+                                                     self.student_confidence, judge.rows(chosen))
             if takes_over:
-                chosen, student = name, (teacher, views, model, False)
-            if self.prior_matching:  # takes over on a strictly higher score, by `prior_min_gain` over its plain self
-                shifted_name = name + PRIOR_SUFFIX
+                chosen, student = name, [(teacher, views, weight, model, False)]
+            if self.prior_matching and not weight:  # takes over on a strictly higher score, by `prior_min_gain` over
+                shifted_name = name + PRIOR_SUFFIX  # its plain self
                 board.add(shifted_name, matched, judge.score(matched, shifted_name), board.groups[teacher])
                 score = board.scores[shifted_name]
                 if (self._beats(board, shifted_name, chosen, unjudged)
                         and score >= board.scores[name] + self.prior_min_gain - 1e-12):
-                    chosen, student = shifted_name, (teacher, views, model, True)
+                    chosen, student = shifted_name, [(teacher, views, weight, model, True)]
+        if self.student_mix and len(members) > 1:  # students of different teachers err on different rows (held
+            # pool rows, README)
+            members.sort(key=lambda member: specs.index((member[1][0], member[1][2])))  # in the teachers' order
+            name = "avg(" + ",".join(n for n, _ in members) + ")"
+            proba = np.mean([board.oof[n] for n, _ in members], axis=0)
+            board.add(name, proba, judge.score(proba, name), [n for n, _ in members])
+            if choosable(name) and self._beats(board, name, chosen, unjudged):
+                chosen, student = name, [spec for _, spec in members]
         return chosen, student
 
     def _beats(self, board: _Board, name: str, chosen: str, unjudged: bool) -> bool:
@@ -489,33 +537,32 @@ class AutoAggregator(BaseAggregator):
                      > macro_f1(truth[draw], pb[draw], self.n_classes, classes=judge.classes))
         return wins >= confidence * self.bootstrap
 
-    def _students(self, teachers: list[str], view_sets: list[tuple[str, ...]], groups: dict[str, list[str]],
+    def _students(self, specs: list[tuple[str, float]], views: tuple[str, ...], groups: dict[str, list[str]],
                   makers: dict[str, Callable[[], Aggregator]], v: np.ndarray, y: np.ndarray, feats: dict,
                   folds: list, unlabeled_votes: np.ndarray, unlabeled_X: Features, shift_X: Features
-                  ) -> dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, np.ndarray, StudentAggregator | None]]:
-        """Per (teacher, views): the student's out-of-fold dev probabilities as trained and shifted (`prior_bias_`
-        of each fold's student), each fold's teacher (the mean of
+                  ) -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray, StudentAggregator | None]]:
+        """Per (teacher, vote weight): the student's out-of-fold dev probabilities as trained and shifted
+        (`prior_bias_` of each fold's student), each fold's teacher (the mean of
         the teacher's parts) fitted on the training folds only so the held rows' labels reach neither teacher
         nor student; and, when the fits run on worker processes, the student fitted on all of dev, in the same
         batch (five folds leave a worker idle for the last round: the one kept if chosen costs no wall time)."""
         folds = folds or [(np.arange(len(y)), np.arange(len(y)))]
-        pairs = [(teacher, views) for teacher in dict.fromkeys(teachers) for views in view_sets]
         per_pair = len(folds) + 1
-        speculate = worker_count(self.n_jobs, len(pairs) * per_pair, len(y) * self.n_classes) > 1
+        speculate = worker_count(self.n_jobs, len(specs) * per_pair, len(y) * self.n_classes) > 1
         calls = []
-        for teacher, views in pairs:
+        for teacher, weight in specs:
             parts = [makers[n] for n in groups[teacher]]
             splits = folds + ([(np.arange(len(y)), None)] if speculate else [])
             calls += [(_student_fold, (parts, views, STUDENT_C, self.n_classes, self.seed, v,
-                                       y, feats, train, held, unlabeled_votes, unlabeled_X, shift_X))
+                                       y, feats, train, held, unlabeled_votes, unlabeled_X, shift_X, weight))
                       for train, held in splits]
         results = iter(run_calls(calls, self.n_jobs, len(y) * self.n_classes))
         out = {}
-        for pair in pairs:
+        for spec in specs:
             proba, matched = np.zeros((len(y), self.n_classes)), np.zeros((len(y), self.n_classes))
             for _, held in folds:
                 proba[held], matched[held] = next(results)
-            out[pair] = (proba, matched, next(results) if speculate else None)
+            out[spec] = (proba, matched, next(results) if speculate else None)
         return out
 
     def _judged_rows(self, audit: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:

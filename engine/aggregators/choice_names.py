@@ -3,14 +3,40 @@ choice reads the pool's votes, and what each ingredient reads, in words an exper
 from __future__ import annotations
 
 PRIOR_SUFFIX = "+prior"  # a student whose class shares are pulled toward dev's (engine/aggregators/student.py)
+STUDENT = "student<"  # a student of the teacher named inside: it reads text at prediction
+VOTE_STUDENT = "student+votes<"  # a student that also reads the pool's votes at prediction
+
+
+def is_student(name: str) -> bool:
+    return name.startswith((STUDENT, VOTE_STUDENT))
+
+
+def _teacher(name: str) -> str:
+    """The teacher's name inside a student's name."""
+    return name[name.index("<") + 1:name.rindex(">")]
 
 
 def reads_votes(name: str) -> bool:
-    """Whether a candidate (or average, or student) named as auto names them reads the pool's votes."""
-    if name.startswith("avg(") or name.startswith("student<"):
-        inner = name[4:-1] if name.startswith("avg(") else name[len("student<"):name.rindex(">")]
+    """Whether a candidate (or average, or student) named as auto names them reads the pool's votes, a student's
+    teacher included."""
+    if name.startswith(VOTE_STUDENT):
+        return True
+    if name.startswith("avg(") or name.startswith(STUDENT):
+        inner = name[4:-1] if name.startswith("avg(") else _teacher(name)
         return any(reads_votes(part) for part in _split_top(inner))
     return not name.endswith("-only")
+
+
+def reads_votes_at_prediction(name: str) -> bool:
+    """Whether the model itself reads the pool's votes when it labels a row (a `student<...>` does not, whatever
+    its teacher read): its dev figures are then the ones the pool's selection on dev inflates."""
+    if name.startswith(VOTE_STUDENT):
+        return True
+    if name.startswith(STUDENT):
+        return False
+    if name.startswith("avg("):
+        return any(reads_votes_at_prediction(part) for part in _split_top(name[4:-1]))
+    return reads_votes(name)
 
 
 def _split_top(names: str) -> list[str]:
@@ -41,9 +67,10 @@ def describe_choice(name: str) -> str:
     if name.endswith(PRIOR_SUFFIX):
         return (describe_choice(name[: -len(PRIOR_SUFFIX)]) + "; its class shares on the unlabeled rows pulled "
                 "toward dev's (a class its teacher rarely names is named more often)")
-    if name.startswith("student<"):
-        views, teacher = name[name.rindex(">") + 1:], name[len("student<"):name.rindex(">")]
-        return ("a student: a text model trained on its teacher's labels of the unlabeled rows plus dev"
+    if is_student(name):
+        views, teacher = name[name.rindex(">") + 1:], _teacher(name)
+        reads = "the text and the pool's votes" if name.startswith(VOTE_STUDENT) else "the text"
+        return (f"a student: a model of {reads} trained on its teacher's labels of the unlabeled rows plus dev"
                 + (f" (reading {views.strip('[]')})" if views else "") + f"; the teacher: {describe_choice(teacher)}")
     if name.startswith("avg("):
         return "the mean of " + "; ".join(describe_choice(part) for part in _split_top(name[4:-1]))

@@ -8,8 +8,9 @@ share 0.2, 5 generations of the offline agents), then fit on dev, as the product
   text        `auto-text`: the best text-only model (students of text-only teachers included)
   pool        `auto-pool`: the best model that reads the votes (students of vote-reading teachers included)
   auto        `auto` as it ships
-  no margin   `auto` with `selected_min_gain=0`: without audit rows, a vote reader's student need not beat the text
-              model it replaces by SELECTED_MIN_GAIN (engine/aggregators/auto.py)
+  auto before  `auto` with `student_mix=False`: no student that reads the votes, no mean of the students
+  pool before  `auto-pool` so (engine/aggregators/auto.py; until 902eb46 the "no margin" way, `auto` with
+               `selected_min_gain=0`, stood here)
 and report macro-F1 on the pool rows the students did not learn from (a seeded half of the pool when it fits one
 student sample: student_validation.py's split), with each choice and its dev out-of-fold score.
 
@@ -31,7 +32,7 @@ from bench.throughput import measured  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 
 WAYS = {"text": dict(text_only=True), "pool": dict(pool_only=True), "auto": {},
-        "no_margin": dict(selected_min_gain=0.0)}
+        "auto_before": dict(student_mix=False), "pool_before": dict(pool_only=True, student_mix=False)}
 
 
 def run(name: str, seed: int, generations: int) -> dict:
@@ -48,7 +49,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "against their withheld WRENCH train labels (never dev, never test); each choice with its out-of-fold "
              "dev score.\n",
              "| dataset | seed | held rows | audit rows | text | chose (dev) | pool | chose (dev) | pool − text "
-             "| auto | chose (dev) | no margin | chose (dev) |", "|" + "---|" * 13]
+             "| auto | chose (dev) | auto before | chose (dev) | pool before | chose (dev) |", "|" + "---|" * 15]
     for r in rows:
         cells = [r["dataset"], r["seed"], r["held_rows"], r["audit_rows"]]
         for way in WAYS:
@@ -56,12 +57,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
             if way == "pool":
                 cells.append(f"{r['pool'] - r['text']:+.3f}")
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    lines += ["", "| dataset | text | pool | pool − text | auto | no margin |", "|---|---|---|---|---|---|"]
+    lines += ["", "| dataset | text | pool | pool − text | auto | auto before | pool before | pool before − text |",
+              "|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
         mean = {way: np.mean([r[way] for r in mine]) for way in WAYS}
         lines.append(f"| {name} | {mean['text']:.3f} | {mean['pool']:.3f} | {mean['pool'] - mean['text']:+.3f} | "
-                     f"{mean['auto']:.3f} | {mean['no_margin']:.3f} |")
+                     f"{mean['auto']:.3f} | {mean['auto_before']:.3f} | {mean['pool_before']:.3f} | "
+                     f"{mean['pool_before'] - mean['text']:+.3f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.aggregators.choice_names import describe_choice, is_student
+from engine.aggregators.choice_names import VOTE_STUDENT, describe_choice, is_student, reads_votes_at_prediction
 from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
@@ -204,19 +204,32 @@ def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame, spread
 
 def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
     """What auto chose, on which rows, and what it left out and why."""
-    text = f"auto chose {choice.chosen}: {describe_choice(choice.chosen)}"
+    chosen = choice.chosen
+    text = f"auto chose {chosen}: {describe_choice(chosen)}"
     if choice.chosen_on == "audit":
-        text += f", judged on {n_audit} audit rows the pool was not chosen on"
+        text += (f", judged on {n_audit} audit rows the pool was not chosen on" if reads_votes_at_prediction(chosen)
+                 else ", judged on all dev rows (it reads no votes when it labels a row)")
     elif choice.chosen_on == "dev":
         text += ", judged on all dev rows (too few audit rows)"
     if choice.left_out:
         text += (f"; left out {', '.join(choice.left_out)}: the pool was chosen on these same rows, so their "
                  "dev figures are inflated")
-    if is_student(choice.chosen) or choice.chosen.startswith("avg(student"):
-        text += (". A student learns from its teacher's labels of thousands of unlabeled rows and reads the text "
-                 "(and the votes, when named student+votes); auto keeps it over its teacher unless the teacher beats "
-                 "it in every resample of the rows it is judged on")
-    return text
+    return text + _student_help(chosen)
+
+
+def _student_help(chosen: str) -> str:
+    """How a student (or the mean of several) came to be chosen, or nothing for any other choice."""
+    learns = ". A student learns from its teacher's labels of thousands of unlabeled rows"
+    if chosen.startswith("avg(student"):
+        return (learns + "; students of different teachers err on different rows, and their mean was chosen on a "
+                "higher score than any of them")
+    if chosen.startswith(VOTE_STUDENT):
+        return (learns + " and reads the text and the pool's votes: it learns how far to trust each annotator on rows "
+                "the pool was not chosen on; chosen on a higher score")
+    if is_student(chosen):
+        return (learns + " and reads only the text; auto keeps it over its teacher unless the teacher beats it in "
+                "every resample of the rows it is judged on")
+    return ""
 
 
 def summary_metrics(result: SavedLabels) -> None:

@@ -1132,3 +1132,18 @@ def test_a_task_with_hundreds_of_labels_names_a_few_and_tables_the_rest(home, tm
     assert "intent\\_000" in warning and "and 288 more classes" in warning and "intent\\_299" not in warning
     assert len(warning) < 2_000
     assert "All 300 classes with too few dev rows" in [e.label for e in at.expander]
+
+
+def test_the_help_beside_auto_says_how_its_choice_was_judged_and_why_it_stands():
+    """The labels screen's help on auto's choice: a mean of students or a student of the text alone was judged on all
+    dev rows even with audit rows (it reads no votes when it labels a row); one that reads the votes, on the audit
+    rows; and each kind of student is explained by the rule that chose it."""
+    from engine.domain import AutoChoice
+
+    mean = labels_ui._auto_help(AutoChoice("avg(student<evoagg[tfidf]>,student<tfidf-only>)", "audit"), 99)
+    assert "judged on all dev rows" in mean and "err on different rows" in mean and "every resample" not in mean
+    votes = labels_ui._auto_help(AutoChoice("student+votes<tfidf-only>", "audit"), 99)
+    assert "judged on 99 audit rows" in votes and "how far to trust each annotator" in votes
+    plain = labels_ui._auto_help(AutoChoice("student<evoagg[tfidf]>", "dev"), None)
+    assert "too few audit rows" in plain and "every resample" in plain
+    assert "student" not in labels_ui._auto_help(AutoChoice("evoagg[tfidf]", "audit"), 99).split(":")[0]

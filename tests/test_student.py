@@ -176,6 +176,9 @@ def test_auto_pool_chooses_among_what_reads_the_votes(data):
         alone = AutoAggregator(2, seed=0, pool_only=True, students=False).fit(votes[dev], y[dev], rows(X, dev),
                                                                              votes_selected=selected, **fit)
         assert all(reads_votes(name) for name in alone.oof_scores_)  # no student: nothing for the text to teach
+        before = AutoAggregator(2, seed=0, pool_only=True, student_mix=False).fit(
+            votes[dev], y[dev], rows(X, dev), votes_selected=selected, **fit)
+        assert all(reads_votes(name) for name in before.oof_scores_)  # as before the mix: the text teaches no one
     with pytest.raises(ValueError, match="exclude each other"):
         AutoAggregator(2, text_only=True, pool_only=True).fit(votes[dev], y[dev], rows(X, dev))
     # with no annotator there is nothing of the pool to choose: a clear error, and auto says it reads no pool
@@ -318,6 +321,9 @@ def test_without_audit_rows_the_best_text_model_also_teaches(data):
     judged = AutoAggregator(2, seed=0, min_audit=10).fit(votes[dev], y[dev], rows(X, dev), audit=audit,
                                                         votes_selected=True, **fit)
     assert {"student<tfidf-only>", "student+votes<tfidf-only>"} <= set(judged.oof_scores_)
+    before = AutoAggregator(2, seed=0, min_audit=10, student_mix=False).fit(
+        votes[dev], y[dev], rows(X, dev), audit=audit, votes_selected=True, **fit)
+    assert not any("tfidf-only>" in name for name in before.oof_scores_)  # as before the mix: audit rows judge
 
 
 def test_the_best_candidates_student_replaces_it_unless_the_teacher_is_surely_better(data):
@@ -591,3 +597,15 @@ def test_auto_fits_every_student_of_the_mean_it_chose(data, monkeypatch):
     assert len(auto.members_) >= 3 and [m.reads_votes for m in auto.members_].count(True) == 1
     mean = np.mean([m.predict_proba(votes[test], rows(X, test)) for m in auto.members_], axis=0)
     assert np.allclose(auto.predict_proba(votes[test], rows(X, test)), mean)
+
+
+def test_a_students_vote_block_is_kept_whole_when_text_columns_are_dropped(data):
+    """The student keeps only its most frequent sparse text columns; the votes' columns are not among those that
+    compete (an annotator that fires rarely would lose its columns without a word)."""
+    X, y, votes, dev, pool, test = data
+    wide = np.column_stack([votes, np.where(np.arange(len(y)) % 50 == 0, y, ABSTAIN)])  # a rare second annotator
+    student = StudentAggregator(2, lambda: None, "mv", ("tfidf",), seed=0, max_columns=20, vote_weight=0.25)
+    student.fit_from_teacher(MajorityVote(2).fit(wide[dev], y[dev]), wide[dev], y[dev], rows(X, dev), wide[pool],
+                             rows(X, pool))
+    assert len(student.columns_) == 2 and len(student.columns_[0]) == 20 and student.columns_[1] is None
+    assert student.model_.coefs_[1].shape[0] == 2 * 2  # every annotator's column per class

@@ -271,9 +271,11 @@ class AutoAggregator(BaseAggregator):
         self.n_jobs = n_jobs  # worker processes for the candidates' out-of-fold fits (None: the cores, at most 4)
         self.prior_matching = prior_matching  # also weigh each student with its class shares pulled toward dev's
         self.prior_min_gain = prior_min_gain  # what the shifted student must gain over the plain one to be chosen
-        # without audit rows under a pool chosen on dev, the best text-only model also teaches (bench/text_teacher.py)
+        # the best text-only model also teaches (bench/text_teacher.py; only without audit rows under a pool chosen on
+        # dev when `student_mix` is off)
         self.text_teacher = text_teacher
-        # also weigh a student of the best text model that reads the votes, and the mean of the students
+        # the best text-only model teaches always (auto-pool included), a student of it that reads the votes too (with
+        # audit rows), and the mean of the students is weighed; off: the student stage as it was before 902eb46
         self.student_mix = student_mix
 
     def candidates(self, X: Features) -> list[Ingredient]:
@@ -320,7 +322,7 @@ class AutoAggregator(BaseAggregator):
         self.C_, self.left_out_, self.demoted_ = {}, [], []
         will_teach = bool(self.students and feats and unlabeled_votes is not None and len(unlabeled_votes) > 0)
         candidates = self._eligible(self.candidates(feats), votes_selected and judge.audit is None and bool(feats),
-                                    text_teaches=will_teach and self.text_teacher)
+                                    text_teaches=will_teach and self.text_teacher and self.student_mix)
         if v.shape[1] == 0 and feats:  # an empty pool (just imported, or every member rejected): only text to read
             candidates = [c for c in candidates if c.reads_text]
         self._score_candidates(board, candidates, v, y, feats, folds, judge)
@@ -343,8 +345,11 @@ class AutoAggregator(BaseAggregator):
             # it may also be chosen itself (it reads no votes; scored out of fold), except by `auto-pool`, where
             # the text-only candidates were scored to teach only
             text_ranked = [n for n in (ordered if self.pool_only else ranked) if not reads_votes(n)]
+            # (without `student_mix`, as before it: only without audit rows under a pool chosen on dev, and not for
+            # `auto-pool`)
+            teaches = self.student_mix or (votes_selected and judge.audit is None and not self.pool_only)
             text_teacher = (self._best_or_average(board, text_ranked, judge) if text_ranked and self.text_teacher
-                            and not self.text_only else None)
+                            and teaches and not self.text_only else None)
             # the vote readers ranked as `auto-pool` ranks them (a vote-only model demoted against the best vote reader
             # that reads text): its choice among them also teaches a student
             pool_ranked = ranked if self.pool_only else self._pool_ranking(ordered, candidates, board.oof, judge,

@@ -264,8 +264,11 @@ class StudentAggregator(BaseAggregator):
                 shift_X = take_rows(unlabeled_X, shift)
         else:
             F_unl, P, informed = [b[:0] for b in F_dev], np.zeros((0, self.n_classes)), None
-        self.columns_ = frequent_columns(F_unl if F_unl[0].shape[0] > F_dev[0].shape[0] else F_dev,
+        text = len(self.views)  # the text blocks compete for `max_columns`; the vote block is kept whole
+        self.columns_ = frequent_columns((F_unl if F_unl[0].shape[0] > F_dev[0].shape[0] else F_dev)[:text],
                                          self.max_columns)
+        if self.columns_ is not None and self.vote_weight > 0:
+            self.columns_ = [*self.columns_, None]
         F_dev, F_unl = self._used(F_dev), self._used(F_unl)
         self.n_pseudo_ = int(P.shape[0])
         self.model_ = fit_student(F_dev, y[keep], F_unl, P, self.n_classes, self.C, informed=informed)

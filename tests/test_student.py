@@ -588,8 +588,8 @@ def test_auto_fits_every_student_of_the_mean_it_chose(data, monkeypatch):
     dev = np.arange(60)
     audit = np.arange(60) % 3 == 0
     real = AutoAggregator._beats
-    monkeypatch.setattr(AutoAggregator, "_beats", lambda self, board, name, chosen, unjudged:
-                        name.startswith("avg(student") or real(self, board, name, chosen, unjudged))
+    monkeypatch.setattr(AutoAggregator, "_beats", lambda self, board, name, chosen, unjudged, judge=None:
+                        name.startswith("avg(student") or real(self, board, name, chosen, unjudged, judge))
     auto = AutoAggregator(2, seed=0, min_audit=20, n_jobs=1).fit(
         votes[dev], y[dev], rows(X, dev), audit=audit, votes_selected=True, unlabeled_votes=votes[pool],
         unlabeled_X=rows(X, pool))
@@ -609,3 +609,24 @@ def test_a_students_vote_block_is_kept_whole_when_text_columns_are_dropped(data)
                              rows(X, pool))
     assert len(student.columns_) == 2 and len(student.columns_[0]) == 20 and student.columns_[1] is None
     assert student.model_.coefs_[1].shape[0] == 2 * 2  # every annotator's column per class
+
+
+def test_what_the_audit_rows_judge_must_beat_the_chosen_on_those_rows(monkeypatch):
+    """The mean of the students holds one that reads the votes, so the audit rows judge it; the text's student it
+    would replace is judged on all dev rows. It must lead that student on the audit rows themselves: here it scores
+    higher on them than the student does on all rows, yet the student is as right as it on the audit rows."""
+    y = np.array([0, 1] * 30)
+    audit = np.arange(60)[::2]
+    text_rows = np.arange(60)[1::2]  # rows off audit: the text's student errs on 3 of them, right on every audit row
+
+    def wrong_on(rows) -> np.ndarray:
+        proba = np.eye(2)[y] * 0.8 + 0.1
+        proba[rows] = proba[rows, ::-1]
+        return proba
+
+    probas = {("evoagg[embedding]", 0.0): wrong_on(audit[:10]), ("embedding-only", 0.0): wrong_on(text_rows[:3]),
+              ("embedding-only", 0.25): wrong_on(audit[10:20])}
+    chosen, members, asked, scores = _weigh_students_of(monkeypatch, probas, y, audit)
+    mean = "avg(student<evoagg[embedding]>,student<embedding-only>,student+votes<embedding-only>)"
+    assert scores[mean] == 1.0 > scores["student<embedding-only>"]  # audit rows against all rows
+    assert chosen == "student<embedding-only>"  # on the audit rows both are right on every row: no lead

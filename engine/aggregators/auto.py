@@ -440,8 +440,8 @@ class AutoAggregator(BaseAggregator):
         specs = [(teacher, 0.0) for teacher in dict.fromkeys(teachers)]
         # the text's labels teach how far each annotator is right on rows the pool was not chosen on; but a student
         # that reads the votes is judged on rows where they were chosen to be right, so only audit rows can judge it
-        # (without them it led the text's student on dev by 0.04-0.05 and trailed the pool's student on YouTube's
-        # held pool rows by 0.01-0.03, bench/pool_margin.py, ad hoc before it shipped)
+        # (without them, in a bench/pool_margin.py run before this rule, not kept, it led the text's student on
+        # YouTube's dev rows and trailed the pool's student on the held pool rows)
         if self.student_mix and text_teacher is not None and v.shape[1] > 0 and not unjudged:
             specs.append((text_teacher, STUDENT_VOTE_WEIGHT))
 

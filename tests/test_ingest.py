@@ -532,3 +532,17 @@ def test_wrench_folder_hides_weak_labels_and_caps_dev(tmp_path, shared_data):
     example = store.examples("dev")[0]
     assert "weak_labels" not in example.fields and "weak_labels" not in example.as_input()
     assert "label" not in example.as_input()
+
+
+def test_a_file_with_a_header_and_no_rows_says_so(tmp_path):
+    """A CSV with its header and nothing under it (blank lines at most) is refused as that, with its columns named;
+    the studio's preview (plan_import) says the same."""
+    path = tmp_path / "header_only.csv"
+    path.write_text("text,label\n\n\n")
+    store = Store.open(tmp_path / "ws")
+    with pytest.raises(IngestError, match=r"header_only.csv: the file has no rows under its header \(columns: "
+                                          r"text, label\)"):
+        import_path(store, path, IngestOptions())
+    assert not store.has_data()
+    with pytest.raises(IngestError, match="no rows under its header"):
+        plan_import(pd.read_csv(path), IngestOptions())

@@ -509,3 +509,18 @@ def test_a_column_its_shards_cannot_share_as_numbers_becomes_text_and_the_run_st
     assert views == [10, None, big, None]  # gaps in both batches: exact ints (pandas reads them as floats)
     assert list(labeled["flag"]) == ["True", "False", "True", "n/a"]
     pd.testing.assert_frame_equal(labeled, read_output(tmp_path / "out"))
+
+
+def test_id_and_text_columns_are_found_whatever_their_case(wmv_labeler, tmp_path):
+    """A spreadsheet's export names them "ID" and " Text": the ids are the file's, not `<file>:<row>`, and neither
+    column rides along as a field; two columns alike but for case name no id (which one would be a guess)."""
+    pd.DataFrame({"ID": ["a7", "b9"], " Text": ["subscribe to my channel", "nice song"], "likes": [3, 4]}).to_csv(
+        tmp_path / "sheet.csv", index=False)
+    label_corpus(wmv_labeler, survey([tmp_path / "sheet.csv"]), tmp_path / "out", batch_size=10)
+    labeled = read_output(tmp_path / "out")
+    assert list(labeled["id"]) == ["a7", "b9"] and list(labeled["text"]) == ["subscribe to my channel", "nice song"]
+    assert "field_ID" not in labeled.columns and "ID" not in labeled.columns and "likes" in labeled.columns
+    pd.DataFrame({"Id": ["a7", "b9"], "ID": ["x", "y"], "text": ["free", "song"]}).to_csv(tmp_path / "two.csv",
+                                                                                           index=False)
+    label_corpus(wmv_labeler, survey([tmp_path / "two.csv"]), tmp_path / "out2", batch_size=10)
+    assert list(read_output(tmp_path / "out2")["id"]) == ["two.csv:0", "two.csv:1"]

@@ -69,16 +69,17 @@ class Labeler:
     def examples(self, batch: CorpusBatch) -> tuple[list[str], list[str], list[dict]]:
         """(ids, texts, annotator inputs) of a batch; ids are the id column or `<file>:<row>`."""
         frame = batch.frame
-        if self.text_column not in frame.columns:
+        text_column, id_column = column_named(frame, self.text_column), column_named(frame, self.id_column)
+        if text_column is None:
             raise CorpusError(f"input file {batch.source} has no text column {self.text_column!r}; its columns: "
                               f"{', '.join(map(str, frame.columns))} (name one with --text-column)")
-        texts = ["" if _missing(t) else str(t) for t in frame[self.text_column]]
+        texts = ["" if _missing(t) else str(t) for t in frame[text_column]]
         name = self.provenance.get("file_names", {}).get(batch.source, Path(batch.source).name)
-        if self.id_column in frame.columns:
-            ids = [_id_text(v, batch, i, self.id_column) for i, v in enumerate(frame[self.id_column])]
+        if id_column is not None:
+            ids = [_id_text(v, batch, i, id_column) for i, v in enumerate(frame[id_column])]
         else:
             ids = [f"{name}:{batch.first_row + i}" for i in range(len(frame))]
-        columns = [c for c in frame.columns if c not in (self.text_column, self.id_column)]
+        columns = [c for c in frame.columns if c not in (text_column, id_column)]
         cells = {c: frame[c].tolist() for c in columns}
         inputs = [{**{c: _plain(cells[c][i]) for c in columns}, "text": texts[i]} for i in range(len(frame))]
         return ids, texts, inputs
@@ -116,7 +117,8 @@ class Labeler:
         labeled = pd.DataFrame(index=out.index)
         add_label_columns(labeled, self.labels, probs, hard, n_votes, self.made_by, self.separator)
         ours = {*out.columns, *labeled.columns, "source_file", "source_row"}
-        kept = [c for c in batch.frame.columns if c not in (self.text_column, self.id_column)]
+        named = (column_named(batch.frame, self.text_column), column_named(batch.frame, self.id_column))
+        kept = [c for c in batch.frame.columns if c not in named]
         taken = ours | {str(c) for c in kept}  # a corpus holding `label` and `field_label` keeps both
         for column in kept:  # the corpus's other columns ride along, as export keeps fields
             # the user's `label` or `confidence` must not overwrite ours: `field_label`
@@ -127,6 +129,17 @@ class Labeler:
         faults = {r.annotator_id: int(r.faults) for r in results if r.faults}
         errors = {r.annotator_id: str(r.first_error) for r in results if r.first_error}
         return LabeledBatch(out, faults, errors)
+
+
+def column_named(frame: pd.DataFrame, name: str) -> Any | None:
+    """The column called `name`, or else the one column whose name differs only in case and surrounding spaces
+    ("ID", " Text"), or None: a corpus exported by a spreadsheet rarely keeps our lower case, and an id column
+    missed by case silently gave every row a `<file>:<row>` id."""
+    if name in frame.columns:
+        return name
+    wanted = name.strip().casefold()
+    alike = [c for c in frame.columns if str(c).strip().casefold() == wanted]
+    return alike[0] if len(alike) == 1 else None
 
 
 def _missing(value: Any) -> bool:

@@ -103,17 +103,24 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
     if not moving:
         return []
     store.move_to_dev(moving, by.strip(), note)
-    # read after the move: a dev run saved meanwhile is either in this list or voted on the rows by its own catch-up
-    annotators = store.annotators_with_votes("dev")
-    unvoted = [a for a in store.annotators(annotators) if "pool" not in store.voted_splits(a.id)]
     ids = [e[0] for e in moving]
-    if unvoted:
-        task = store.load_task()
-        frame = store.examples_frame("dev", ids=ids)
-        for annotator, result in zip(unvoted, executor.run(unvoted, frame_inputs(frame), list(task.labels)),
-                                     strict=True):
-            store.add_votes(annotator.id, list(frame["id"]), result.votes)
-    rescore_on_fitness(store, annotators)
+    try:
+        # read after the move: a dev run saved meanwhile is either in this list or voted on the rows by its own
+        # catch-up
+        annotators = store.annotators_with_votes("dev")
+        unvoted = [a for a in store.annotators(annotators) if "pool" not in store.voted_splits(a.id)]
+        if unvoted:
+            task = store.load_task()
+            frame = store.examples_frame("dev", ids=ids)
+            for annotator, result in zip(unvoted, executor.run(unvoted, frame_inputs(frame), list(task.labels)),
+                                         strict=True):
+                store.add_votes(annotator.id, list(frame["id"]), result.votes)
+        rescore_on_fitness(store, annotators)
+    except BaseException:
+        # all or nothing: rows in dev that some annotator never voted on, or scores half recomputed, would be
+        # figures no one can trust; the rows go back unlabeled (as the undo returns them) and the error stands
+        unlabel_rows(store, ids)
+        raise
     return ids
 
 

@@ -155,3 +155,31 @@ def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cach
     assert pool_key(store) == before  # the same rows as before: labels saved then are current again
     label_rows(store, executor, {b: "SPAM"}, by="maria")
     assert pool_key(store) != after_a[0] and version(store) != after_a[1]
+
+
+def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as_it_was(evolved, monkeypatch):
+    """The rows move to dev first, then votes and scores follow: a failure in between (a sandbox that dies, a full
+    disk) returns them to the pool with their label and record dropped, and the stored scores are those of before."""
+    import engine.expert_rows as expert_rows
+
+    store, executor = evolved
+    members = store.pool_ids()
+    scores_before = {m: (s.fires, s.precision) for m, s in store.scores(members).items()}
+    fitness_before = store.count_examples(FITNESS)
+    pool = store.examples_frame("pool", limit=2)
+    real = expert_rows.rescore_on_fitness
+    calls = []
+
+    def fails_once(store_, annotators):
+        calls.append(len(annotators))
+        if len(calls) == 1:
+            real(store_, annotators[: len(annotators) // 2])  # half the scores written, then the failure
+            raise OSError("disk full")
+        real(store_, annotators)
+
+    monkeypatch.setattr(expert_rows, "rescore_on_fitness", fails_once)
+    with pytest.raises(OSError, match="disk full"):
+        label_rows(store, executor, {pool["id"][0]: "SPAM", pool["id"][1]: "HAM"}, by="maria")
+    assert store.count_examples(FITNESS) == fitness_before and store.expert_labels().empty
+    assert set(pool["id"]) <= set(store.example_ids("pool"))
+    assert {m: (s.fires, s.precision) for m, s in store.scores(members).items()} == scores_before

@@ -87,6 +87,9 @@ def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note:
     except ValueError as err:
         st.error(str(err))
         return
+    except Exception as err:  # noqa: BLE001 - label_rows undid the move: say so, keep the screen
+        st.error(f"Nothing was labeled, the rows stay unlabeled: {type(err).__name__}: {err}")
+        return
     state.flash(f"{len(moved)} row(s) joined dev, labeled by {who.strip()}. The next generation sees them; "
                 "recompute the soft labels to include them.")
     st.rerun()

@@ -131,6 +131,9 @@ class AnnotatorScore:
     faults: int = 0
 
 
+UNDO = "undo"  # who decided a verdict restored by undoing an expert's (Store.withdraw_human_verdict)
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """A verdict on one annotator, with the reasons that produced it and who decided."""
@@ -138,7 +141,7 @@ class GateDecision:
     annotator_id: str
     verdict: str  # gate: accept | reject | prune; human: approve | reject
     reasons: tuple[str, ...]
-    decided_by: str = "gate"  # gate | human
+    decided_by: str = "gate"  # gate | human | undo (an expert's verdict undone: the one before it restored)
     note: str = ""  # a human's free-text reason
     pruned_by: str = ""  # a prune: the newcomer that replaces the member (it stands only while that one is in)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engine.atomic import write_atomically
-from engine.domain import ABSTAIN, SoftLabels
+from engine.domain import ABSTAIN, UNDO, SoftLabels
 from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")  # one file each
@@ -114,8 +114,9 @@ def verdict_record(store: Store, pool_ids: Sequence[str] | None = None) -> dict:
     members = {row.annotator_id: {"verdict": row.verdict, "decided_by": row.decided_by,
                                   "reasons": list(row.reasons), "note": row.note or ""}
                for row in latest.itertuples() if row.annotator_id in pool}
-    human = verdicts[verdicts["decided_by"] == "human"] if not verdicts.empty else verdicts
-    overrides = [{"annotator_id": row.annotator_id, "generation": int(row.generation), "verdict": row.verdict,
+    human = verdicts[verdicts["decided_by"].isin(["human", UNDO])] if not verdicts.empty else verdicts
+    overrides = [{"annotator_id": row.annotator_id, "generation": int(row.generation),
+                  "verdict": row.verdict if row.decided_by == "human" else f"undone ({row.verdict} restored)",
                   "note": row.note or "", "recorded_at": str(row.recorded_at)[:19]}
                  for row in human.itertuples()]
     return {"pool_verdicts": members, "expert_overrides": overrides}

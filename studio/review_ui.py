@@ -36,6 +36,25 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> No
                     "You can undo it any time.")
         st.session_state.pop(note_key, None)  # the form now offers the opposite verdict: not with this reason
         st.rerun()
+    undo_button(store, annotator_id, key)
+
+
+def undo_button(store: Store, annotator_id: str, key: str) -> None:
+    """When the latest verdict is the expert's: undo it, so the verdict it overrode stands again (the gate's, which
+    the gate may revise as before), where the opposite verdict would lock the annotator as the expert's."""
+    latest = store.latest_verdicts().get(annotator_id)
+    if latest is None or latest[1] != "human":
+        return
+    if st.button(f"Undo my {latest[0]}", key=f"undo_{key}_{annotator_id}", icon=":material/undo:",
+                 help="The verdict yours overrode stands again (the gate's, which later generations may revise); "
+                      "the log keeps both"):
+        try:
+            restored = review.undo(store, annotator_id, "undone in the studio")
+        except ValueError as err:
+            st.error(str(err))
+            return
+        state.flash(f"Undone: {restored} stands again.")
+        st.rerun()
 
 
 def candidate_cards(store: Store, generation: int, only: str = "all") -> None:

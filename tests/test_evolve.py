@@ -326,3 +326,32 @@ def test_rejecting_a_replacement_while_its_verdicts_are_written_keeps_the_member
     assert seen.get("newcomer") and seen.get("pruned")  # the gate took it as a member's replacement
     assert set(demo_store.pool_ids()) == before  # the newcomer is out, so the member it was to replace stays
     assert all(demo_store.latest_verdicts()[m][0] != "prune" for m in seen["pruned"])
+
+
+def test_undoing_a_verdict_returns_to_the_one_it_overrode_and_leaves_no_lock(demo_store, executor):
+    """Undo is not the opposite verdict: the gate's verdict stands again and no human lock is left, so the next
+    generation's gate weighs the annotator as before; the agents no longer hear of the undone rejection; undoing an
+    expert's second verdict restores their first, a lock again; an annotator the expert never judged refuses."""
+    from engine.evolve import expert_feedback
+    from engine.review import undo
+
+    evolve(demo_store, _WithRareCandidate(), executor, 1)
+    member = demo_store.pool_ids()[0]
+    rare = next(a.id for a in demo_store.annotators() if a.name == "two_rows_by_heart")
+    reject(demo_store, member, "too broad")
+    assert member not in demo_store.pool_ids() and [a.id for a, _ in expert_feedback(demo_store).rejected] == [member]
+    assert undo(demo_store, member, "clicked the wrong one") == "accept"
+    assert member in demo_store.pool_ids() and member not in demo_store.human_locked()
+    assert demo_store.latest_verdicts()[member] == ("accept", "undo")
+    assert expert_feedback(demo_store).rejected == ()
+    with pytest.raises(ValueError, match="nothing to undo"):
+        undo(demo_store, member)
+    approve(demo_store, rare, "worth a try")
+    reject(demo_store, rare, "no, too narrow")
+    assert undo(demo_store, rare) == "approve" and demo_store.human_locked()[rare] == "approve"
+    run_generation(demo_store, _WithRareCandidate(), executor, 2)  # the gate echoes the expert's approval
+    assert rare in demo_store.pool_ids() and demo_store.latest_verdicts()[rare] == ("approve", "human")
+    assert undo(demo_store, rare) == "reject" and rare not in demo_store.human_locked()  # the gate's, as at first
+    run_generation(demo_store, _WithRareCandidate(), executor, 3)
+    assert member in demo_store.pool_ids() and rare not in demo_store.pool_ids()
+    assert demo_store.latest_verdicts()[member][1] != "human"

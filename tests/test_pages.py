@@ -1147,3 +1147,19 @@ def test_the_help_beside_auto_says_how_its_choice_was_judged_and_why_it_stands()
     plain = labels_ui._auto_help(AutoChoice("student<evoagg[tfidf]>", "dev"), None)
     assert "too few audit rows" in plain and "every resample" in plain
     assert "student" not in labels_ui._auto_help(AutoChoice("evoagg[tfidf]", "audit"), 99).split(":")[0]
+
+
+def test_undo_on_the_annotator_screen_returns_to_the_gates_verdict(home):
+    """After a rejection, "Undo my reject" puts the gate's verdict back (accept: in the pool again, no lock), not an
+    approval of the expert's."""
+    seed(home, "undo-here", generations=1)
+    at = run("undo-here", "pages/annotator.py")
+    shown = at.selectbox(key="pick_annotator").value
+    assert not any(b.label.startswith("Undo") for b in at.button)  # nothing of the expert's to undo yet
+    at.text_input(key=f"note_annotator_{shown}").input("fires on song titles")
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Reject")).click().run()
+    next(b for b in at.button if b.label == "Undo my reject").click().run()
+    assert not at.exception and metrics(at)["Verdict"] == "accept"
+    store = Store.open(home / "undo-here")
+    assert shown in store.pool_ids() and shown not in store.human_locked()
+    assert not any(b.label.startswith("Undo") for b in at.button)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.domain import ABSTAIN, SPLITS, Annotator, AnnotatorScore, GateDecision, VoteMatrix
+from engine.domain import ABSTAIN, SPLITS, UNDO, Annotator, AnnotatorScore, GateDecision, VoteMatrix
 from engine.store import vote_codes
 from engine.store.sql import utc_now
 
@@ -236,6 +236,26 @@ class PoolMixin:
         self._insert_verdict(GateDecision(annotator_id, verdict, (), "human", note.strip()),
                              self.last_complete_generation())
 
+    def withdraw_human_verdict(self, annotator_id: str, note: str = "") -> str:
+        """Undo an expert's verdict on an annotator: the verdict it overrode (the gate's, or the expert's before)
+        stands again, as a new row (the log keeps both). A restored gate verdict is decided by "undo", so no human
+        lock is left and the gate weighs the annotator again as before; a restored expert verdict is the expert's
+        again. Undo again and the one before that returns. Returns the verdict now in force."""
+        with self.transaction():
+            states = _verdict_states(self.verdicts(annotator_id))
+            if not states or states[-1]["decided_by"] != "human":
+                raise ValueError("its latest verdict is not an expert's: there is nothing to undo")
+            if len(states) < 2:
+                raise ValueError("the expert's verdict is its only one (an annotator the expert wrote): there is no "
+                                 "earlier verdict to return to; give the opposite verdict instead")
+            undone, earlier = states[-1], states[-2]
+            said = f"{UNDID} {undone['verdict']}" + (f": {note.strip()}" if note.strip() else "")
+            by = "human" if earlier["decided_by"] == "human" else UNDO
+            self._insert_verdict(GateDecision(annotator_id, earlier["verdict"], (*earlier["reasons"], said), by,
+                                              earlier["note"] if by == "human" else said),
+                                 self.last_complete_generation())
+            return str(earlier["verdict"])
+
     def generations(self) -> pd.DataFrame:
         return self._df("SELECT * FROM generations ORDER BY number")
 
@@ -274,3 +294,22 @@ class PoolMixin:
         )
         return [r[0] for r in rows]
 
+
+UNDID = "undid the expert's"  # the last reason of a verdict an undo restored
+
+
+def _verdict_states(rows: pd.DataFrame) -> list[dict]:
+    """An annotator's verdict log (oldest first) as the states undo steps back through: a verdict repeating the one
+    in force (the gate echoing an expert's lock each generation) is no new state, and a verdict an undo restored
+    takes the undone one off."""
+    states: list[dict] = []
+    for row in rows.to_dict("records"):
+        reasons = list(row["reasons"])
+        if reasons and str(reasons[-1]).startswith(UNDID):
+            if states:
+                states.pop()
+            continue
+        if states and (states[-1]["verdict"], states[-1]["decided_by"]) == (row["verdict"], row["decided_by"]):
+            continue
+        states.append(row)
+    return states

@@ -116,12 +116,28 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
                                          strict=True):
                 store.add_votes(annotator.id, list(frame["id"]), result.votes)
         rescore_on_fitness(store, annotators)
-    except BaseException:
+    except BaseException as failure:
         # all or nothing: rows in dev that some annotator never voted on, or scores half recomputed, would be
         # figures no one can trust; the rows go back unlabeled (as the undo returns them) and the error stands
-        unlabel_rows(store, ids)
+        said = f"labeling failed ({type(failure).__name__}: {failure})"
+        try:
+            store.move_back_to_pool(ids)
+        except Exception as undo_failure:
+            raise RowsLeftInDev(f"{said} and returning the rows to the pool failed too ({type(undo_failure).__name__}: "
+                                f"{undo_failure}): {len(ids)} row(s) are in dev; send them back from the record of "
+                                "labeled rows") from failure
+        try:
+            rescore_on_fitness(store, store.annotators_with_votes("dev"))
+        except Exception as rescore_failure:
+            raise RuntimeError(f"{said}; the rows are back in the pool, but the dev scores could not be recomputed "
+                               f"({type(rescore_failure).__name__}: {rescore_failure}): label or send back any row to "
+                               "recompute them") from failure
         raise
     return ids
+
+
+class RowsLeftInDev(RuntimeError):
+    """A labeling failed midway and its rows could not be returned to the pool: they stand in dev."""
 
 
 def unlabel_rows(store: Store, example_ids: Sequence[str]) -> list[str]:

@@ -46,11 +46,11 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
     store.record_human_verdict(annotator_id, "reject", note)
 
 
-def undo(store: Store, annotator_id: str, note: str = "") -> str:
+def undo(store: Store, annotator_id: str, note: str = "", expected: int | None = None) -> str:
     """Undo the expert's latest verdict on an annotator: the one it overrode stands again (the gate's, which the
     gate may then revise as before, or the expert's earlier one); returns that verdict. Not the opposite verdict,
     which would lock the annotator as the expert's."""
-    return store.withdraw_human_verdict(annotator_id, note)
+    return store.withdraw_human_verdict(annotator_id, note, expected)
 
 
 def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:

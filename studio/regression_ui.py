@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.domain import AUDIT, FITNESS
-from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
+from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, similar_rows, unlabel_rows
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
 from studio import editor, state, widgets
@@ -85,6 +85,9 @@ def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note:
     try:
         moved = label_rows(store, editor.shared_executor(), chosen, who, note)
     except ValueError as err:
+        st.error(str(err))
+        return
+    except RowsLeftInDev as err:
         st.error(str(err))
         return
     except Exception as err:  # noqa: BLE001 - label_rows undid the move: say so, keep the screen

@@ -513,7 +513,8 @@ def test_a_column_its_shards_cannot_share_as_numbers_becomes_text_and_the_run_st
 
 def test_id_and_text_columns_are_found_whatever_their_case(wmv_labeler, tmp_path):
     """A spreadsheet's export names them "ID" and " Text": the ids are the file's, not `<file>:<row>`, and neither
-    column rides along as a field; two columns alike but for case name no id (which one would be a guess)."""
+    column rides along as a field; two columns alike but for case are refused by name (which one is meant would be a
+    guess, and `<file>:<row>` ids would be the silence this ends)."""
     pd.DataFrame({"ID": ["a7", "b9"], " Text": ["subscribe to my channel", "nice song"], "likes": [3, 4]}).to_csv(
         tmp_path / "sheet.csv", index=False)
     label_corpus(wmv_labeler, survey([tmp_path / "sheet.csv"]), tmp_path / "out", batch_size=10)
@@ -522,5 +523,5 @@ def test_id_and_text_columns_are_found_whatever_their_case(wmv_labeler, tmp_path
     assert "field_ID" not in labeled.columns and "ID" not in labeled.columns and "likes" in labeled.columns
     pd.DataFrame({"Id": ["a7", "b9"], "ID": ["x", "y"], "text": ["free", "song"]}).to_csv(tmp_path / "two.csv",
                                                                                            index=False)
-    label_corpus(wmv_labeler, survey([tmp_path / "two.csv"]), tmp_path / "out2", batch_size=10)
-    assert list(read_output(tmp_path / "out2")["id"]) == ["two.csv:0", "two.csv:1"]
+    with pytest.raises(CorpusError, match="columns 'Id', 'ID' all stand for 'id'"):
+        label_corpus(wmv_labeler, survey([tmp_path / "two.csv"]), tmp_path / "out2", batch_size=10)

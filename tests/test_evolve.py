@@ -355,3 +355,25 @@ def test_undoing_a_verdict_returns_to_the_one_it_overrode_and_leaves_no_lock(dem
     run_generation(demo_store, _WithRareCandidate(), executor, 3)
     assert member in demo_store.pool_ids() and rare not in demo_store.pool_ids()
     assert demo_store.latest_verdicts()[member][1] != "human"
+
+
+def test_undo_takes_back_only_the_verdict_shown_and_a_second_reason_is_a_step(demo_store, executor):
+    """A second reject with a new reason is a step of its own (only the gate's echoes of a lock are not); an undo
+    of a verdict another tab has changed since is refused; an annotator the expert wrote has nothing to undo; the
+    manifest names every undo."""
+    from engine.export import verdict_record
+    from engine.review import undo
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    member = demo_store.pool_ids()[0]
+    reject(demo_store, member, "first reason")
+    reject(demo_store, member, "second reason")
+    shown = demo_store.undoable(member)
+    assert undo(demo_store, member, expected=shown) == "reject" and demo_store.human_locked()[member] == "reject"
+    with pytest.raises(ValueError, match="changed since"):
+        undo(demo_store, member, expected=shown)  # the screen still shows the undone one
+    assert undo(demo_store, member, expected=demo_store.undoable(member)) == "accept"
+    assert demo_store.undoable(member) is None
+    overrides = verdict_record(demo_store)["expert_overrides"]
+    assert [o["verdict"] for o in overrides if o["annotator_id"] == member] == [
+        "reject", "reject", "undone (reject restored)", "undone (accept restored)"]

@@ -183,3 +183,21 @@ def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as
     assert store.count_examples(FITNESS) == fitness_before and store.expert_labels().empty
     assert set(pool["id"]) <= set(store.example_ids("pool"))
     assert {m: (s.fires, s.precision) for m, s in store.scores(members).items()} == scores_before
+
+
+def test_a_labeling_whose_undo_fails_too_says_the_rows_are_in_dev(evolved, monkeypatch):
+    """Should returning the rows fail as well (the same full disk), the error says where they are: in dev, to send
+    back from the record, not that nothing was labeled."""
+    import engine.expert_rows as expert_rows
+
+    store, executor = evolved
+    pool = store.examples_frame("pool", limit=1)
+
+    def broken(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(expert_rows, "rescore_on_fitness", broken)
+    monkeypatch.setattr(store, "move_back_to_pool", broken)
+    with pytest.raises(expert_rows.RowsLeftInDev, match=r"disk full.*1 row\(s\) are in dev"):
+        label_rows(store, executor, {pool["id"][0]: "SPAM"}, by="maria")
+    assert pool["id"][0] in set(store.example_ids("dev"))

@@ -1163,3 +1163,10 @@ def test_undo_on_the_annotator_screen_returns_to_the_gates_verdict(home):
     store = Store.open(home / "undo-here")
     assert shown in store.pool_ids() and shown not in store.human_locked()
     assert not any(b.label.startswith("Undo") for b in at.button)
+    # reject, then approve: the pool is as it was, the screen must still show the expert's approve (it showed the
+    # cached "accept" of before, keyed by the pool)
+    at.text_input(key=f"note_annotator_{shown}").input("too broad")
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Reject")).click().run()
+    at.text_input(key=f"note_annotator_{shown}").input("on second thought")
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Approve")).click().run()
+    assert metrics(at)["Verdict"] == "approve" and any(b.label == "Undo my approve" for b in at.button)

@@ -133,13 +133,17 @@ class Labeler:
 
 def column_named(frame: pd.DataFrame, name: str) -> Any | None:
     """The column called `name`, or else the one column whose name differs only in case and surrounding spaces
-    ("ID", " Text"), or None: a corpus exported by a spreadsheet rarely keeps our lower case, and an id column
-    missed by case silently gave every row a `<file>:<row>` id."""
+    ("ID", " Text"), or None when there is none: a corpus exported by a spreadsheet rarely keeps our lower case,
+    and an id column missed by case silently gave every row a `<file>:<row>` id. Two such columns and no exact
+    match: an error naming them (which one is meant would be a guess)."""
     if name in frame.columns:
         return name
     wanted = name.strip().casefold()
     alike = [c for c in frame.columns if str(c).strip().casefold() == wanted]
-    return alike[0] if len(alike) == 1 else None
+    if len(alike) > 1:
+        raise CorpusError(f"columns {', '.join(repr(str(c)) for c in alike)} all stand for {name!r}: rename all but "
+                          "one (or name the text column with --text-column)")
+    return alike[0] if alike else None
 
 
 def _missing(value: Any) -> bool:

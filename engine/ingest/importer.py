@@ -264,7 +264,7 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
         first = sorted(read_problems, key=lambda p: p.row)[:FIRST_PROBLEMS]
         raise IngestError(f"none of the file's {len(read_problems):,} rows could be read, so there is nothing to "
                           f"import{header}; why, for the first {len(first)}", first)
-    if frame.empty:  # a header and nothing under it: say so, not "no usable rows" or "no column holds free text"
+    if len(frame) == 0:  # a header and nothing under it: say so, not "no usable rows" or "no column holds free text"
         raise IngestError(no_rows_reason(frame))
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
@@ -300,7 +300,7 @@ def import_frame(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, data
     is told as each stage starts (the studio's progress bar)."""
     if store.has_data():
         raise IngestError(f"workspace {store.path.parent} already holds data; use a new workspace")
-    if frame.empty and not read_problems:
+    if len(frame) == 0 and not read_problems:
         raise IngestError(f"{source}: {no_rows_reason(frame)}")
     stage = on_stage or (lambda share, what: None)
     stage(0.2, f"checking {len(frame):,} rows")

@@ -16,7 +16,17 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.domain import ABSTAIN, SPLITS, UNDO, Annotator, AnnotatorScore, GateDecision, VoteMatrix
+from engine.domain import (
+    ABSTAIN,
+    LOCK_ECHO,
+    SPLITS,
+    UNDID,
+    UNDO,
+    Annotator,
+    AnnotatorScore,
+    GateDecision,
+    VoteMatrix,
+)
 from engine.store import vote_codes
 from engine.store.sql import utc_now
 
@@ -236,13 +246,30 @@ class PoolMixin:
         self._insert_verdict(GateDecision(annotator_id, verdict, (), "human", note.strip()),
                              self.last_complete_generation())
 
-    def withdraw_human_verdict(self, annotator_id: str, note: str = "") -> str:
+    def verdicts_version(self) -> int:
+        """The number of the last verdict recorded (0 before any): changes with every verdict."""
+        return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts")[0][0])
+
+    def undoable(self, annotator_id: str) -> int | None:
+        """The number (seq) of the expert's verdict an undo would take back, or None when there is none to undo:
+        the latest is not the expert's, or it is their only one (an annotator the expert wrote)."""
+        states = _verdict_states(self.verdicts(annotator_id))
+        if len(states) < 2 or states[-1]["decided_by"] != "human":
+            return None
+        return int(states[-1]["seq"])
+
+    def withdraw_human_verdict(self, annotator_id: str, note: str = "", expected: int | None = None) -> str:
         """Undo an expert's verdict on an annotator: the verdict it overrode (the gate's, or the expert's before)
         stands again, as a new row (the log keeps both). A restored gate verdict is decided by "undo", so no human
         lock is left and the gate weighs the annotator again as before; a restored expert verdict is the expert's
-        again. Undo again and the one before that returns. Returns the verdict now in force."""
+        again. Undo again and the one before that returns. `expected`: the number of the verdict the caller means to
+        undo (what it showed, `undoable`); refused if another has been given or undone since. Returns the verdict
+        now in force."""
         with self.transaction():
             states = _verdict_states(self.verdicts(annotator_id))
+            if expected is not None and (not states or int(states[-1]["seq"]) != expected):
+                raise ValueError("its verdicts changed since this screen was drawn (another tab or a generation): "
+                                 "look again before undoing")
             if not states or states[-1]["decided_by"] != "human":
                 raise ValueError("its latest verdict is not an expert's: there is nothing to undo")
             if len(states) < 2:
@@ -295,7 +322,7 @@ class PoolMixin:
         return [r[0] for r in rows]
 
 
-UNDID = "undid the expert's"  # the last reason of a verdict an undo restored
+
 
 
 def _verdict_states(rows: pd.DataFrame) -> list[dict]:
@@ -309,7 +336,8 @@ def _verdict_states(rows: pd.DataFrame) -> list[dict]:
             if states:
                 states.pop()
             continue
-        if states and (states[-1]["verdict"], states[-1]["decided_by"]) == (row["verdict"], row["decided_by"]):
-            continue
+        if states and (states[-1]["verdict"], states[-1]["decided_by"]) == (row["verdict"], row["decided_by"]) \
+                and (row["decided_by"] != "human" or any(r in LOCK_ECHO.values() for r in reasons)):
+            continue  # the gate repeating what stands; an expert's second reject with a new reason is a step
         states.append(row)
     return states

@@ -42,7 +42,7 @@ DEV_WEIGHT = 3.0  # a gold dev label counts as much as this many fully confident
 MAX_UNLABELED = 4000  # the student learns from a seeded sample of this many unlabeled rows at most
 # the one-hot votes' scale beside the text views of a student that reads them (the text blocks weigh as one unit-norm
 # row): on the withheld gold labels of pool rows (six datasets, seeds 0-2, a text teacher, ad hoc before it shipped)
-# 0.25 led the text student on 14 of 18 runs, 1.0 lost on banking77 and SemEval (the 50 annotators' 3,850 columns
+# 0.25 led the text student on 13 of 18 runs, 1.0 lost on banking77 and SemEval (the 50 annotators' 3,850 columns
 # then outweigh the text)
 STUDENT_VOTE_WEIGHT = 0.25
 

@@ -1170,3 +1170,18 @@ def test_undo_on_the_annotator_screen_returns_to_the_gates_verdict(home):
     at.text_input(key=f"note_annotator_{shown}").input("on second thought")
     next(b for b in at.get("form_submit_button") if b.label.startswith("Approve")).click().run()
     assert metrics(at)["Verdict"] == "approve" and any(b.label == "Undo my approve" for b in at.button)
+
+
+def test_no_undo_is_offered_for_an_annotator_the_expert_wrote(home):
+    """Its only verdict is the expert's approval: there is nothing before it to return to, so no undo button (it
+    offered one that could only fail); the opposite verdict is there."""
+    store = seed(home, "own-annotator", generations=1)
+    source = 'def annotate(example):\n    return "SPAM" if "check out" in example["text"].lower() else None\n'
+    with SandboxExecutor() as executor:
+        added = review.submit(store, executor, source, "check_out_phrase", approve_anyway=True)
+    mine = added["id"]
+    assert store.latest_verdicts()[mine][1] == "human" and store.undoable(mine) is None
+    at = run("own-annotator", "pages/annotator.py", annotator=mine)
+    assert at.selectbox(key="pick_annotator").value == mine
+    assert not any(b.label.startswith("Undo") for b in at.button)
+    assert any(b.label.startswith("Reject") for b in at.get("form_submit_button"))

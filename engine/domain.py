@@ -131,11 +131,13 @@ class AnnotatorScore:
     faults: int = 0
 
 
-# the reason the gate gives when it repeats an expert's lock on a candidate proposed again (engine/gate.py): no new
-# step for an undo to take back (Store.withdraw_human_verdict)
-LOCK_ECHO = {"reject": "rejected by a human earlier", "approve": "approved by a human earlier"}
 UNDID = "undid the expert's"  # the last reason of a verdict an undo restored
 UNDO = "undo"  # who decided a verdict restored by undoing an expert's (Store.withdraw_human_verdict)
+
+
+def restored_by_undo(reasons) -> bool:
+    """Whether a verdict row is one an undo restored: its last reason says so."""
+    return len(reasons) > 0 and str(reasons[-1]).startswith(UNDID)
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,8 @@ def expert_feedback(store: Store, limit: int = 20) -> ExpertFeedback:
     group of unlabeled rows they aimed the next generation at (the workspace's `focus`)."""
     verdicts = store.verdicts()
     # each annotator's latest verdict, if the expert's: one the expert undid is no longer their judgement
-    latest = verdicts.groupby("annotator_id").tail(1) if len(verdicts) else verdicts
-    human = latest[latest["decided_by"] == "human"] if len(latest) else latest
+    latest = verdicts.groupby("annotator_id").tail(1)
+    human = latest[latest["decided_by"] == "human"]
     judged = {row.annotator_id: (row.verdict, row.note or "") for row in human.itertuples()}
     by_id = {a.id: a for a in store.annotators(list(judged))} if judged else {}
     edits = []

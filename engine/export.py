@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engine.atomic import write_atomically
-from engine.domain import ABSTAIN, UNDID, UNDO, SoftLabels
+from engine.domain import ABSTAIN, UNDO, SoftLabels, restored_by_undo
 from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")  # one file each
@@ -116,16 +116,10 @@ def verdict_record(store: Store, pool_ids: Sequence[str] | None = None) -> dict:
                for row in latest.itertuples() if row.annotator_id in pool}
     human = verdicts[verdicts["decided_by"].isin(["human", UNDO])] if not verdicts.empty else verdicts
     overrides = [{"annotator_id": row.annotator_id, "generation": int(row.generation),
-                  "verdict": (f"undone ({row.verdict} restored)" if row.decided_by == UNDO or _restored(row.reasons)
-                              else row.verdict),
+                  "verdict": f"undone ({row.verdict} restored)" if restored_by_undo(row.reasons) else row.verdict,
                   "note": row.note or "", "recorded_at": str(row.recorded_at)[:19]}
                  for row in human.itertuples()]
     return {"pool_verdicts": members, "expert_overrides": overrides}
-
-
-def _restored(reasons) -> bool:
-    """Whether a verdict row is one an undo restored (its last reason says so)."""
-    return bool(len(reasons)) and str(reasons[-1]).startswith(UNDID)
 
 
 def add_label_columns(out: pd.DataFrame, labels: tuple[str, ...], probs: np.ndarray, hard: np.ndarray,

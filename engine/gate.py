@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.domain import ABSTAIN, LOCK_ECHO, Annotator, AnnotatorScore, GateDecision
+from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
 from engine.score import (
     chance_precision,
     fires_needed,
@@ -242,9 +242,9 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
         record = CandidateRecord(annotator, v, score)
         lock = locked.get(annotator.id)
         if lock == "reject":
-            record.decide("reject", LOCK_ECHO["reject"], decided_by="human")
+            record.decide("reject", "rejected by a human earlier", decided_by="human")
         elif lock == "approve":
-            record.decide("approve", LOCK_ECHO["approve"], decided_by="human")
+            record.decide("approve", "approved by a human earlier", decided_by="human")
             record.forced = record.in_play = annotator.id not in pool_ids
         elif annotator.id in pool_ids:
             record.decide("accept", "already in the pool; judged as a pool member")

@@ -84,10 +84,7 @@ def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note:
         return
     try:
         moved = label_rows(store, editor.shared_executor(), chosen, who, note)
-    except ValueError as err:
-        st.error(str(err))
-        return
-    except RowsLeftInDev as err:
+    except (ValueError, RowsLeftInDev) as err:  # a refusal, or a failure that left the rows in dev: its own words
         st.error(str(err))
         return
     except Exception as err:  # noqa: BLE001 - label_rows undid the move: say so, keep the screen

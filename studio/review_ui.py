@@ -42,11 +42,11 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> No
 def undo_button(store: Store, annotator_id: str, key: str) -> None:
     """When the latest verdict is the expert's: undo it, so the verdict it overrode stands again (the gate's, which
     the gate may revise as before), where the opposite verdict would lock the annotator as the expert's."""
-    seq = store.undoable(annotator_id)  # None: nothing to undo (not the expert's, or their only verdict)
-    if seq is None:
+    undoable = store.undoable(annotator_id)  # None: nothing to undo (not the expert's, or their only verdict)
+    if undoable is None:
         return
-    latest = store.latest_verdicts()[annotator_id]
-    if st.button(f"Undo my {latest[0]}", key=f"undo_{key}_{annotator_id}", icon=":material/undo:",
+    seq, verdict = undoable
+    if st.button(f"Undo my {verdict}", key=f"undo_{key}_{annotator_id}", icon=":material/undo:",
                  help="The verdict yours overrode stands again (the gate's, which later generations may revise); "
                       "the log keeps both"):
         try:  # the verdict this screen showed, not one another tab gave since

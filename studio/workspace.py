@@ -112,6 +112,5 @@ def version(store: Store) -> tuple:
     """A cheap token that changes whenever verdicts, generations or the data change: the cache key. The verdicts: the
     last one's number (their count per annotator comes back after an undo or a reject then approve). The data:
     `rows_version`, which every import and every move of rows between splits rewrites (dev's count alone can come
-    back with other rows after an undo)."""
-    return (store.rows_version(), store.last_complete_generation(), store.verdicts_version(),
-            tuple(store.pool_ids()))
+    back with other rows after an undo). The pool is read off the verdicts, so their number covers it."""
+    return store.rows_version(), store.last_complete_generation(), store.verdicts_version()

@@ -160,7 +160,7 @@ def test_other_processes_cannot_be_signalled_or_read(pool, report):
             hostile("kill", f"os.kill({decoy.pid}, signal.SIGKILL)"),
             hostile("killpg", "os.killpg(0, signal.SIGKILL)"),
             hostile("kill_all", "os.kill(-1, 0)"),  # signal 0: probes, so a regression cannot kill the machine
-            hostile("kill_zygote", "os.kill(1, signal.SIGKILL)"),
+            hostile("kill_init", "os.kill(1, signal.SIGKILL)"),
             hostile("environ", f"assert open('/proc/{me}/environ', 'rb').read()"),
             hostile("parent_mem", f"fh = open('/proc/{me}/mem', 'r+b')"),
             hostile("vm_read", f"""
@@ -546,7 +546,7 @@ def test_hostile_files_through_evopool_pool_add_are_refused_or_faulted(tmp_path,
 
 def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
     """Forge what the first pass feared: a well-formed acknowledgement and reply written straight into the
-    zygote's reply pipe (as a process holding that descriptor could). Without this run's nonce the parent
+    init's reply pipe (as a process holding that descriptor could). Without this run's nonce the parent
     refuses it, kills the worker, and the next run on a fresh worker is right."""
     if os.geteuid() != 0:
         pytest.skip("opening another process's pipe through /proc needs root here")
@@ -559,10 +559,10 @@ def test_a_frame_on_the_reply_pipe_without_the_runs_nonce_is_refused():
         worker.load((json.dumps(load) + "\n").encode(), 30)
         run = (BENIGN.source, 1.0, 3.0, 10, 4096)
         assert unpack_votes(worker.run(*run)["votes"], len(LABELS)).tolist() == BENIGN_VOTES
-        zygote = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
+        init = int(Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()[0])
         forged = {"ok": True, "votes": [BREACH] * 4, "faults": 0, "first_error": None, "stopped": False,
                   "seconds": 0.0, "nonce": "0" * 32}
-        with open(f"/proc/{zygote}/fd/{worker.worker_reply_fd}", "wb") as pipe:
+        with open(f"/proc/{init}/fd/{worker.worker_reply_fd}", "wb") as pipe:
             pipe.write(encode(AWAITING_SOURCE) + encode(AWAITING_NONCE) + encode(forged))
         with pytest.raises(WorkerFailed, match="nonce"):
             worker.run(*run)
@@ -627,7 +627,7 @@ def test_a_run_cannot_change_the_limits_priority_or_cpus_every_later_run_inherit
         hostile("affinity", "os.sched_setaffinity(1, {0})"),
         hostile("scheduler", "os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))"),
     ]
-    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the benign runs come after, on its zygote
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: the benign runs come after, under its init
         results = ex.run([*attacks, BENIGN], EXAMPLES, LABELS)
         assert_held(results[:-1])
         for later in range(3):  # the limits used to stick: the benign annotator faulted for a thousand runs
@@ -648,7 +648,7 @@ PRIORITY_PROBE = Annotator(id="probe", name="probe", agent="human", generation=0
 
 def test_a_run_cannot_renice_its_process_group_or_uid(report):
     """who == 0 is the caller only with PRIO_PROCESS / IOPRIO_WHO_PROCESS: with PRIO_PGRP / PRIO_USER it is the
-    caller's group or uid, which hold the zygote every later run forks from."""
+    caller's group or uid, which hold the init every later holder and run descends from."""
     need(report, "seccomp")
     ioprio = "assert ctypes.CDLL(None).syscall(251, {}, 0, 3 << 13) == 0"  # ioprio_set(which, 0, idle class)
     attacks = [hostile("nice_group", "os.setpriority(os.PRIO_PGRP, 0, 19)"),
@@ -656,7 +656,7 @@ def test_a_run_cannot_renice_its_process_group_or_uid(report):
     if report["pid namespace"].startswith("on"):  # by uid only where no process outside this worker is in reach
         attacks += [hostile("nice_user", "os.setpriority(os.PRIO_USER, 0, 19)"),
                     hostile("ioprio_user", ioprio.format(3))]  # IOPRIO_WHO_USER
-    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: every run forks from the same zygote
+    with SandboxExecutor(workers=1, unchecked=True) as ex:  # one worker: every run descends from the same init
         (before,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
         assert_held(ex.run(attacks, EXAMPLES, LABELS))
         (after,) = ex.run([PRIORITY_PROBE], EXAMPLES[:1], LABELS)
@@ -805,20 +805,22 @@ def forge_reply(name: str, frame: bytes) -> Annotator:
 
 
 def test_a_forged_frame_of_nested_brackets_or_forged_seconds_faults_only_its_run():
-    """A 4 KB frame of nested brackets made json.loads raise RecursionError past the zygote's FrameError
+    """A 4 KB frame of nested brackets made json.loads raise RecursionError past the holder's FrameError
     handling (the worker answered an error and was killed); forged seconds went into the results unchecked."""
     reply = b'{"ok":true,"votes":"AQEBAQ==","faults":0,"first_error":null,"stopped":false,"seconds":%s}'
     with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
         ex.containment()
         worker = ex._workers[0].proc.pid
+        began = time.perf_counter()
         nested, huge, negative, benign = ex.run([forge_reply("nested", b"[" * 2070 + b"]" * 2070),
                                                  forge_reply("huge", reply % b"1e308"),
                                                  forge_reply("negative", reply % b"-1e308"), BENIGN], EXAMPLES, LABELS)
+        elapsed = time.perf_counter() - began
         assert ex._workers[0].proc.pid == worker, "the worker was replaced"
     assert nested.faults == len(EXAMPLES) and "not JSON" in nested.first_error, nested.first_error
     assert benign.votes.tolist() == BENIGN_VOTES
-    wall = 2 * 1.0 + 5.0 / 2  # the executor's wall budget for the run (SandboxExecutor._run_task)
-    assert 0.0 < huge.seconds <= wall and negative.seconds == 0.0, (huge.seconds, negative.seconds)
+    # no more than the parent saw the run take, whatever the child says
+    assert 0.0 < huge.seconds <= elapsed and negative.seconds == 0.0, (huge.seconds, negative.seconds, elapsed)
 
 
 def heap_snoop(head: str, tail: str) -> Annotator:

@@ -368,11 +368,12 @@ def test_undo_takes_back_only_the_verdict_shown_and_a_second_reason_is_a_step(de
     member = demo_store.pool_ids()[0]
     reject(demo_store, member, "first reason")
     reject(demo_store, member, "second reason")
-    shown = demo_store.undoable(member)
+    shown, verdict = demo_store.undoable(member)
+    assert verdict == "reject"
     assert undo(demo_store, member, expected=shown) == "reject" and demo_store.human_locked()[member] == "reject"
     with pytest.raises(ValueError, match="changed since"):
         undo(demo_store, member, expected=shown)  # the screen still shows the undone one
-    assert undo(demo_store, member, expected=demo_store.undoable(member)) == "accept"
+    assert undo(demo_store, member, expected=demo_store.undoable(member)[0]) == "accept"
     assert demo_store.undoable(member) is None
     overrides = verdict_record(demo_store)["expert_overrides"]
     assert [o["verdict"] for o in overrides if o["annotator_id"] == member] == [

@@ -79,6 +79,23 @@ def test_pool_follows_latest_verdict_and_humans_lock(tmp_path):
     assert history["reasons"].iloc[0] == ["precision 0.1 < 0.3"]
 
 
+def test_an_undo_given_while_a_generation_ran_is_not_undone_by_the_gates_echo_of_the_lock(tmp_path):
+    """The gate, having read the expert's reject before the undo, echoes the lock on the candidate it weighs again
+    ("rejected by a human earlier", decided by "human"); written, it locked the annotator out once more. The echo
+    adds nothing while a lock stands, so it is never written."""
+    store = seeded(tmp_path)
+    store.save_annotator(ann(1))
+    store.start_generation(1)
+    store.complete_generation(1, [GateDecision("id1", "accept", ("ok",))], f1_before=0.0, f1_after=0.5,
+                              n_candidates=1, pool_size=1, reverted=False, seconds=0.1)
+    store.record_human_verdict("id1", "reject", "too broad")
+    store.start_generation(2)  # the gate reads the lock here
+    assert store.withdraw_human_verdict("id1", "clicked the wrong one") == "accept"  # meanwhile, the expert's undo
+    store.complete_generation(2, [GateDecision("id1", "reject", ("rejected by a human earlier",), "human")],
+                              f1_before=0.5, f1_after=0.5, n_candidates=1, pool_size=1, reverted=False, seconds=0.1)
+    assert store.pool_ids() == ["id1"] and store.human_locked() == {}
+
+
 def test_incomplete_generation_is_not_counted(tmp_path):
     store = seeded(tmp_path)
     store.start_generation(1)

@@ -261,13 +261,13 @@ def test_a_vote_readers_student_needs_a_margin_over_the_text_on_rows_its_pool_wa
     assert chosen == "student<evoagg[embedding]>"
     # the margin is for a vote reader judged on the rows its pool was chosen on, beside a text model: not with audit
     # rows to judge on, and not between two vote readers (auto-pool's students)
-    from engine.aggregators.auto import _Board
-    board = _Board()
+    from engine.aggregators.auto import _Board, _Judge
+    board, judge = _Board(), _Judge(y, None, 2)
     board.scores.update({"student<evoagg[embedding]>": 0.9025, "student<embedding-only>": 0.9, "student<mv>": 0.9})
     auto = AutoAggregator(2)
-    assert not auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", unjudged=True)
-    assert auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", unjudged=False)
-    assert auto._beats(board, "student<evoagg[embedding]>", "student<mv>", unjudged=True)
+    assert not auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", True, judge)
+    assert auto._beats(board, "student<evoagg[embedding]>", "student<embedding-only>", False, judge)
+    assert auto._beats(board, "student<evoagg[embedding]>", "student<mv>", True, judge)
     with pytest.raises(ValueError, match="selected_min_gain"):
         AutoAggregator(2, selected_min_gain=-0.1).fit(np.zeros((4, 1), int), np.array([0, 1, 0, 1]))
 
@@ -518,7 +518,7 @@ def test_a_student_that_reads_the_votes_learns_from_the_unlabeled_rows_how_far_t
         shuffled = votes[test][::-1]
         moved = not np.allclose(student.predict_proba(shuffled, rows(X, test)),
                                 student.predict_proba(votes[test], rows(X, test)))
-        assert moved is student.reads_votes is (weight > 0)  # the plain student reads text alone
+        assert moved is (weight > 0)  # the plain student reads text alone
     assert f1[0.0] < 0.75 < 0.85 < f1[0.25]
 
 
@@ -588,13 +588,13 @@ def test_auto_fits_every_student_of_the_mean_it_chose(data, monkeypatch):
     dev = np.arange(60)
     audit = np.arange(60) % 3 == 0
     real = AutoAggregator._beats
-    monkeypatch.setattr(AutoAggregator, "_beats", lambda self, board, name, chosen, unjudged, judge=None:
+    monkeypatch.setattr(AutoAggregator, "_beats", lambda self, board, name, chosen, unjudged, judge:
                         name.startswith("avg(student") or real(self, board, name, chosen, unjudged, judge))
     auto = AutoAggregator(2, seed=0, min_audit=20, n_jobs=1).fit(
         votes[dev], y[dev], rows(X, dev), audit=audit, votes_selected=True, unlabeled_votes=votes[pool],
         unlabeled_X=rows(X, pool))
     assert auto.chosen_.startswith("avg(student") and auto.uses_votes_
-    assert len(auto.members_) >= 3 and [m.reads_votes for m in auto.members_].count(True) == 1
+    assert len(auto.members_) >= 3 and [m.vote_weight > 0 for m in auto.members_].count(True) == 1
     mean = np.mean([m.predict_proba(votes[test], rows(X, test)) for m in auto.members_], axis=0)
     assert np.allclose(auto.predict_proba(votes[test], rows(X, test)), mean)
 

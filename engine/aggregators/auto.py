@@ -168,6 +168,11 @@ def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...],
     return raw, shifted(raw, student.prior_bias_)
 
 
+def _student_name(teacher: str, vote_weight: float) -> str:
+    """auto's name for the student of `teacher` (that also reads the votes when `vote_weight` > 0)."""
+    return f"{VOTE_STUDENT if vote_weight else STUDENT}{teacher}>"
+
+
 class _Average:
     """The mean of fitted aggregators' probabilities (a teacher made of several candidates)."""
 
@@ -455,15 +460,13 @@ class AutoAggregator(BaseAggregator):
             chosen = max((n for n in weighed if not reads_votes(n)), key=lambda n: board.scores[n], default=chosen)
         student = None
         fitted = self._students(specs, views, board.groups, board.makers, v, y, feats, folds, *unlabeled)
-        members = []  # (name, spec) of each plain student, for their mean
         # the chosen's own student first: it replaces its teacher unless the teacher is surely better, whatever their
         # scores, and the other students must then beat it. Weighed later, it had replaced its teacher after a
         # student that outscored it lost to that teacher (youtube seed 0, held pool rows: 0.854, its rival 0.865)
         for (teacher, weight), (proba, matched, model) in sorted(fitted.items(),
                                                                  key=lambda item: item[0] != (chosen, 0.0)):
-            name = f"{VOTE_STUDENT if weight else STUDENT}{teacher}>"
+            name = _student_name(teacher, weight)
             board.add(name, proba, judge.score(proba, name), board.groups[teacher])
-            members.append((name, (teacher, views, weight, model, False)))
             if not choosable(name):
                 continue
             # a vote reader ranked on the rows its pool was chosen on (a single one, left out, or an average of them,
@@ -482,17 +485,18 @@ class AutoAggregator(BaseAggregator):
                 if (self._beats(board, shifted_name, chosen, unjudged, judge)
                         and score >= board.scores[name] + self.prior_min_gain - 1e-12):
                     chosen, student = shifted_name, [(teacher, views, weight, model, True)]
-        if self.student_mix and len(members) > 1:  # students of different teachers err on different rows (held
-            # pool rows, README)
-            members.sort(key=lambda member: specs.index((member[1][0], member[1][2])))  # in the teachers' order
-            name = "avg(" + ",".join(n for n, _ in members) + ")"
-            proba = np.mean([board.oof[n] for n, _ in members], axis=0)
-            board.add(name, proba, judge.score(proba, name), [n for n, _ in members])
+        if self.student_mix and len(specs) > 1:  # students of different teachers err on different rows (held pool
+            # rows, README): their mean, unshifted, in the teachers' order
+            names = [_student_name(teacher, weight) for teacher, weight in specs]
+            name = "avg(" + ",".join(names) + ")"
+            proba = np.mean([board.oof[n] for n in names], axis=0)
+            board.add(name, proba, judge.score(proba, name), names)
             if choosable(name) and self._beats(board, name, chosen, unjudged, judge):
-                chosen, student = name, [spec for _, spec in members]
+                chosen, student = name, [(teacher, views, weight, fitted[teacher, weight][2], False)
+                                         for teacher, weight in specs]
         return chosen, student
 
-    def _beats(self, board: _Board, name: str, chosen: str, unjudged: bool, judge: _Judge | None = None) -> bool:
+    def _beats(self, board: _Board, name: str, chosen: str, unjudged: bool, judge: _Judge) -> bool:
         """Whether `name` scores above `chosen`; by `selected_min_gain` when it reads votes that were selected on
         the rows it is scored on (no audit rows) and `chosen` reads none: their figures are the inflated ones. A
         name judged on the audit rows (it reads the votes when it labels a row: `student+votes<...>`, a mean holding
@@ -501,8 +505,7 @@ class AutoAggregator(BaseAggregator):
         led a shifted student on dev by 0.031, on audit rows against all of dev, and trailed it there by 0.012)."""
         margin = self.selected_min_gain if unjudged and reads_votes(name) and not reads_votes(chosen) else 0.0
         rival = board.scores[chosen]
-        if (judge is not None and judge.audit is not None and reads_votes_at_prediction(name)
-                and not reads_votes_at_prediction(chosen)):
+        if judge.audit is not None and reads_votes_at_prediction(name) and not reads_votes_at_prediction(chosen):
             rival = judge.f1(board.oof[chosen].argmax(axis=1), judge.audit)
         return board.scores[name] > rival + margin + 1e-12
 

@@ -284,11 +284,6 @@ class StudentAggregator(BaseAggregator):
         """A seeded sample of at most `max_unlabeled` unlabeled rows (all of them when fewer)."""
         return unlabeled_sample(n, self.seed, self.max_unlabeled)
 
-    @property
-    def reads_votes(self) -> bool:
-        """Whether it reads the pool's votes at prediction (`vote_weight` > 0), not only through its teacher."""
-        return self.vote_weight > 0
-
     def _design(self, X: Features, votes: np.ndarray | None, n_rows: int) -> list[Block]:
         return student_design(X, self.views, n_rows, votes, self.n_classes, self.vote_weight)
 

@@ -64,6 +64,14 @@ def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
             if not report.get(name, "").startswith("on")]
 
 
+def _honest_seconds(reported: object, elapsed: float) -> float:
+    """The run time a child reports, which it may forge: a finite number, at least 0 and at most what the parent
+    saw the run take."""
+    if type(reported) not in (int, float) or not math.isfinite(reported):  # type(): not a bool
+        return 0.0
+    return min(max(float(reported), 0.0), elapsed)
+
+
 def _check_votes(reply: dict, size: int, n_labels: int) -> None:
     """The parent trusts no worker: one vote per example, each an abstention or a label index. The packed votes
     (engine.sandbox.wire) are replaced by an int64 array."""
@@ -339,6 +347,7 @@ class SandboxExecutor:
         try:
             reply = worker.run(annotator.source, budget, wall, 2 * budget + self.grace_s, cap=4096 + 16 * size)
             _check_votes(reply, size, state.n_labels)
+            reply["seconds"] = _honest_seconds(reply.get("seconds"), time.perf_counter() - began)
         except WorkerFailed as exc:
             worker.kill()
             text = f"timeout after {budget:.1f}s: {exc}" if exc.timed_out else str(exc)
@@ -365,8 +374,7 @@ class SandboxExecutor:
                 votes[start:end] = outcome["votes"]
             faults += int(outcome["faults"])
             first_error = first_error or outcome["first_error"]
-            spent = float(outcome["seconds"])
-            seconds += spent if math.isfinite(spent) and spent >= 0 else 0.0  # a child may forge its frame
+            seconds += outcome["seconds"]
         # the error text is the annotator's own (an exception it raised): storable whatever characters it holds
         first_error = clean_text(str(first_error)) if first_error is not None else None
         return ExecutionResult(annotator.id, votes, faults=faults, first_error=first_error, seconds=seconds)

@@ -5,7 +5,7 @@ Two stacked filters: `BASE` for the whole worker (no execve, sockets, ptrace, ot
 namespaces, kernel keyrings, bpf, io_uring, nor a SIGIO owner set with fcntl), and `RUN` added by each
 per-annotator child on top (no new processes or programs, no signals to anyone, no new session, and the calls that
 set limits, priority or CPUs only on the caller itself: the holder and the init share its uid, and every later run
-inherits what they are set to). x86_64 only; elsewhere `install` says it is unavailable.
+inherits what they are set to). x86_64 only; elsewhere `Filter.load` says it is unavailable.
 """
 from __future__ import annotations
 
@@ -136,15 +136,9 @@ class Filter:
             f", {self.deny_if} refused for some arguments" if self.deny_if else "")
 
 
-def install(deny: dict[str, int], enosys: dict[str, int] | None = None,
-            deny_if: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> str:
-    """Build and load one filter now."""
-    return Filter(deny, enosys, deny_if=deny_if).load()
-
-
 def install_base() -> str:
     """The worker's filter: BASE, and fcntl refused the commands that make the kernel signal for us."""
-    return install(BASE, deny_if=BASE_IF)
+    return Filter(BASE, deny_if=BASE_IF).load()
 
 
 def run_filter() -> Filter:

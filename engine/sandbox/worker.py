@@ -286,9 +286,9 @@ def _packed(reply: dict, batch: _Batch) -> dict:
     return reply
 
 
-def _checked(reply: dict, batch: _Batch, wall_s: float) -> dict:
-    """The child's reply as the holder forwards it: well-formed, votes in range, seconds within the run's wall
-    budget (the child may forge its frame), or a fault."""
+def _checked(reply: dict, batch: _Batch) -> dict:
+    """The child's reply as the holder forwards it: well-formed, votes in range, or a fault. Its seconds go on as
+    the child gave them: the executor bounds them by the time it saw the run take (`_honest_seconds`)."""
     n, k = len(batch.examples), len(batch.labels)
     try:
         votes = unpack_votes(reply.get("votes"), k)
@@ -298,8 +298,7 @@ def _checked(reply: dict, batch: _Batch, wall_s: float) -> dict:
         raise FrameError("malformed votes")
     faults = reply.get("faults")
     error = reply.get("first_error")
-    seconds = reply.get("seconds")
-    seconds = min(seconds, wall_s) if type(seconds) is float and seconds >= 0.0 else 0.0  # NaN: 0
+    seconds = reply.get("seconds")  # whatever the child says: the executor bounds it by the time it saw
     return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
                   error[:300] if isinstance(error, str) else None, reply.get("stopped") is True, seconds)
 
@@ -340,8 +339,7 @@ def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: floa
             raise RuntimeError(f"the run's child did not take its source ({ready})")
         nonce = _await_nonce(reply_fd)
         try:
-            reply = _checked(frames.read(max(0.0, started + wall_s - time.perf_counter()), 4096 + 16 * n), batch,
-                             wall_s)
+            reply = _checked(frames.read(max(0.0, started + wall_s - time.perf_counter()), 4096 + 16 * n), batch)
         except FrameError as exc:
             timed_out = exc.timed_out
             why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)

@@ -18,7 +18,6 @@ import pandas as pd
 
 from engine.domain import (
     ABSTAIN,
-    LOCK_ECHO,
     SPLITS,
     UNDID,
     UNDO,
@@ -26,6 +25,7 @@ from engine.domain import (
     AnnotatorScore,
     GateDecision,
     VoteMatrix,
+    restored_by_undo,
 )
 from engine.store import vote_codes
 from engine.store.sql import utc_now
@@ -207,10 +207,12 @@ class PoolMixin:
         """Write a generation's verdicts and mark it complete, atomically. No verdict is written on an annotator whose
         latest verdict is the expert's (given before or while the generation ran): it stands as the expert gave it,
         reason included; a later row, the gate's or an echo of the lock without the reason, would outrank it. Nor
-        is a prune written whose replacement the expert rejected meanwhile: the member stays."""
+        is a prune written whose replacement the expert rejected meanwhile: the member stays. Nor the gate's echo of
+        a lock (decided by "human"): it adds nothing while the lock stands, and one the expert undid meanwhile it
+        would bring back."""
         with self.transaction():
             judged = self.human_locked()
-            decisions = [d for d in decisions if d.annotator_id not in judged
+            decisions = [d for d in decisions if d.annotator_id not in judged and d.decided_by != "human"
                          and not (d.verdict == "prune" and judged.get(d.pruned_by) == "reject")]
             n_accepted = sum(d.verdict == "accept" for d in decisions)
             for d in decisions:
@@ -250,13 +252,13 @@ class PoolMixin:
         """The number of the last verdict recorded (0 before any): changes with every verdict."""
         return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts")[0][0])
 
-    def undoable(self, annotator_id: str) -> int | None:
-        """The number (seq) of the expert's verdict an undo would take back, or None when there is none to undo:
-        the latest is not the expert's, or it is their only one (an annotator the expert wrote)."""
+    def undoable(self, annotator_id: str) -> tuple[int, str] | None:
+        """(number (seq), verdict) of the expert's verdict an undo would take back, or None when there is none to
+        undo: the latest is not the expert's, or it is their only one (an annotator the expert wrote)."""
         states = _verdict_states(self.verdicts(annotator_id))
         if len(states) < 2 or states[-1]["decided_by"] != "human":
             return None
-        return int(states[-1]["seq"])
+        return int(states[-1]["seq"]), str(states[-1]["verdict"])
 
     def withdraw_human_verdict(self, annotator_id: str, note: str = "", expected: int | None = None) -> str:
         """Undo an expert's verdict on an annotator: the verdict it overrode (the gate's, or the expert's before)
@@ -322,22 +324,23 @@ class PoolMixin:
         return [r[0] for r in rows]
 
 
-
+# the reasons the gate gave when it echoed an expert's lock (engine/gate.py); such rows are no longer written
+LOCK_ECHOES = ("rejected by a human earlier", "approved by a human earlier")
 
 
 def _verdict_states(rows: pd.DataFrame) -> list[dict]:
     """An annotator's verdict log (oldest first) as the states undo steps back through: a verdict repeating the one
-    in force (the gate echoing an expert's lock each generation) is no new state, and a verdict an undo restored
-    takes the undone one off."""
+    in force (the gate's own, or an echo of an expert's lock that workspaces written before complete_generation
+    dropped them hold) is no new state, and a verdict an undo restored takes the undone one off."""
     states: list[dict] = []
     for row in rows.to_dict("records"):
         reasons = list(row["reasons"])
-        if reasons and str(reasons[-1]).startswith(UNDID):
+        if restored_by_undo(reasons):
             if states:
                 states.pop()
             continue
         if states and (states[-1]["verdict"], states[-1]["decided_by"]) == (row["verdict"], row["decided_by"]) \
-                and (row["decided_by"] != "human" or any(r in LOCK_ECHO.values() for r in reasons)):
+                and (row["decided_by"] != "human" or any(r in LOCK_ECHOES for r in reasons)):
             continue  # the gate repeating what stands; an expert's second reject with a new reason is a step
         states.append(row)
     return states

@@ -162,7 +162,7 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
             cur.execute("COMMIT")
 
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
-        if sql.lstrip()[:6].upper() in _WRITES:
+        if sql.split(None, 1)[0].upper() in _WRITES:
             with self._writing:
                 return self._cur.execute(sql, params or []).fetchall()
         return self._cur.execute(sql, params or []).fetchall()

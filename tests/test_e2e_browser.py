@@ -157,7 +157,8 @@ def _description_box(page):
     from playwright.sync_api import expect
 
     _open_describe(page)
-    box = page.get_by_role("textbox", name="Description")
+    _idle(page)  # a rerun begun meanwhile shows the old box beside the new one until it ends (CI, 2026-11-26)
+    box = _live(page).get_by_role("textbox", name="Description")
     expect(box).to_have_count(1)
     return box
 

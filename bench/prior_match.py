@@ -46,7 +46,7 @@ def run(name: str, seed: int, generations: int) -> dict:
     gold = pool_gold(name, frame["id"].to_numpy()[pool], labels)
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y = frame["label"].to_numpy()[dev].astype(int)
-    sample = pool[auto_unlabeled_sample(len(pool), seed)]  # as the product hands them to auto
+    sample = pool[auto_unlabeled_sample(len(pool), seed, k)]  # as the product hands them to auto
     fit = dict(audit=frame["audit"].to_numpy(dtype=bool)[dev], votes_selected=True,
                unlabeled_votes=votes[sample], unlabeled_X=take_rows(feats, sample))
     X_dev, X_pool = take_rows(feats, dev), take_rows(feats, pool)

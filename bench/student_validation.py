@@ -47,7 +47,7 @@ from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
 from engine.aggregators.auto import STUDENT_C, AutoAggregator, student_views  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
-from engine.aggregators.student import MAX_UNLABELED, StudentAggregator, unlabeled_sample  # noqa: E402
+from engine.aggregators.student import StudentAggregator, student_sample_size, unlabeled_sample  # noqa: E402
 from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
@@ -108,11 +108,12 @@ def pool_mv_on_gold(store: Store, executor: CompiledExecutor, name: str) -> tupl
     return pool_macro_f1(pool.votes, gold, len(labels)), len(gold)
 
 
-def student_and_held(pool: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pool rows the student may learn from, and the rest (scored): its seeded sample when that leaves rows
-    out, else a seeded half."""
-    if len(pool) > MAX_UNLABELED:
-        sample = pool[unlabeled_sample(len(pool), seed)]
+def student_and_held(pool: np.ndarray, seed: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pool rows the student of `n_classes` classes may learn from, and the rest (scored): its seeded sample when
+    that leaves rows out, else a seeded half."""
+    limit = student_sample_size(n_classes)
+    if len(pool) > limit:
+        sample = pool[unlabeled_sample(len(pool), seed, limit)]
     else:
         sample = np.sort(np.random.default_rng(seed).permutation(pool)[: len(pool) // 2])
     return sample, np.setdiff1d(pool, sample)
@@ -134,7 +135,7 @@ class HeldOut:
     def of(cls, frame: pd.DataFrame, name: str, labels: tuple[str, ...], seed: int) -> HeldOut:
         split = frame["split"].to_numpy()
         pool, dev = np.flatnonzero(split == "pool"), np.flatnonzero(split == "dev")
-        sample, held = student_and_held(pool, seed)
+        sample, held = student_and_held(pool, seed, len(labels))
         return cls(dev, frame["label"].to_numpy()[dev].astype(int), frame["audit"].to_numpy(dtype=bool)[dev],
                    sample, held, pool_gold(name, frame["id"].to_numpy()[held], labels))
 
@@ -167,7 +168,7 @@ def run(name: str, seed: int, generations: int) -> dict | None:
     k = len(labels)
     n_pool = int((frame["split"] == "pool").sum())
     # the student's own sample only (no seeded half of a small pool, as `HeldOut` would take): what auto learns from
-    held_rows = max(n_pool - MAX_UNLABELED, 0)
+    held_rows = max(n_pool - student_sample_size(k), 0)
     if held_rows < MIN_ROWS:
         print(f"  {name}: {held_rows} pool rows outside the student's sample, fewer than {MIN_ROWS}: skipped",
               file=sys.stderr)

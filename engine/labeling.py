@@ -195,14 +195,14 @@ def dev_oof(name: str, n_classes: int, votes: np.ndarray, y: np.ndarray, feature
     return probs
 
 
-def student_unlabeled_rows(frame: pd.DataFrame, chooses: bool, seed: int) -> np.ndarray:
+def student_unlabeled_rows(frame: pd.DataFrame, chooses: bool, seed: int, n_classes: int) -> np.ndarray:
     """Positions in `frame` of the pool rows a chooser (`auto`) hands its student: the seeded sample of them it reads
     (its sample and its offsets' rows); none for any other aggregator. `export` and the corpus labeler both take
     their rows from here, so on a large pool they fit the same student and give the same labels."""
     if not chooses:
         return np.zeros(0, dtype=int)
     unl = np.flatnonzero((frame["split"] == "pool").to_numpy())
-    return unl[auto_unlabeled_sample(len(unl), seed)]
+    return unl[auto_unlabeled_sample(len(unl), seed, n_classes)]
 
 
 def labeling_inputs(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
@@ -248,7 +248,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     if chooses:  # its fits run on worker processes: start them while the features are read
         prewarm_workers(store.count_examples("dev"), n_classes)
     frame, ids, votes, features = labeling_inputs(store, executor, splits, aggregator, on_event)
-    unl = student_unlabeled_rows(frame, chooses, seed)
+    unl = student_unlabeled_rows(frame, chooses, seed, n_classes)
     unlabeled = (votes[unl], take_rows(features or None, unl)) if len(unl) else None
     dev = np.flatnonzero((frame["split"] == "dev").to_numpy())
     y_dev = frame["label"].to_numpy()[dev].astype(int)

@@ -340,13 +340,14 @@ def test_ids_from_an_id_column_are_the_same_whatever_the_batch_and_a_missing_one
 
 def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_student_sample(workspace, tmp_path,
                                                                                         monkeypatch):
-    """Past a size (6,000 pool rows) `auto`'s student learns from a seeded sample of the pool: the corpus labeler
-    must hand it the sample export hands it, or the two label the same rows differently. The sample is shrunk
-    to half the demo's pool here so that a small workspace is 'large'."""
+    """Past a size (6,000 pool rows on up to 40 classes) `auto`'s student learns from a seeded sample of the pool:
+    the corpus labeler must hand it the sample export hands it, or the two label the same rows differently. The
+    sample is shrunk to half the demo's pool here so that a small workspace is 'large'."""
     import engine.embed.cache as embed_cache
     from engine.aggregators.student import unlabeled_sample
 
-    monkeypatch.setattr("engine.labeling.auto_unlabeled_sample", lambda n, seed: unlabeled_sample(n, seed, n // 2))
+    monkeypatch.setattr("engine.labeling.auto_unlabeled_sample",
+                        lambda n, seed, n_classes: unlabeled_sample(n, seed, n // 2))
     store = Store.open(workspace)
     embedded: list[int] = []
     embed_texts = embed_cache.embed_texts

@@ -13,11 +13,15 @@ from engine.aggregators.base import class_prior
 from engine.aggregators.choice_names import PRIOR_SUFFIX, VOTE_STUDENT, describe_choice, reads_votes
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.student import (
+    MAX_SHIFT_ROWS,
+    MAX_UNLABELED,
+    ROWS_PER_CLASS,
     StudentAggregator,
     frequent_columns,
     prior_bias,
     shift_sample,
     shifted,
+    student_sample_size,
 )
 from engine.aggregators.voting import MajorityVote
 from engine.domain import ABSTAIN
@@ -630,3 +634,34 @@ def test_what_the_audit_rows_judge_must_beat_the_chosen_on_those_rows(monkeypatc
     mean = "avg(student<evoagg[embedding]>,student<embedding-only>,student+votes<embedding-only>)"
     assert scores[mean] == 1.0 > scores["student<embedding-only>"]  # audit rows against all rows
     assert chosen == "student<embedding-only>"  # on the audit rows both are right on every row: no lead
+
+
+def test_a_student_of_many_classes_learns_from_more_unlabeled_rows():
+    """4,000 rows are 52 a class on banking77's 77: a task of many classes gets ROWS_PER_CLASS rows a class, in the
+    student's own sample, in the rows `auto` hands it and in the rows the product hands `auto`."""
+    import pandas as pd
+
+    from engine.aggregators.auto import _student_fold
+    from engine.labeling import student_unlabeled_rows
+
+    assert student_sample_size(10) == MAX_UNLABELED and student_sample_size(77) == 77 * ROWS_PER_CLASS > MAX_UNLABELED
+    n = 6000
+    assert len(StudentAggregator(77, lambda: None).unlabeled_rows(n)) == n  # all of them: fewer than 7,700
+    assert len(StudentAggregator(2, lambda: None).unlabeled_rows(n)) == MAX_UNLABELED
+    assert len(StudentAggregator(77, lambda: None, max_unlabeled=500).unlabeled_rows(n)) == 500
+    frame = pd.DataFrame({"split": ["dev"] * 10 + ["pool"] * 20_000})
+    many, few = (student_unlabeled_rows(frame, True, 0, k) for k in (77, 2))
+    assert len(many) == 77 * ROWS_PER_CLASS + MAX_SHIFT_ROWS and len(few) == MAX_UNLABELED + MAX_SHIFT_ROWS
+    assert (frame["split"].to_numpy()[many] == "pool").all()
+    # auto's student (fitted from its teacher in `_student_fold`) reads every row of a 6,000-row sample of 60 classes
+    rng = np.random.default_rng(0)
+    k, dev_rows = 60, 120
+    y = np.arange(dev_rows) % k
+    X = {"embedding": rng.normal(size=(dev_rows + n, 8))}
+    X["embedding"][np.arange(dev_rows), y % 8] += 3.0
+    votes = np.full((dev_rows + n, 1), ABSTAIN)
+    unl = np.arange(dev_rows, dev_rows + n)
+    student = _student_fold([lambda: MajorityVote(k)], ("embedding",), 1.0, k, 0, votes[:dev_rows], y,
+                            {"embedding": X["embedding"][:dev_rows]}, np.arange(dev_rows), None, votes[unl],
+                            {"embedding": X["embedding"][unl]})
+    assert student.n_pseudo_ == n

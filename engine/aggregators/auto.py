@@ -85,7 +85,13 @@ from engine.aggregators.choice_names import (
 from engine.aggregators.dawid_skene import DawidSkene
 from engine.aggregators.evoagg import EvoAgg, TextOnly
 from engine.aggregators.parallel import run_calls, worker_count
-from engine.aggregators.student import STUDENT_VOTE_WEIGHT, StudentAggregator, shifted, student_rows
+from engine.aggregators.student import (
+    STUDENT_VOTE_WEIGHT,
+    StudentAggregator,
+    shifted,
+    student_rows,
+    student_sample_size,
+)
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT_MIN_ROWS_TO_JUDGE
 from engine.score import class_counts, macro_f1
@@ -342,7 +348,8 @@ class AutoAggregator(BaseAggregator):
         student = None
         if will_teach:
             # the student reads this seeded sample alone (the same rows it would draw): workers get only these
-            rows, shift = student_rows(len(unlabeled_votes), self.seed)  # and the offsets' rows, if any
+            rows, shift = student_rows(len(unlabeled_votes), self.seed,  # and the offsets' rows, if any
+                                       student_sample_size(self.n_classes))
             unlabeled = (unlabeled_votes[rows], take_rows(unlabeled_X, rows),
                          take_rows(unlabeled_X, shift) if len(shift) else None)
             # the best the text alone does (an average if that scores higher), ranked on honest figures, also

@@ -227,7 +227,8 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
     unl = np.zeros(0, dtype=int)
     if not entry.fits_unlabeled and not task.multi_label:
         # only dev and the student's sample are read: embedding every pool row (100K imported) cost minutes for nothing
-        unl = student_unlabeled_rows(frame, chooser, seed)  # the rows export's student reads, no others
+        # the rows export's student reads, no others
+        unl = student_unlabeled_rows(frame, chooser, seed, len(task.labels))
         kept = np.union1d(np.flatnonzero((frame["split"] == "dev").to_numpy()), unl)
         frame, unl = frame.iloc[kept].reset_index(drop=True), np.searchsorted(kept, unl)  # the sample's order kept
     votes = store.vote_matrix(pool, example_ids=list(frame["id"])).votes

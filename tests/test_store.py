@@ -246,3 +246,31 @@ def test_a_truncated_workspace_is_damaged_and_is_not_kept_open(tmp_path, demo_cs
     for _ in range(2):  # the second open fails the same way: nothing broken was cached
         with pytest.raises(WorkspaceDamaged, match="damaged or not a workspace"):
             Store.open(tmp_path / "ws")
+
+
+def test_every_kind_of_write_takes_the_workspaces_write_lock_and_a_read_does_not(tmp_path):
+    """Writes are told by the statement's first word: a 6-character prefix never matched ALTER or DROP, so a
+    migration's ALTER ran beside another thread's transaction."""
+    store = seeded(tmp_path)
+
+    class Counting:
+        def __init__(self, lock):
+            self.lock, self.entered = lock, 0
+
+        def __enter__(self):
+            self.entered += 1
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    store._writing = spy = Counting(store._writing)
+    store._q("CREATE TABLE scratch (x INTEGER)")
+    store._q("insert into scratch VALUES (1)")
+    store._q("  ALTER TABLE scratch ADD COLUMN y INTEGER")
+    store._q("update scratch SET y = 2")
+    store._q("DELETE FROM scratch WHERE x = 0")
+    assert spy.entered == 5
+    assert store._q("SELECT x, y FROM scratch") == [(1, 2)] and spy.entered == 5  # a read takes no lock
+    store._q("\n drop TABLE scratch")
+    assert spy.entered == 6

@@ -378,3 +378,35 @@ def test_undo_takes_back_only_the_verdict_shown_and_a_second_reason_is_a_step(de
     overrides = verdict_record(demo_store)["expert_overrides"]
     assert [o["verdict"] for o in overrides if o["annotator_id"] == member] == [
         "reject", "reject", "undone (reject restored)", "undone (accept restored)"]
+
+
+class _CopyOf:
+    """Agents whose one idea is a member's code again, with a constant added: a near copy of it."""
+
+    name = "scripted"
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def propose(self, role, context):
+        copy = self.source + "\nPROPOSED_AGAIN = True\n"  # a comment alone would be the same normalised code
+        return [Candidate(copy, "generator", "a member again")] if role == "generator" else []
+
+
+def test_a_member_an_undo_brings_back_while_a_generation_runs_keeps_its_near_copy_out(demo_store, executor,
+                                                                                      monkeypatch):
+    """The expert rejects a member, a generation starts without it, and the expert undoes the rejection while the
+    gate weighs a near copy of it: the copy is judged beside the member (not admitted next to it)."""
+    from engine.review import undo
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    member = demo_store.pool_ids()[0]
+    reject(demo_store, member, "too broad")
+    assert member not in demo_store.pool_ids()
+    _expert_meanwhile(monkeypatch, lambda fresh: undo(demo_store, member))
+    done = run_generation(demo_store, _CopyOf(demo_store.annotator(member).source), executor, 2)
+    pool = demo_store.pool_ids()
+    assert member in pool and member in done.pool_ids
+    (copy,) = [d for d in done.decisions if d.annotator_id != member]
+    assert copy.verdict == "reject" and copy.annotator_id not in pool, copy
+    assert any("too similar to " + member[:8] in reason for reason in copy.reasons), copy.reasons

@@ -72,8 +72,9 @@ with code_col:
                 else:
                     try:
                         parent_in_pool = annotator.id in store.pool_ids()
-                        saved = review.save_edit(store, editor.shared_executor(), source, annotator.id,
-                                                 note.strip() or "edited by hand")
+                        with editor.sandbox() as executor:
+                            saved = review.save_edit(store, executor, source, annotator.id,
+                                                     note.strip() or "edited by hand")
                         state.select_annotator(saved.id)
                         state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
                                     "pool" + (" and the old version was retired. Restore the old one any time."

@@ -37,7 +37,8 @@ def pick(store: Store, table: pd.DataFrame) -> str | None:
 def dev_votes(store: Store, annotator_id: str) -> np.ndarray:
     """The annotator's dev votes, running it in the sandbox first if they were never stored."""
     if "dev" not in store.voted_splits(annotator_id):
-        ensure_votes(store, editor.shared_executor(), [annotator_id], "dev")
+        with editor.sandbox() as executor:
+            ensure_votes(store, executor, [annotator_id], "dev")
     return store.vote_matrix([annotator_id], FITNESS).votes[:, 0]
 
 
@@ -110,5 +111,5 @@ def lineage(store: Store, annotator: Annotator) -> pd.DataFrame:
 
 
 def preview(store: Store, source: str, parent_id: str) -> review.EditPreview:
-    with st.spinner("Running your edit on dev in the sandbox…"):
-        return review.preview_edit(store, editor.shared_executor(), source, parent_id)
+    with st.spinner("Running your edit on dev in the sandbox…"), editor.sandbox() as executor:
+        return review.preview_edit(store, executor, source, parent_id)

@@ -1,13 +1,15 @@
-"""The code editor, the shared sandbox for quick re-scoring, and highlighting why an annotator fired."""
+"""The code editor, the server's sandboxes for quick re-scoring, and highlighting why an annotator fired."""
 from __future__ import annotations
 
 import ast
 import re
+from contextlib import AbstractContextManager
 
 import streamlit as st
 
 from engine.sandbox.executor import SandboxExecutor
 from studio import queries, state
+from studio.sandboxes import SandboxLeases
 
 try:  # Ace editor component (bundled JS, works offline); the plain text area is the fallback
     from streamlit_ace import st_ace
@@ -18,15 +20,21 @@ MAX_HIGHLIGHTS = 40
 
 
 @st.cache_resource(show_spinner=False)
-def shared_executor() -> SandboxExecutor:
-    """One warm sandbox for the server's quick previews (jobs use their own); thread-safe by its lock."""
-    return SandboxExecutor(workers=1, time_budget_s=2.0)
+def _quick_sandboxes() -> SandboxLeases:
+    return SandboxLeases()
+
+
+def sandbox() -> AbstractContextManager[SandboxExecutor]:
+    """A warm sandbox of the server's for one quick run (`with editor.sandbox() as executor:`); jobs use their own.
+    Two experts' previews run side by side, up to studio.sandboxes.QUICK_SANDBOXES at once."""
+    return _quick_sandboxes().lease()
 
 
 def containment_note() -> None:
     """How contained annotator code is on this machine (see docs/SECURITY.md); layers that are off, loudly."""
     try:
-        layers = shared_executor().containment()
+        with sandbox() as executor:
+            layers = executor.containment()
     except (OSError, RuntimeError) as exc:
         st.error(f"The sandbox did not start: {exc}")
         return

@@ -83,7 +83,8 @@ def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note:
         st.warning("Pick a label for at least one row first.")
         return
     try:
-        moved = label_rows(store, editor.shared_executor(), chosen, who, note)
+        with editor.sandbox() as executor:
+            moved = label_rows(store, executor, chosen, who, note)
     except (ValueError, RowsLeftInDev) as err:  # a refusal, or a failure that left the rows in dev: its own words
         st.error(str(err))
         return

@@ -244,13 +244,16 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                             "first_error": run["first_error"]})
 
     evidence = pool_evidence(executor, context, fresh)  # a sandbox run: verdicts the expert gives meanwhile count
-    locked = store.human_locked()
     # the pool the candidates are judged against is the one the expert has now: a member rejected since the
     # generation began is out; one approved meanwhile (an edit, a restore, `pool add`) or brought back by an undo is
-    # in (read from the locks alone, an undone rejection left its member out, and a near copy of it got in beside it)
-    now = store.pool_ids()
-    kept = [j for j, member in enumerate(pool_ids) if member in set(now)]
-    joined = [a for a in now if a not in set(pool_ids) and a not in {c.id for c in fresh}]
+    # in (read from the locks alone, an undone rejection left its member out, and a near copy of it got in beside it).
+    # The locks and the pool come from one read, so a verdict given between two reads cannot split them
+    latest = store.latest_verdicts()
+    locked = {a: verdict for a, (verdict, by) in latest.items() if by == "human"}
+    now = {a for a, (verdict, _) in latest.items() if verdict in ("accept", "approve")}
+    kept = [j for j, member in enumerate(pool_ids) if member in now]
+    known = set(pool_ids) | {c.id for c in fresh}
+    joined = sorted(now - known)
     ensure_votes(store, executor, joined, "dev", on_event)
     judged_ids = [pool_ids[j] for j in kept] + joined
     judged_votes = np.column_stack([pool_votes[:, kept],

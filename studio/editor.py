@@ -30,11 +30,18 @@ def sandbox() -> AbstractContextManager[SandboxExecutor]:
     return _quick_sandboxes().lease()
 
 
+@st.cache_resource(show_spinner=False)
+def _containment() -> dict[str, str]:
+    """The machine's containment layers, read once per server (not cached when the sandbox fails to start): a page
+    that drew them on every rerun waited for a free sandbox while three experts' runs had them all."""
+    with sandbox() as executor:
+        return executor.containment()
+
+
 def containment_note() -> None:
     """How contained annotator code is on this machine (see docs/SECURITY.md); layers that are off, loudly."""
     try:
-        with sandbox() as executor:
-            layers = executor.containment()
+        layers = _containment()
     except (OSError, RuntimeError) as exc:
         st.error(f"The sandbox did not start: {exc}")
         return

@@ -249,8 +249,8 @@ def test_a_truncated_workspace_is_damaged_and_is_not_kept_open(tmp_path, demo_cs
 
 
 def test_every_kind_of_write_takes_the_workspaces_write_lock_and_a_read_does_not(tmp_path):
-    """Writes are told by the statement's first word: a 6-character prefix never matched ALTER or DROP, so a
-    migration's ALTER ran beside another thread's transaction."""
+    """Writes are told by the statement's first word: a 6-character prefix never matched ALTER or DROP (no call
+    of `_q` issues them today; the guard is for the first that does)."""
     store = seeded(tmp_path)
 
     class Counting:

@@ -14,6 +14,7 @@ from engine.aggregators.choice_names import PRIOR_SUFFIX, VOTE_STUDENT, describe
 from engine.aggregators.features import TfidfFeatures
 from engine.aggregators.student import (
     MAX_SHIFT_ROWS,
+    MAX_STUDENT_ROWS,
     MAX_UNLABELED,
     ROWS_PER_CLASS,
     StudentAggregator,
@@ -645,6 +646,7 @@ def test_a_student_of_many_classes_learns_from_more_unlabeled_rows():
     from engine.labeling import student_unlabeled_rows
 
     assert student_sample_size(10) == MAX_UNLABELED and student_sample_size(77) == 77 * ROWS_PER_CLASS > MAX_UNLABELED
+    assert student_sample_size(1000) == MAX_STUDENT_ROWS  # bounded, however many classes
     n = 6000
     assert len(StudentAggregator(77, lambda: None).unlabeled_rows(n)) == n  # all of them: fewer than 7,700
     assert len(StudentAggregator(2, lambda: None).unlabeled_rows(n)) == MAX_UNLABELED
@@ -665,3 +667,8 @@ def test_a_student_of_many_classes_learns_from_more_unlabeled_rows():
                             {"embedding": X["embedding"][:dev_rows]}, np.arange(dev_rows), None, votes[unl],
                             {"embedding": X["embedding"][unl]})
     assert student.n_pseudo_ == n
+    # and auto draws that many from the rows it is handed (its own sample, before the folds' students)
+    auto = AutoAggregator(k, seed=0, text_only=True, Cs=(1.0,), n_splits=2, top_k=1, prior_matching=False,
+                          bootstrap=0).fit(votes[:dev_rows], y, {"embedding": X["embedding"][:dev_rows]},
+                                           unlabeled_votes=votes[unl], unlabeled_X={"embedding": X["embedding"][unl]})
+    assert auto.chosen_.startswith("student<") and auto.members_[0].n_pseudo_ == n  # 6,000 of 60 classes, not 4,000

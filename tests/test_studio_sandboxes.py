@@ -23,15 +23,18 @@ def test_a_second_run_gets_its_own_sandbox_while_the_first_runs_and_a_third_wait
     leases = SandboxLeases(size=2)
     slow_started, slow_may_end, quick_done = threading.Event(), threading.Event(), threading.Event()
     votes: dict[str, list] = {}
+    lent: dict[str, SandboxExecutor] = {}
 
     def slow_expert() -> None:
         with leases.lease() as sandbox:
+            lent["slow"] = sandbox
             slow_started.set()
             votes["slow"] = sandbox.run([_annotator(YES)], [{"text": "a"}], ["yes", "no"])[0].votes.tolist()
             slow_may_end.wait(30)
 
     def quick_expert() -> None:
         with leases.lease() as sandbox:
+            lent["quick"] = sandbox
             votes["quick"] = sandbox.run([_annotator(NO)], [{"text": "b"}], ["yes", "no"])[0].votes.tolist()
         quick_done.set()
 
@@ -41,7 +44,7 @@ def test_a_second_run_gets_its_own_sandbox_while_the_first_runs_and_a_third_wait
     second = threading.Thread(target=quick_expert)
     second.start()
     assert quick_done.wait(60), "the quick run waited behind the slow one"  # its own sandbox: not blocked
-    assert votes["quick"] == [1] and leases.started == 2
+    assert votes["quick"] == [1] and leases.started == 2 and lent["quick"] is not lent["slow"]
 
     # both lent: a third lease waits until one comes back, then reuses it (no third sandbox started)
     with leases.lease() as sandbox:  # the quick expert's, returned
@@ -58,7 +61,7 @@ def test_a_second_run_gets_its_own_sandbox_while_the_first_runs_and_a_third_wait
         assert not third_started.wait(0.5)  # both sandboxes are lent
         slow_may_end.set()
         assert third_done.wait(30)
-        assert isinstance(sandbox, SandboxExecutor)
+        assert sandbox is lent["quick"]
     first.join(30)
     second.join(30)
     waiting.join(30)

@@ -45,6 +45,9 @@ MAX_UNLABELED = 4000  # the student learns from a seeded sample of this many unl
 # against their withheld gold, while 8,000 rows moved ChemProt's (10 classes, so still 4,000 here) by -0.003..+0.002
 # (ad hoc, a scratch script; bench/quality.py measured what shipped)
 ROWS_PER_CLASS = 100
+# ...and never more than this many, however many classes: a bound on the student's fit time (each fold of each teacher
+# fits one) and on the rows the corpus labeler embeds for it; not tuned (banking77, the most classes measured, is under)
+MAX_STUDENT_ROWS = 12_000
 # the one-hot votes' scale beside the text views of a student that reads them (the text blocks weigh as one unit-norm
 # row): on the withheld gold labels of pool rows (six datasets, seeds 0-2, a text teacher, ad hoc before it shipped)
 # 0.25 led the text student on 13 of 18 runs, 1.0 lost on banking77 and SemEval (the 50 annotators' 3,850 columns
@@ -64,8 +67,9 @@ def reads_text(aggregator: object) -> bool:
 
 def student_sample_size(n_classes: int) -> int:
     """How many unlabeled rows a student of `n_classes` classes learns from at most: MAX_UNLABELED, or
-    ROWS_PER_CLASS a class when that is more (many small classes need more rows than a few large ones)."""
-    return max(MAX_UNLABELED, ROWS_PER_CLASS * n_classes)
+    ROWS_PER_CLASS a class when that is more (many small classes need more rows than a few large ones), up to
+    MAX_STUDENT_ROWS."""
+    return min(max(MAX_UNLABELED, ROWS_PER_CLASS * n_classes), MAX_STUDENT_ROWS)
 
 
 def unlabeled_sample(n: int, seed: int, limit: int = MAX_UNLABELED) -> np.ndarray:

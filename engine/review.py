@@ -46,11 +46,26 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
     store.record_human_verdict(annotator_id, "reject", note)
 
 
+REPLACED_BY = "replaced by edited version "  # the note of a parent's retirement by `save_edit`, then the edit's id
+
+
 def undo(store: Store, annotator_id: str, note: str = "", expected: int | None = None) -> str:
     """Undo the expert's latest verdict on an annotator: the one it overrode stands again (the gate's, which the
     gate may then revise as before, or the expert's earlier one); returns that verdict. Not the opposite verdict,
-    which would lock the annotator as the expert's."""
-    return store.withdraw_human_verdict(annotator_id, note, expected)
+    which would lock the annotator as the expert's. Undoing the retirement of a version an edit replaced restores
+    that version in place of the edit: the edit leaves the pool (`replaced_edit` names it), or both would vote."""
+    before = store.verdicts(annotator_id)
+    said = str(before["note"].iloc[-1]) if len(before) else ""
+    restored = store.withdraw_human_verdict(annotator_id, note, expected)
+    edit = replaced_edit(said)
+    if edit and restored in ("accept", "approve") and edit in store.pool_ids():
+        reject(store, edit, f"the version it replaced ({annotator_id}) was restored by an undo")
+    return restored
+
+
+def replaced_edit(note: str) -> str | None:
+    """The id of the edited version a retirement's note names (`save_edit`'s), else None."""
+    return note[len(REPLACED_BY):].strip() or None if note.startswith(REPLACED_BY) else None
 
 
 def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:
@@ -128,7 +143,7 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     store.save_score(score_annotator(annotator.id, votes, store.gold(FITNESS), faults=run["faults"]))
     approve(store, annotator.id, note or "edited by hand")
     if parent is not None and parent.id in store.pool_ids():
-        reject(store, parent.id, f"replaced by edited version {annotator.id}")
+        reject(store, parent.id, f"{REPLACED_BY}{annotator.id}")
     return annotator
 
 

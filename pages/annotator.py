@@ -31,9 +31,15 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
-last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
+log = store.verdicts(annotator_id=annotator.id)
+last_verdict = log.tail(1)
 if not last_verdict.empty:
-    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]])
+    gate_rows = log[log["decided_by"] == "gate"]  # an undo restores the gate's reasons of then
+    decided_in = int(gate_rows["generation"].iloc[-1]) if len(gate_rows) else None
+    stale = (last_verdict["decided_by"].iloc[0] != "human" and decided_in is not None
+             and (decided_in < store.last_complete_generation() or last_verdict["decided_by"].iloc[0] != "gate"))
+    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]],
+                          decided_in if stale else None)
 for label, rows in review.thin_classes(store, votes):
     st.warning(explain.too_few_rows(queries.escape_md(label), rows), icon=":material/warning:")
 
@@ -77,8 +83,9 @@ with code_col:
                                                      note.strip() or "edited by hand")
                         state.select_annotator(saved.id)
                         state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
-                                    "pool" + (" and the old version was retired. Restore the old one any time."
-                                              if parent_in_pool else "; the old version was not in it and stays out."))
+                                    "pool" + (" and the old version was retired (its \"Restore this version\" button "
+                                              "swaps them back)." if parent_in_pool
+                                              else "; the old version was not in it and stays out."))
                         st.rerun()
                     except CodeRejected as err:
                         st.error(f"Not saved: {err.reason}")

@@ -59,7 +59,13 @@ if result is None:
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
 if stale:
-    st.warning("The pool changed since these soft labels were computed: recompute to include the changes.")
+    if result.pool_ids and sorted(result.pool_ids) == sorted(store.pool_ids()):
+        what = "The dev rows changed (rows labeled into dev or returned to the pool)"
+    elif result.pool_ids:
+        what = "The pool changed"
+    else:
+        what = "The pool or the dev rows changed"
+    st.warning(f"{what} since these soft labels were computed: recompute to include the changes.")
 if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it
     threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.threshold or THRESHOLD), 0.05,
                           key="labels_threshold", help="a row gets every class whose probability reaches it; the dev "

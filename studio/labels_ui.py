@@ -149,14 +149,27 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
     names = {"aggregator": "aggregator", "macro_f1": "dev macro-F1 (out-of-fold)", "accuracy": "dev accuracy",
              "ece": "calibration error (ECE)", "n": "dev rows", "chosen": "auto chose",
              "audit_macro_f1": "audit-row macro-F1 (out-of-fold)", "n_audit": "audit rows",
-             "chosen_on": "auto chose on"}
+             "chosen_on": "auto chose on", "uses_pool": "uses the pool's votes",
+             "left_out": "auto left out (the pool was chosen on these rows)"}
     table = comparison.rename(columns=names)
-    for column in ("auto chose", "auto chose on"):
+    for column in ("auto chose", "auto chose on", names["left_out"]):
         if column in table:
-            table[column] = table[column].fillna("")
+            table[column] = table[column].map(_cell)
+    if names["uses_pool"] in table:
+        table[names["uses_pool"]] = table[names["uses_pool"]].map(
+            lambda v: "" if v is None or v != v else ("yes" if v else "no"))
     key = "audit-row macro-F1 (out-of-fold)" if "audit-row macro-F1 (out-of-fold)" in table else (
         "dev macro-F1 (out-of-fold)")  # audit rows are the honest ranking where there are some
     return table.sort_values(key, ascending=False, kind="stable") if key in table else table
+
+
+def _cell(value: object) -> str:
+    """A table cell for a name or a list of names: '' for none (not "None" or "nan")."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return ", ".join(map(str, value))
+    return str(value)
 
 
 def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
@@ -179,9 +192,11 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
         return False, (f"The text alone does as well here: auto chose a model that reads no votes, {versus}. The pool "
                        f"earns its place by adding what the text misses: {advice}")
     if ours <= theirs:
-        return False, (f"Auto's choice reads the pool's votes (chosen on the rows that judge what reads them), yet "
+        return False, (f"Auto's choice {_how_it_uses_the_pool(str(auto.get('chosen', '')))} (chosen on the rows that "
+                       "judge what reads them), yet "
                        f"{versus}: on dev the pool does not lead yet. To make it lead: {advice}")
-    said = f"The pool earns its place here: auto's choice reads its votes, {versus}."
+    how = _how_it_uses_the_pool(str(auto.get("chosen", "")))
+    said = f"The pool earns its place here: auto's choice {how}, {versus}."
     if auto.get("chosen_on") != "audit":
         audit_rows = auto.get("n_audit")
         few = (f"too few audit rows ({int(audit_rows)}) to judge it" if audit_rows == audit_rows and audit_rows
@@ -189,6 +204,14 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
         said += (f" There are {few}: the pool was chosen on these dev rows, so figures that read its votes lean "
                  "optimistic.")
     return True, said
+
+
+def _how_it_uses_the_pool(chosen: str) -> str:
+    """How a choice that uses the pool uses it: by reading its votes on every row it labels, or (a student of a
+    teacher that reads them) by having learned from that teacher's labels, reading only the text when it labels."""
+    if not chosen or reads_votes_at_prediction(chosen):
+        return "reads the pool's votes"
+    return "learned from a teacher that reads the pool's votes (it reads only the text when it labels a row)"
 
 
 def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame, spreadsheet: bool = False) -> str:

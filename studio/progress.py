@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.events import EventKind
+from engine.evolve import current_dev_macro_f1
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store
 from studio import queries
@@ -54,7 +55,7 @@ def fold_events(events: list[dict[str, Any]]) -> RunView:
             view.dropped.append(e)
             view.feed.append(f"Dropped a {e['agent']} candidate: {e['reason']}")
         elif kind == EventKind.AGENT_FINISHED:
-            view.feed.append(f"The {e['agent']} proposed {e['proposed']}, {e['kept']} new"
+            view.feed.append(f"The {e['agent']} proposed {e['proposed']} candidate(s), {e['kept']} not seen before"
                              + (f" ({e['why']})" if e.get("why") else ""))
         elif kind in (EventKind.LLM_NOTE, EventKind.AGENT_STOPPED, EventKind.BUDGET_EXHAUSTED):
             if f"LLM: {e['message']}" not in view.feed:  # a spent budget is told by every refused call
@@ -141,8 +142,15 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
         st.error(f"The run failed: {view.error or (job.error if job else '')}")
     elif view.completed:
         last = view.completed[-1]
+        # the run's own figures; verdicts given since (approve, reject, undo, an edit) move the pool the metrics and
+        # the chart show, so the line says both rather than disagree with them
+        pool_now, f1_now = len(store.pool_ids()), current_dev_macro_f1(store)
+        since = ("" if (pool_now, round(f1_now, 3)) == (last["pool_size"], round(last["dev_macro_f1"], 3)) else
+                 f" Since then, verdicts made it pool {pool_now}, dev macro-F1 {f1_now:.3f} (as the figures above "
+                 "and the chart show).")
         st.success(f"Last run finished{' (stopped)' if view.finished == 'stopped' else ''}: generation "
-                   f"{last['generation']}, pool {last['pool_size']}, dev macro-F1 {last['dev_macro_f1']:.3f}.")
+                   f"{last['generation']} ended with pool {last['pool_size']}, dev macro-F1 "
+                   f"{last['dev_macro_f1']:.3f}.{since}")
     if view.candidates:
         table = pd.DataFrame(view.candidates)[["generation", "agent", "name", "precision", "coverage", "verdict",
                                                "reasons"]]

@@ -46,15 +46,22 @@ def undo_button(store: Store, annotator_id: str, key: str) -> None:
     if undoable is None:
         return
     seq, verdict = undoable
-    if st.button(f"Undo my {verdict}", key=f"undo_{key}_{annotator_id}", icon=":material/undo:",
-                 help="The verdict yours overrode stands again (the gate's, which later generations may revise); "
-                      "the log keeps both"):
+    edit = review.replaced_edit(str(store.verdicts(annotator_id)["note"].iloc[-1]))  # retired by an edit of it?
+    label, help_ = f"Undo my {verdict}", ("The verdict yours overrode stands again (the gate's, which later "
+                                          "generations may revise); the log keeps both")
+    if edit:
+        label = "Restore this version"
+        help_ = (f"It comes back in place of its edited version {edit[:8]}, which leaves the pool (both would vote "
+                 "on the same rows); the log keeps every step")
+    if st.button(label, key=f"undo_{key}_{annotator_id}", icon=":material/undo:", help=help_):
         try:  # the verdict this screen showed, not one another tab gave since
             restored = review.undo(store, annotator_id, "undone in the studio", expected=seq)
         except ValueError as err:
             st.error(str(err))
             return
-        state.flash(f"Undone: {restored} stands again.")
+        retired = edit is not None and edit not in store.pool_ids()
+        state.flash(f"Undone: {restored} stands again" + (f"; its edited version {edit[:8]} left the pool."
+                                                          if retired else "."))
         st.rerun()
 
 
@@ -106,9 +113,13 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
                                                                         state.QP_ANNOTATOR: row.annotator_id})
 
 
-def explanation(plain: Explanation) -> None:
-    """The plain-words verdict, and a warning when the precision is no better than the class's share."""
-    st.markdown("**In plain words:** " + " ".join(plain.lines))
+def explanation(plain: Explanation, decided_in: int | None = None) -> None:
+    """The plain-words verdict, and a warning when the precision is no better than the class's share. `decided_in`:
+    the generation whose pool the gate's reasons were weighed against, when that pool is not today's (its with /
+    without figures and overlaps are then of that pool, not of the pool the screen's contribution is measured on)."""
+    when = "" if decided_in is None else (f" (the gate's reasons as it decided in generation {decided_in}, against "
+                                          "the pool of then; *Contribution* above is with the pool as it is now)")
+    st.markdown(f"**In plain words{when}:** " + " ".join(plain.lines))
     if plain.at_chance:
         st.warning(f"This annotator is right no more often than chance ({plain.chance:.0%} of dev is its class): "
                    "a rule on length or punctuation often looks like this. Its votes add noise, not knowledge; "

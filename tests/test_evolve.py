@@ -410,3 +410,23 @@ def test_a_member_an_undo_brings_back_while_a_generation_runs_keeps_its_near_cop
     (copy,) = [d for d in done.decisions if d.annotator_id != member]
     assert copy.verdict == "reject" and copy.annotator_id not in pool, copy
     assert any("too similar to " + member[:8] in reason for reason in copy.reasons), copy.reasons
+
+
+def test_restoring_a_version_an_edit_replaced_takes_the_edit_out(demo_store, executor):
+    """Saving an edit retires its parent; undoing that retirement brings the parent back in place of the edit, not
+    beside it (both voted on the same rows: an expert's walk through the studio counted SPAM twice)."""
+    from engine.review import save_edit, undo
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    parent = demo_store.pool_ids()[0]
+    edited = save_edit(demo_store, executor, demo_store.annotator(parent).source + "\nEDITED = True\n", parent,
+                       "my wording")
+    assert edited.id in demo_store.pool_ids() and parent not in demo_store.pool_ids()
+    assert undo(demo_store, parent) == "accept"
+    pool = demo_store.pool_ids()
+    assert parent in pool and edited.id not in pool
+    assert demo_store.latest_verdicts()[edited.id] == ("reject", "human")
+    # a plain rejection undone restores only its annotator
+    other = next(a for a in pool if a != parent)
+    reject(demo_store, other, "too broad")
+    assert undo(demo_store, other) == "accept" and {parent, other} <= set(demo_store.pool_ids())

@@ -134,9 +134,13 @@ def test_pool_verdict_reads_which_way_auto_chose_and_warns_without_audit_rows():
     earns, said = pool_verdict(_comparison({"macro_f1": 0.8449, "chosen": "student<evoagg[embedding]>",
                                             "uses_pool": True, "chosen_on": "audit"}, text))
     assert earns and "0.845 dev macro-F1 (out-of-fold) against 0.810" in said and "lean optimistic" not in said
+    # a student reads only the text when it labels: it learned from the votes, it does not read them (the screen's
+    # caption says "reads only the text" beside it)
+    assert "learned from a teacher that reads the pool's votes" in said and "choice reads the pool's votes" not in said
     earns, said = pool_verdict(_comparison({"macro_f1": 0.85, "chosen": "evoagg[embedding]", "uses_pool": True,
                                             "chosen_on": "dev"}, text))
     assert earns and "There are no audit rows" in said and "lean optimistic" in said
+    assert "auto's choice reads the pool's votes" in said  # EvoAgg reads them on every row it labels
     earns, said = pool_verdict(_comparison({"macro_f1": 0.85, "chosen": "evoagg[embedding]", "uses_pool": True,
                                             "chosen_on": "dev", "n_audit": 40}, text))
     assert earns and "too few audit rows (40) to judge it" in said
@@ -149,3 +153,19 @@ def test_pool_verdict_reads_which_way_auto_chose_and_warns_without_audit_rows():
     assert not earns and "text alone does as well" in said and "describe the weak classes" in said
     assert pool_verdict(_comparison({"macro_f1": 0.8}, text).iloc[:2]) is None  # no auto-text row
     assert pool_verdict(pd.DataFrame()) is None
+
+
+def test_the_comparison_table_names_its_columns_and_leaves_no_none_in_its_cells():
+    """An expert read raw `uses_pool` and `left_out` headers and "None" cells on the Labels screen."""
+    from studio.labels_ui import comparison_table
+
+    raw = pd.DataFrame.from_records([
+        {"aggregator": "mv", "macro_f1": 0.95, "uses_pool": True, "left_out": None, "chosen": None},
+        {"aggregator": "auto", "macro_f1": 0.92, "uses_pool": False, "left_out": ["mv", "ds"],
+         "chosen": "student<embedding-only>"},
+        {"aggregator": "auto-text", "macro_f1": 0.90, "uses_pool": None, "left_out": float("nan"), "chosen": None}])
+    table = comparison_table(raw)
+    assert "uses_pool" not in table and "left_out" not in table
+    assert table["uses the pool's votes"].tolist() == ["yes", "no", ""]
+    assert table["auto left out (the pool was chosen on these rows)"].tolist() == ["", "mv, ds", ""]
+    assert "None" not in table.astype(str).to_numpy().ravel().tolist()

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from engine import export, review, score
 from engine.agents.offline import OfflineProposer
 from engine.domain import AUDIT, FITNESS, SoftLabels
-from engine.evolve import evolve
+from engine.evolve import current_dev_macro_f1, evolve
 from engine.ingest.importer import IngestOptions, import_path
 from engine.jobs import REGISTRY, start_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -401,6 +401,14 @@ def test_run_button_starts_a_background_generation(home):
     assert shown["Candidates (this run)"] == str(len(gate))  # the same figure the verdict cards count
     assert shown["Accepted (this run)"] == str(int((gate["verdict"] == "accept").sum()))
     assert "None" not in texts(at)
+    assert "Since then" not in texts(at)
+    # a verdict given after the run moves the pool the metric and the chart show: the run's line says both
+    store = Store.open(home / "run-me")
+    review.reject(store, store.pool_ids()[0], "too broad")
+    at.run()
+    pool_now = len(store.pool_ids())
+    assert metrics(at)["Pool size"] == str(pool_now)
+    assert f"Since then, verdicts made it pool {pool_now}, dev macro-F1 {current_dev_macro_f1(store):.3f}" in texts(at)
 
 
 # ---- annotator ----------------------------------------------------------------------------------------
@@ -451,6 +459,16 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert family["relation"].tolist() == ["parent"] and family["name"].tolist() == [original.name]
     history = table_with(at, "reason")
     assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "human"
+
+    # the old version's "Restore this version" swaps them back: the parent in, the edit out (both voted before)
+    at = run("edit-me", "pages/annotator.py", annotator=target)
+    restore = next(b for b in at.button if b.label == "Restore this version")
+    restore.click().run()
+    assert not at.exception
+    assert target in store.pool_ids() and children[0].id not in store.pool_ids()
+    assert f"its edited version {children[0].id[:8]} left the pool" in texts(at)
+    # its reasons are the gate's of generation 1, against the pool of then: the screen says so
+    assert "the gate's reasons as it decided in generation 1" in texts(at)
 
 
 

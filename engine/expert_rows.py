@@ -97,7 +97,7 @@ def label_rows(store: Store, executor: Executor, labeled: Mapping[str, str | Seq
     not in the unlabeled pool are left alone: test rows stay holdout)."""
     entries = _class_ids(store, labeled)
     if not by.strip():
-        raise ValueError("say who labeled the rows (a name): it is recorded with them")
+        raise ValueError("Say who labeled the rows (your name): it is recorded with them.")
     pool_rows = store.examples_frame("pool", ids=[e[0] for e in entries])
     moving = [e for e in entries if e[0] in set(pool_rows["id"])]
     if not moving:

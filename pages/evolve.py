@@ -105,11 +105,18 @@ review_ui.thin_class_note(store)
 # ---- verdicts -------------------------------------------------------------------------------------
 st.subheader("Verdicts")
 st.caption("Every candidate with the gate's verdict and reasons. Approve or reject against the gate: your "
-           "verdict needs a reason, is logged, and every later generation respects it. Undo by reversing it.")
+           "verdict needs a reason, is logged, and every later generation respects it; its **Undo** button takes it "
+           "back.")
 done = generations[generations["status"] == "complete"]["number"].tolist()
+judged = store.verdicts()
+carded = set(judged.loc[judged["decided_by"] == "gate", "generation"].astype(int))  # generations with gate verdicts
+# a generation completed since: show the newest one with verdicts (one whose agents proposed nothing new showed an
+# empty list, with every card generations back)
+newest = next((g for g in reversed(done) if g in carded), done[-1])
 a, b = st.columns([1, 2])
-if st.session_state.get("verdict_newest") != done[-1]:  # a generation completed since: show its verdicts
-    st.session_state["verdict_newest"] = st.session_state["verdict_generation"] = done[-1]
-number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation")
+if st.session_state.get("verdict_newest") != done[-1]:
+    st.session_state["verdict_newest"], st.session_state["verdict_generation"] = done[-1], newest
+number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation",
+                     format_func=lambda g: str(g) if g in carded else f"{g} (no candidates)")
 only = b.segmented_control("Show", ["all", "accept", "reject", "prune"], default="all", key="verdict_filter")
 review_ui.candidate_cards(store, int(number), only or "all")

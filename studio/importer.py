@@ -10,7 +10,7 @@ import streamlit as st
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
-from engine.ingest.readers import read_rows, read_wrench_rows
+from engine.ingest.readers import ROW_POSITIONS, read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
@@ -220,6 +220,20 @@ def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[
         st.warning(f"{len(rows):,} bad row(s)"
                    + (" will be skipped." if opts.skip_bad_rows else ": nothing is imported until they are fixed "
                       "or skipped."))
+        st.dataframe(bad_rows_table(rows, frame, opts.id_column), hide_index=True,
+                     height=min(300, 38 + 35 * min(len(rows), 200)))
+
+
+def bad_rows_table(rows: list[RowProblem], frame: pd.DataFrame, id_column: str | None,
+                   limit: int = 200) -> pd.DataFrame:
+    """The first `limit` bad rows with their place in the file, their id (when the file has an id column) and why."""
+    table = pd.DataFrame([(p.place, p.reason) for p in rows[:limit]], columns=["row", "problem"])
+    if id_column and id_column in frame:
+        positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
+        ids = {int(p) + 1: cell for p, cell in zip(positions, frame[id_column], strict=True)}
+        table.insert(1, "id", [("" if pd.isna(ids.get(p.row)) else str(ids.get(p.row))) if p.row in ids else ""
+                               for p in rows[:limit]])
+    return table
 
 
 def _whole_file(problems: list[RowProblem]) -> tuple[list[str], list[RowProblem]]:
@@ -279,7 +293,8 @@ def show_problems(store: Store) -> None:
         return
     fatal, rows = _whole_file(err.problems)
     problems = [(p.place, p.reason) for p in rows]
-    st.error(f"Nothing was imported. {str(err).splitlines()[0]}"
+    said = str(err).splitlines()[0].removesuffix("; nothing was imported")  # said once, first
+    st.error(f"Nothing was imported: {said}."
              + "".join(f"  \nThe file as a whole: {reason}." for reason in fatal))
     if problems:
         table = pd.DataFrame(problems, columns=["row", "problem"])

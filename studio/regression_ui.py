@@ -66,8 +66,9 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi
     with st.form("label_like", border=False):
         edited = st.data_editor(like, hide_index=True, key=f"like_{row['id']}", disabled=["id", "text", "similarity"],
                                 column_config={column: config})
-        who = st.text_input("Your name (recorded with the labels)", key=state.EXPERT_NAME,
-                            value=state.get(state.EXPERT_NAME) or os.environ.get("USER", ""))
+        who = st.text_input("Your name (required: recorded with the labels)", key=state.EXPERT_NAME,
+                            value=state.get(state.EXPERT_NAME) or os.environ.get("USER", ""),
+                            placeholder="e.g. J. Curator")
         submitted = st.form_submit_button("Add the labeled rows to dev", icon=":material/add_task:")
     if submitted:
         if multi_label:  # a cleared cell comes back as None

@@ -74,6 +74,19 @@ def test_missing_text_column_lists_columns(tmp_path):
         import_path(Store.open(tmp_path / "ws"), path, IngestOptions(text_column="text"))
 
 
+def test_a_text_column_that_is_also_the_id_label_or_split_column_is_refused(tmp_path):
+    """A file with no free-text column: the studio's form fell back to its first column, the ids, and the import went
+    through with annotators reading PMIDs as text."""
+    frame = pd.DataFrame({"pmid": [f"{1000 + i}" for i in range(30)], "label": ["a", "b"] * 15})
+    with pytest.raises(IngestError, match="text column 'pmid' is also the id column"):
+        plan_import(frame, IngestOptions(text_column="pmid", id_column="pmid", label_column="label"))
+    with pytest.raises(IngestError, match="text column 'label' is also the label column"):
+        plan_import(frame, IngestOptions(text_column="label", id_column="pmid", label_column="label"))
+    frame["abstract"] = [f"an abstract of many words about trial {i}" for i in range(30)]
+    plan = plan_import(frame, IngestOptions(text_column="abstract", id_column="pmid", label_column="label"))
+    assert plan.text_column == "abstract" and len(plan.rows) == 30 and not plan.problems
+
+
 def _legal_rows(n_labeled: int, n_unlabeled: int) -> list[tuple[str, str, str, str]]:
     words = ["the court shall have exclusive jurisdiction", "payment is due within thirty days of invoice",
              "either party may terminate this agreement", "this agreement is governed by the laws of"]

@@ -138,8 +138,16 @@ def test_the_evolve_screen_says_when_generations_propose_nothing(tmp_path, monke
     store = seed(tmp_path, "dry", generations=5)
     idle = review.idle_generations(store.generations())
     assert idle >= 2
-    shown = texts(run("dry", "pages/evolve.py"))
+    at = run("dry", "pages/evolve.py")
+    shown = texts(at)
     assert f"The last {idle} generations proposed nothing new" in shown and "label more dev rows" in shown
+    # the verdicts open on the newest generation with candidates, not on an empty one; the empty ones say so
+    verdicts = store.verdicts()
+    carded = sorted(set(verdicts.loc[verdicts["decided_by"] == "gate", "generation"].astype(int)))
+    picker = at.selectbox(key="verdict_generation")
+    assert picker.value == carded[-1] < 5
+    assert "5 (no candidates)" in picker.options and f"{carded[-1]}" in picker.options
+    assert "No gate verdicts in this generation" not in texts(at)
 
 
 def test_sidebar_picks_the_workspace_and_shows_its_facts(home):
@@ -225,12 +233,16 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert len(at.dataframe[0].value) == 20  # the preview
     assert at.text_input(key="map_labels").value == "HAM, MAYBE, SPAM"  # as found in the file
     at.text_input(key="map_labels").input("HAM, SPAM").run()  # the curator declares the label set
+    before = at.dataframe[-1].value  # the bad rows are listed before Import is pressed, with their ids
+    assert list(before["row"]) == [3, 4] and list(before["id"]) == ["r3", "r4"]
+    assert "empty text" in before["problem"].iloc[0]
     import_and_wait(at, tmp_path / "imp" / "mine")
     problems = at.dataframe[-1].value
     assert list(problems["row"]) == [3, 4]
     assert "empty text" in problems["problem"].iloc[0]
     assert "'MAYBE' is not in the label set" in problems["problem"].iloc[1]
-    assert "Nothing was imported" in texts(at)
+    assert "Nothing was imported: comments.csv: 2 problem(s)." in texts(at)
+    assert texts(at).count("nothing was imported") == 0  # said once, not twice
     assert not Store.open(tmp_path / "imp" / "mine").has_data()
 
     at.checkbox(key="skip_bad_rows").check().run()
@@ -422,7 +434,11 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert shown["Fires"] == str(score.fires)
     assert shown["Verdict"] in ("accept", "approve")
     assert f"Fires on {score.fires} dev rows" in texts(at)
-    assert "In plain words:** It votes (mostly) **" in texts(at) and "Accepted" in texts(at)
+    decided = int(store.verdicts(target)["generation"].iloc[-1])
+    assert decided < store.last_complete_generation()  # accepted in generation 1 of 2: against an older pool
+    assert (f"In plain words (the gate's reasons as it decided in generation {decided}, against the pool of then; "
+            "*Contribution* above is with the pool as it is now):** It votes (mostly) **") in texts(at)
+    assert "Accepted" in texts(at)
     history = table_with(at, "reason")
     assert history["by"].tolist()[0] == "gate" and history["verdict"].tolist()[0] == "accept"
     assert "viable" in history["reason"].iloc[0]  # the gate's reasons, as recorded

@@ -268,6 +268,10 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
         raise IngestError(no_rows_reason(frame))
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
+    for role, column in (("id", opts.id_column), ("label", opts.label_column), ("split", opts.split_column)):
+        if column is not None and column == text_column:  # the form's fallback when no column reads like text
+            raise IngestError(f"the text column {text_column!r} is also the {role} column: the annotators would "
+                              f"read each row's {role} as its text; choose the column that holds the text")
     clean, labels, problems = validate(frame, resolved, labels)
     problems = sorted([*read_problems, *problems], key=lambda p: p.row)
     notes: list[str] = []

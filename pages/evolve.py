@@ -4,6 +4,7 @@ import streamlit as st
 from engine import review
 from engine.agents.choice import AGENT_CHOICES, AGENTS
 from engine.jobs import REGISTRY, start_evolve
+from engine.llm.client import LLMAuthError, LLMConfig
 from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
 from studio import editor, figures, progress, queries, review_ui, widgets
@@ -48,9 +49,17 @@ with st.container(border=True):
                                                 key=f"llm_usd_{workdir.name}")}
             st.caption("The budget is the workspace's: every HTTP attempt (retries too) counts, across runs. "
                        f"Now: {now.describe()}.")
+    unreachable = None
+    if agents != "offline":  # said before Run, not as a failed run after it
+        try:
+            LLMConfig.from_env(llm, widgets.secrets()).resolved_api_key()
+        except (LLMAuthError, ValueError) as err:
+            unreachable = str(err)
+            st.warning(f"The LLM agents cannot run yet: {unreachable}. Fill **Base URL** above for a local server, "
+                       "or choose the offline agents.", icon=":material/key_off:")
     start, stop_soft, stop_hard = st.columns(3)
     if start.button(f"Run {more} generation{'s' if more > 1 else ''} (to {until})", type="primary",
-                    disabled=job is not None,
+                    disabled=job is not None or unreachable is not None,
                     icon=":material/play_arrow:", key="evolve_start"):
         try:
             start_evolve(workdir, int(more), agents, llm_overrides=llm, secrets=widgets.secrets(), budget=budget)

@@ -1219,3 +1219,21 @@ def test_no_undo_is_offered_for_an_annotator_the_expert_wrote(home):
     assert at.selectbox(key="pick_annotator").value == mine
     assert not any(b.label.startswith("Undo") for b in at.button)
     assert any(b.label.startswith("Reject") for b in at.get("form_submit_button"))
+
+
+def test_llm_agents_without_a_key_or_endpoint_say_so_before_run(home, monkeypatch):
+    """An expert chose the LLM agents with no key set, pressed Run, and read the failure twice; now the screen says
+    what is missing before Run, which stays off until a base URL (a local server needs no key) is given."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    seed(home, "keyless", generations=0)
+    at = run("keyless", "pages/evolve.py")
+    assert not at.button(key="evolve_start").disabled
+    at.radio(key="evolve_agents").set_value("llm").run()
+    said = [w.value for w in at.warning if "cannot run yet" in w.value]
+    assert len(said) == 1 and "no API key" in said[0]
+    assert at.button(key="evolve_start").disabled
+    at.text_input(key="llm_url").input("http://127.0.0.1:9/v1").run()
+    assert not [w for w in at.warning if "cannot run yet" in w.value]
+    assert not at.button(key="evolve_start").disabled
+    assert REGISTRY.latest(home / "keyless", "evolve") is None  # nothing was started

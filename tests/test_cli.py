@@ -357,15 +357,11 @@ def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, 
     assert any("on the unlabeled sample" in reason for reason in result["reasons"]), result["reasons"]
 
 
-WIDER_DIGITS = (
-    "import re\nCUES = re.compile(r'\\b(?:check\\w*|subscrib\\w*|http\\w*|channel\\w*|www|com)\\b')\n\n"
-    "def annotate(example):\n    text = str(example.get('text') or '').lower()\n"
-    "    if any(ch.isdigit() for ch in text) or CUES.search(text):\n        return 'SPAM'\n    return None\n")
-
-
 def test_pool_add_of_a_members_replacement_retires_the_member_the_gate_prunes(tmp_path, demo_csv):
     """The gate judges a newcomer with the member it covers gone (no near-copy, its own contribution): accepted,
     that member must leave, or the pool holds both and scores below what the gate weighed (0.971 -> 0.946)."""
+    from demo_ideas import WIDER_CAPS
+
     from engine import review
     from engine.agents.compiled_executor import CompiledExecutor
     from engine.agents.offline import OfflineProposer
@@ -376,7 +372,7 @@ def test_pool_add_of_a_members_replacement_retires_the_member_the_gate_prunes(tm
     import_path(store, demo_csv)
     with CompiledExecutor() as executor:
         evolve(store, OfflineProposer(), executor, 2)
-        result = review.submit(store, executor, WIDER_DIGITS, name="wider")
+        result = review.submit(store, executor, WIDER_CAPS, name="wider")
     assert result["added"] and result["verdict"] == "accept" and result["pruned"], result
     pool = store.pool_ids()
     assert result["id"] in pool and not set(result["pruned"]) & set(pool)

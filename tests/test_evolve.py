@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from demo_ideas import WIDER_CAPS
 
 from engine.agents.offline import OfflineProposer
 from engine.domain import AUDIT, FITNESS, Candidate
@@ -295,19 +296,13 @@ def test_an_annotator_the_expert_approves_while_a_generation_runs_is_in_the_pool
     assert stored["dev_macro_f1_after"] == pytest.approx(current_dev_macro_f1(demo_store))
 
 
-WIDER_DIGITS = (
-    "import re\nCUES = re.compile(r'\\b(?:check\\w*|subscrib\\w*|http\\w*|channel\\w*|www|com)\\b')\n\n"
-    "def annotate(example):\n    text = str(example.get('text') or '').lower()\n"
-    "    if any(ch.isdigit() for ch in text) or CUES.search(text):\n        return 'SPAM'\n    return None\n")
-
-
 class _OneIdea:
     """Agents with one idea: a wider SPAM annotator that covers a member's rows more precisely (the gate prunes it)."""
 
     name = "scripted"
 
     def propose(self, role, context):
-        return [Candidate(WIDER_DIGITS, "generator", "wider digits")] if role == "generator" else []
+        return [Candidate(WIDER_CAPS, "generator", "wider caps")] if role == "generator" else []
 
 
 def test_rejecting_a_replacement_while_its_verdicts_are_written_keeps_the_member_it_replaced(demo_store, executor):

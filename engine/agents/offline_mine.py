@@ -183,7 +183,7 @@ def bank_from(ws: OfflineWorkspace, label: int, view: str, ranked: list[Proposal
     spec = AnnotatorSpec("cue", ws.task.labels[label], view, tuple(cues))
     correct = int(np.count_nonzero(fired & ws.hit(label)))
     prior = (float(np.mean(ws.hit(label)[fired])) - ws.class_prior[label]) * np.sqrt(correct)
-    return Proposal(spec, label, fired, prior=float(prior), note="bank")
+    return Proposal(spec, label, fired, prior=float(prior), note="a bank of cues: any one of them votes")
 
 
 def exception_variants(ws: OfflineWorkspace, proposals: list[Proposal], top: int = 40) -> list[Proposal]:

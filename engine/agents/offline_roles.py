@@ -131,7 +131,8 @@ def conjunctions(ws: OfflineWorkspace, singles: list[Proposal], classes: np.ndar
                 spec = replace(a.spec, also=b.spec.cues)
                 correct = int(np.count_nonzero(fired & ws.hit(label)))
                 prior = (prec - ws.class_prior[label]) * np.sqrt(correct)
-                out.append(Proposal(spec, int(label), fired, prior=float(prior), note="conjunction"))
+                out.append(Proposal(spec, int(label), fired, prior=float(prior),
+                                    note="a conjunction: both cues must appear"))
     return out
 
 

@@ -68,6 +68,9 @@ with code_col:
         broken = result.score is not None and result.score.fires == 0 and result.score.faults > 0
         with st.form("save_edit", border=False):
             note = st.text_input("What did you change, and why? (logged)", key="edit_note")
+            new_name = st.text_input("Name of the new version", value=annotator.name, key="edit_name",
+                                     help="say what it now does if the edit changed its cues (the name is on "
+                                          "every screen and in the export)")
             anyway = broken and st.checkbox(
                 f"Save it although it faults on {result.score.faults:,} dev rows and votes on none", key="edit_broken",
                 help="it would replace the saved version in the pool and label nothing")
@@ -80,7 +83,7 @@ with code_col:
                         parent_in_pool = annotator.id in store.pool_ids()
                         with editor.sandbox() as executor:
                             saved = review.save_edit(store, executor, source, annotator.id,
-                                                     note.strip() or "edited by hand")
+                                                     note.strip() or "edited by hand", name=new_name.strip())
                         state.select_annotator(saved.id)
                         state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
                                     "pool" + (" and the old version was retired (its \"Restore this version\" button "

@@ -464,11 +464,14 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert list(compare.columns) == ["measure", "saved version", "your edit"]
     assert compare.set_index("measure").loc["fires", "your edit"] == store.scores([target])[target].fires
     at.text_input(key="edit_note").input("tagged as reviewed")
+    assert at.text_input(key="edit_name").value == original.name  # the parent's, to change when the cues changed
+    at.text_input(key="edit_name").input("SPAM: reviewed by the expert")
     button(at, "Save as a new version").click().run()
     assert not at.exception
     assert "Saved as a new version" in texts(at)
     children = store.children_of(target)
     assert len(children) == 1 and children[0].author == "human"
+    assert children[0].name.startswith("SPAM: reviewed by the expert")
     assert children[0].id in store.pool_ids() and target not in store.pool_ids()
     assert at.query_params["annotator"] == children[0].id
     family = table_with(at, "relation")

@@ -288,7 +288,8 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
     notes += split_notes + audit_notes
     n_dev = int((clean["split"] == "dev").sum())
-    if 0 < n_dev < opts.dev_size and labeled <= opts.dev_size:
+    drawn = bool((unsplit["split"].isna() & unsplit["label"].notna()).any())  # else the file's own splits decide
+    if drawn and 0 < n_dev < opts.dev_size and labeled <= opts.dev_size:
         notes.append(f"dev size {opts.dev_size} asked for, but the file has {labeled} labeled rows: dev has {n_dev}")
     if not (clean["split"] == "pool").any():
         notes.append("no unlabeled rows: the pool has nothing to label yet (every row has a label); "

@@ -657,7 +657,7 @@ def test_a_student_of_many_classes_learns_from_more_unlabeled_rows():
     assert (frame["split"].to_numpy()[many] == "pool").all()
     # auto's student (fitted from its teacher in `_student_fold`) reads every row of a 6,000-row sample of 60 classes
     rng = np.random.default_rng(0)
-    k, dev_rows = 60, 120
+    k, dev_rows = 60, 300  # 5 a class: a fold of fewer rows than twice the classes warns (sklearn)
     y = np.arange(dev_rows) % k
     X = {"embedding": rng.normal(size=(dev_rows + n, 8))}
     X["embedding"][np.arange(dev_rows), y % 8] += 3.0

@@ -672,28 +672,3 @@ def test_a_student_of_many_classes_learns_from_more_unlabeled_rows():
                           bootstrap=0).fit(votes[:dev_rows], y, {"embedding": X["embedding"][:dev_rows]},
                                            unlabeled_votes=votes[unl], unlabeled_X={"embedding": X["embedding"][unl]})
     assert auto.chosen_.startswith("student<") and auto.members_[0].n_pseudo_ == n  # 6,000 of 60 classes, not 4,000
-
-
-def test_a_text_student_and_a_chosen_vote_reader_are_compared_on_the_audit_rows_either_way_round():
-    """With audit rows, a name that reads the votes at prediction is judged there, a text student on all dev rows.
-    Compared by those plain scores, a vote reader's lucky hundred audit rows kept out a student that beats it on
-    those very rows; both are compared on the audit rows whichever of the two is the challenger."""
-    from engine.aggregators.auto import _Board, _Judge
-
-    y = np.array([0, 1] * 100)
-    audit = np.arange(40)  # the first 40 rows
-
-    def wrong_on(rows: np.ndarray) -> np.ndarray:
-        hard = y.copy()
-        hard[rows] = 1 - hard[rows]
-        return np.eye(2)[hard]
-
-    judge, board = _Judge(y, audit, 2), _Board()
-    vote_reader, student = "evoagg[embedding]", "student<embedding-only>"
-    # the vote reader: 4 of 40 audit rows wrong; the student: 1 audit row wrong, but 40 more elsewhere in dev
-    for name, proba in ((vote_reader, wrong_on(np.arange(4))), (student, wrong_on(np.r_[0, 60:100]))):
-        board.add(name, proba, judge.score(proba, name), [name])
-    assert board.scores[student] < board.scores[vote_reader]  # its all-dev figure is the lower one...
-    auto = AutoAggregator(2)
-    assert auto._beats(board, student, vote_reader, False, judge)  # ...but on the audit rows it is ahead
-    assert not auto._beats(board, vote_reader, student, False, judge)

@@ -511,13 +511,10 @@ class AutoAggregator(BaseAggregator):
         beats one from five hundred by chance more often (ChemProt seed 2, held pool rows: the mean of the students
         led a shifted student on dev by 0.031, on audit rows against all of dev, and trailed it there by 0.012)."""
         margin = self.selected_min_gain if unjudged and reads_votes(name) and not reads_votes(chosen) else 0.0
-        mine, rival = board.scores[name], board.scores[chosen]
-        if judge.audit is not None and reads_votes_at_prediction(name) != reads_votes_at_prediction(chosen):
-            # one is judged on the audit rows, the other on all dev rows: both are compared on the audit rows, either
-            # way round (a student that reads text alone against a chosen vote reader too)
-            mine = judge.f1(board.oof[name].argmax(axis=1), judge.audit)
+        rival = board.scores[chosen]
+        if judge.audit is not None and reads_votes_at_prediction(name) and not reads_votes_at_prediction(chosen):
             rival = judge.f1(board.oof[chosen].argmax(axis=1), judge.audit)
-        return mine > rival + margin + 1e-12
+        return board.scores[name] > rival + margin + 1e-12
 
     def _pool_ranking(self, ranked: list[str], candidates: list[Ingredient], oof: dict[str, np.ndarray],
                       judge: _Judge, record: bool) -> list[str]:

@@ -46,26 +46,48 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
     store.record_human_verdict(annotator_id, "reject", note)
 
 
-REPLACED_BY = "replaced by edited version "  # the note of a parent's retirement by `save_edit`, then the edit's id
+# the notes of the two retirements that keep one version of an edited annotator in the pool, then the other's id:
+# `save_edit` retires the parent for its edit; an undo that restores a version retires the one it was retired for
+REPLACED_BY = "replaced by edited version "
+RESTORED_OVER = "retired for the version it replaced, restored by an undo: "
 
 
 def undo(store: Store, annotator_id: str, note: str = "", expected: int | None = None) -> str:
     """Undo the expert's latest verdict on an annotator: the one it overrode stands again (the gate's, which the
     gate may then revise as before, or the expert's earlier one); returns that verdict. Not the opposite verdict,
-    which would lock the annotator as the expert's. Undoing the retirement of a version an edit replaced restores
-    that version in place of the edit: the edit leaves the pool (`replaced_edit` names it), or both would vote."""
-    before = store.verdicts(annotator_id)
-    said = str(before["note"].iloc[-1]) if len(before) else ""
+    which would lock the annotator as the expert's. An annotator and its edit never vote side by side: undoing the
+    retirement of a version an edit replaced restores it in place of the edit in the pool (the latest of a chain of
+    edits), and undoing that restores the edit in its place again (`displaced_by_undo` names the one that leaves)."""
+    leaving = displaced_by_undo(store, annotator_id)
     restored = store.withdraw_human_verdict(annotator_id, note, expected)
-    edit = replaced_edit(said)
-    if edit and restored in ("accept", "approve") and edit in store.pool_ids():
-        reject(store, edit, f"the version it replaced ({annotator_id}) was restored by an undo")
+    if leaving is not None and restored in ("accept", "approve"):
+        other, why = leaving
+        reject(store, other, f"{why}{annotator_id}")
     return restored
 
 
-def replaced_edit(note: str) -> str | None:
-    """The id of the edited version a retirement's note names (`save_edit`'s), else None."""
-    return note[len(REPLACED_BY):].strip() or None if note.startswith(REPLACED_BY) else None
+def displaced_by_undo(store: Store, annotator_id: str) -> tuple[str, str] | None:
+    """(the pool member an undo of the expert's latest verdict on `annotator_id` would take out, the note its
+    retirement gets, before `annotator_id`'s id), or None. Its latest verdict retired it for an edit: that edit, or
+    the edit of that edit if the first was edited again, whichever is in the pool now. Or it retired an edit when the
+    version before it was restored: that version, if in the pool."""
+    states = store.verdict_states(annotator_id)
+    said = str(states[-1]["note"]) if states else ""
+    pool = set(store.pool_ids())
+    edit, seen = _after(said, REPLACED_BY), set()
+    while edit is not None and edit not in seen:
+        if edit in pool:
+            return edit, RESTORED_OVER
+        seen.add(edit)
+        later = store.verdict_states(edit)
+        edit = _after(str(later[-1]["note"]), REPLACED_BY) if later else None
+    restored = _after(said, RESTORED_OVER)
+    return (restored, REPLACED_BY) if restored in pool else None
+
+
+def _after(note: str, prefix: str) -> str | None:
+    """The id a retirement's note names after `prefix`, else None."""
+    return (note[len(prefix):].strip() or None) if note.startswith(prefix) else None
 
 
 def _contribution(store: Store, votes: np.ndarray, exclude: str | None) -> float:

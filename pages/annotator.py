@@ -2,6 +2,7 @@
 import streamlit as st
 
 from engine import explain, review
+from engine.domain import restored_by_undo
 from engine.sandbox.checks import CodeRejected
 from studio import annotator_ui, editor, queries, review_ui, state, widgets
 
@@ -31,15 +32,18 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
-log = store.verdicts(annotator_id=annotator.id)
-last_verdict = log.tail(1)
+last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
 if not last_verdict.empty:
-    gate_rows = log[log["decided_by"] == "gate"]  # an undo restores the gate's reasons of then
-    decided_in = int(gate_rows["generation"].iloc[-1]) if len(gate_rows) else None
-    stale = (last_verdict["decided_by"].iloc[0] != "human" and decided_in is not None
-             and (decided_in < store.last_complete_generation() or last_verdict["decided_by"].iloc[0] != "gate"))
-    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]],
-                          decided_in if stale else None)
+    # the gate's reasons were weighed against the pool of their generation (an undo restores them as they were):
+    # verdicts given since, on this annotator or any other, may have changed the pool the contribution reads
+    decided_in = None
+    if last_verdict["decided_by"].iloc[0] != "human":
+        if restored_by_undo(last_verdict["reasons"].iloc[0]):
+            in_force = store.verdict_states(annotator.id)
+            decided_in = int(in_force[-1]["generation"]) if in_force else None
+        else:
+            decided_in = int(last_verdict["generation"].iloc[0])
+    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]], decided_in)
 for label, rows in review.thin_classes(store, votes):
     st.warning(explain.too_few_rows(queries.escape_md(label), rows), icon=":material/warning:")
 

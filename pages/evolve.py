@@ -55,8 +55,9 @@ with st.container(border=True):
             LLMConfig.from_env(llm, widgets.secrets()).resolved_api_key()
         except (LLMAuthError, ValueError) as err:
             unreachable = str(err)
-            st.warning(f"The LLM agents cannot run yet: {unreachable}. Fill **Base URL** above for a local server, "
-                       "or choose the offline agents.", icon=":material/key_off:")
+            fix = ("Fill **Base URL** above for a local server, or choose the offline agents." if
+                   isinstance(err, LLMAuthError) else "Correct that setting (environment or .streamlit/secrets.toml).")
+            st.warning(f"The LLM agents cannot run yet: {unreachable}. {fix}", icon=":material/key_off:")
     start, stop_soft, stop_hard = st.columns(3)
     if start.button(f"Run {more} generation{'s' if more > 1 else ''} (to {until})", type="primary",
                     disabled=job is not None or unreachable is not None,
@@ -117,8 +118,7 @@ st.caption("Every candidate with the gate's verdict and reasons. Approve or reje
            "verdict needs a reason, is logged, and every later generation respects it; its **Undo** button takes it "
            "back.")
 done = generations[generations["status"] == "complete"]["number"].tolist()
-judged = store.verdicts()
-carded = set(judged.loc[judged["decided_by"] == "gate", "generation"].astype(int))  # generations with gate verdicts
+carded = store.gate_generations()  # generations with gate verdicts
 # a generation completed since: show the newest one with verdicts (one whose agents proposed nothing new showed an
 # empty list, with every card generations back)
 newest = next((g for g in reversed(done) if g in carded), done[-1])
@@ -126,6 +126,6 @@ a, b = st.columns([1, 2])
 if st.session_state.get("verdict_newest") != done[-1]:
     st.session_state["verdict_newest"], st.session_state["verdict_generation"] = done[-1], newest
 number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation",
-                     format_func=lambda g: str(g) if g in carded else f"{g} (no candidates)")
+                     format_func=lambda g: str(g) if g in carded else f"{g} (no gate verdicts)")
 only = b.segmented_control("Show", ["all", "accept", "reject", "prune"], default="all", key="verdict_filter")
 review_ui.candidate_cards(store, int(number), only or "all")

@@ -231,8 +231,7 @@ def bad_rows_table(rows: list[RowProblem], frame: pd.DataFrame, id_column: str |
     if id_column and id_column in frame:
         positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
         ids = {int(p) + 1: cell for p, cell in zip(positions, frame[id_column], strict=True)}
-        table.insert(1, "id", [("" if pd.isna(ids.get(p.row)) else str(ids.get(p.row))) if p.row in ids else ""
-                               for p in rows[:limit]])
+        table.insert(1, "id", [cell_text(ids[p.row]) if p.row in ids else "" for p in rows[:limit]])
     return table
 
 

@@ -46,22 +46,22 @@ def undo_button(store: Store, annotator_id: str, key: str) -> None:
     if undoable is None:
         return
     seq, verdict = undoable
-    edit = review.replaced_edit(str(store.verdicts(annotator_id)["note"].iloc[-1]))  # retired by an edit of it?
+    leaving = review.displaced_by_undo(store, annotator_id)  # its edit (or the version before it) would leave
     label, help_ = f"Undo my {verdict}", ("The verdict yours overrode stands again (the gate's, which later "
                                           "generations may revise); the log keeps both")
-    if edit:
+    if leaving is not None:
         label = "Restore this version"
-        help_ = (f"It comes back in place of its edited version {edit[:8]}, which leaves the pool (both would vote "
-                 "on the same rows); the log keeps every step")
+        help_ = (f"It comes back in place of {leaving[0][:8]}, which leaves the pool (an annotator and its edit "
+                 "would vote on the same rows); the log keeps every step")
     if st.button(label, key=f"undo_{key}_{annotator_id}", icon=":material/undo:", help=help_):
         try:  # the verdict this screen showed, not one another tab gave since
             restored = review.undo(store, annotator_id, "undone in the studio", expected=seq)
         except ValueError as err:
             st.error(str(err))
             return
-        retired = edit is not None and edit not in store.pool_ids()
-        state.flash(f"Undone: {restored} stands again" + (f"; its edited version {edit[:8]} left the pool."
-                                                          if retired else "."))
+        left = leaving is not None and leaving[0] not in store.pool_ids()
+        state.flash(f"Undone: {restored} stands again" + (f"; {leaving[0][:8]} left the pool in its place."
+                                                          if left else "."))
         st.rerun()
 
 
@@ -115,8 +115,8 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
 
 def explanation(plain: Explanation, decided_in: int | None = None) -> None:
     """The plain-words verdict, and a warning when the precision is no better than the class's share. `decided_in`:
-    the generation whose pool the gate's reasons were weighed against, when that pool is not today's (its with /
-    without figures and overlaps are then of that pool, not of the pool the screen's contribution is measured on)."""
+    the generation whose pool the gate's reasons were weighed against, for a verdict of the gate's (its with / without
+    figures and overlaps are of that pool, which verdicts since may have changed, not of today's)."""
     when = "" if decided_in is None else (f" (the gate's reasons as it decided in generation {decided_in}, against "
                                           "the pool of then; *Contribution* above is with the pool as it is now)")
     st.markdown(f"**In plain words{when}:** " + " ".join(plain.lines))

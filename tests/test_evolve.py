@@ -421,6 +421,16 @@ def test_restoring_a_version_an_edit_replaced_takes_the_edit_out(demo_store, exe
     pool = demo_store.pool_ids()
     assert parent in pool and edited.id not in pool
     assert demo_store.latest_verdicts()[edited.id] == ("reject", "human")
+    # undoing that restore brings the edit back in place of the parent: never both
+    assert undo(demo_store, edited.id) == "approve"
+    pool = demo_store.pool_ids()
+    assert edited.id in pool and parent not in pool
+    # a chain of edits (parent -> edited -> edited again): restoring the parent retires the live one, the last
+    again = save_edit(demo_store, executor, edited.source + "\nAGAIN = True\n", edited.id, "once more")
+    assert again.id in demo_store.pool_ids() and edited.id not in demo_store.pool_ids()
+    assert undo(demo_store, parent) == "accept"
+    pool = demo_store.pool_ids()
+    assert parent in pool and again.id not in pool and edited.id not in pool
     # a plain rejection undone restores only its annotator
     other = next(a for a in pool if a != parent)
     reject(demo_store, other, "too broad")

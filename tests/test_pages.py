@@ -146,7 +146,7 @@ def test_the_evolve_screen_says_when_generations_propose_nothing(tmp_path, monke
     carded = sorted(set(verdicts.loc[verdicts["decided_by"] == "gate", "generation"].astype(int)))
     picker = at.selectbox(key="verdict_generation")
     assert picker.value == carded[-1] < 5
-    assert "5 (no candidates)" in picker.options and f"{carded[-1]}" in picker.options
+    assert "5 (no gate verdicts)" in picker.options and f"{carded[-1]}" in picker.options
     assert "No gate verdicts in this generation" not in texts(at)
 
 
@@ -485,7 +485,7 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     restore.click().run()
     assert not at.exception
     assert target in store.pool_ids() and children[0].id not in store.pool_ids()
-    assert f"its edited version {children[0].id[:8]} left the pool" in texts(at)
+    assert f"{children[0].id[:8]} left the pool in its place" in texts(at)
     # its reasons are the gate's of generation 1, against the pool of then: the screen says so
     assert "the gate's reasons as it decided in generation 1" in texts(at)
 

@@ -265,9 +265,9 @@ def _candidate(p: Proposal, role: str) -> Candidate:
         judged = "the rows of the half of dev its added cues were not mined on that its member does not fire on"
     rationale = (
         f"{role}: {p.spec.describe()}. On {where} it fires on {int(stats.get('fires', 0))} rows with precision "
-        f"{dev_precision:.2f}; added to the pool as the agent found it (before this generation's other "
-        f"candidates) it moved the pool's majority-vote macro-F1 there by {stats.get('gain', 0):+.3f}; the gate then "
-        "weighs it beside all of them" + (" (on all of dev: a seeded cue needs no cross-fit)." if not p.mined else ".")
+        f"{dev_precision:.2f}; in the agent's own preview (the pool with its earlier picks of this call) it moved "
+        f"the pool's macro-F1 there by {stats.get('gain', 0):+.3f}; the gate weighs it beside every candidate of the "
+        "generation" + (" (on all of dev: a seeded cue needs no cross-fit)." if not p.mined else ".")
     )
     if "pool_precision" in stats:
         rationale += (f" On the unlabeled sample, a text classifier fitted on dev puts its precision near "

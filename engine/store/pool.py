@@ -252,6 +252,15 @@ class PoolMixin:
         """The number of the last verdict recorded (0 before any): changes with every verdict."""
         return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts")[0][0])
 
+    def gate_generations(self) -> set[int]:
+        """The generations in which the gate gave at least one verdict."""
+        return {int(r[0]) for r in self._q("SELECT DISTINCT generation FROM verdicts WHERE decided_by = 'gate'")}
+
+    def verdict_states(self, annotator_id: str) -> list[dict]:
+        """An annotator's verdicts as the states undo steps through, oldest first (`_verdict_states`): the last is the
+        one in force, with the reasons, note and generation it was given with."""
+        return _verdict_states(self.verdicts(annotator_id))
+
     def undoable(self, annotator_id: str) -> tuple[int, str] | None:
         """(number (seq), verdict) of the expert's verdict an undo would take back, or None when there is none to
         undo: the latest is not the expert's, or it is their only one (an annotator the expert wrote)."""

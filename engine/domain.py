@@ -131,6 +131,10 @@ class AnnotatorScore:
     faults: int = 0
 
 
+# the reasons the gate gives an annotator the expert locked (engine/gate.py): not written since complete_generation
+# dropped them, but older workspaces hold them (engine/store/pool.py's undo states read past them)
+REJECTED_EARLIER, APPROVED_EARLIER = "rejected by a human earlier", "approved by a human earlier"
+LOCK_ECHOES = (REJECTED_EARLIER, APPROVED_EARLIER)
 UNDID = "undid the expert's"  # the last reason of a verdict an undo restored
 UNDO = "undo"  # who decided a verdict restored by undoing an expert's (Store.withdraw_human_verdict)
 

@@ -13,8 +13,9 @@ Deterministic, in four steps (every verdict carries its reasons with the numbers
 
 Human verdicts win: a human-rejected candidate is rejected, a human-approved one is accepted without
 checks (and kept through a revert), and a human-approved pool member is never pruned. Their decisions
-carry the human's verdict ("approve" / "reject") and `decided_by="human"`, so recording them again keeps
-the lock. A candidate whose id is already in the pool is judged as a pool member, not as a newcomer.
+carry the human's verdict ("approve" / "reject") and `decided_by="human"`; `Store.complete_generation` does not
+write them (the expert's own verdict already stands, and an undo given meanwhile must not be reversed).
+A candidate whose id is already in the pool is judged as a pool member, not as a newcomer.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.domain import ABSTAIN, Annotator, AnnotatorScore, GateDecision
+from engine.domain import ABSTAIN, APPROVED_EARLIER, REJECTED_EARLIER, Annotator, AnnotatorScore, GateDecision
 from engine.score import (
     chance_precision,
     fires_needed,
@@ -242,9 +243,9 @@ def _intake(candidates: Sequence[tuple[Annotator, np.ndarray, AnnotatorScore]], 
         record = CandidateRecord(annotator, v, score)
         lock = locked.get(annotator.id)
         if lock == "reject":
-            record.decide("reject", "rejected by a human earlier", decided_by="human")
+            record.decide("reject", REJECTED_EARLIER, decided_by="human")
         elif lock == "approve":
-            record.decide("approve", "approved by a human earlier", decided_by="human")
+            record.decide("approve", APPROVED_EARLIER, decided_by="human")
             record.forced = record.in_play = annotator.id not in pool_ids
         elif annotator.id in pool_ids:
             record.decide("accept", "already in the pool; judged as a pool member")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate
+from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate, restored_by_undo
 from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
 from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
@@ -58,12 +58,23 @@ def undo(store: Store, annotator_id: str, note: str = "", expected: int | None =
     which would lock the annotator as the expert's. An annotator and its edit never vote side by side: undoing the
     retirement of a version an edit replaced restores it in place of the edit in the pool (the latest of a chain of
     edits), and undoing that restores the edit in its place again (`displaced_by_undo` names the one that leaves)."""
-    leaving = displaced_by_undo(store, annotator_id)
-    restored = store.withdraw_human_verdict(annotator_id, note, expected)
-    if leaving is not None and restored in ("accept", "approve"):
-        other, why = leaving
-        reject(store, other, f"{why}{annotator_id}")
-    return restored
+    def retire() -> tuple[str, str] | None:  # asked inside the undo's transaction: one write, both verdicts
+        leaving = displaced_by_undo(store, annotator_id)
+        return None if leaving is None else (leaving[0], f"{leaving[1]}{annotator_id}")
+
+    return store.withdraw_human_verdict(annotator_id, note, expected, retire=retire)
+
+
+def gate_decided_in(store: Store, last: pd.Series) -> int | None:
+    """The generation whose pool the reasons of an annotator's latest verdict row `last` were weighed against: its
+    own for the gate's, the verdict in force's for one an undo restored (its reasons are copied from it); None for
+    an expert's verdict."""
+    if last["decided_by"] == "human":
+        return None
+    if not restored_by_undo(last["reasons"]):
+        return int(last["generation"])
+    in_force = store.verdict_states(str(last["annotator_id"]))
+    return int(in_force[-1]["generation"]) if in_force else None
 
 
 def displaced_by_undo(store: Store, annotator_id: str) -> tuple[str, str] | None:

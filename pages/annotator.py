@@ -2,7 +2,6 @@
 import streamlit as st
 
 from engine import explain, review
-from engine.domain import restored_by_undo
 from engine.sandbox.checks import CodeRejected
 from studio import annotator_ui, editor, queries, review_ui, state, widgets
 
@@ -34,16 +33,9 @@ if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
 last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
 if not last_verdict.empty:
-    # the gate's reasons were weighed against the pool of their generation (an undo restores them as they were):
-    # verdicts given since, on this annotator or any other, may have changed the pool the contribution reads
-    decided_in = None
-    if last_verdict["decided_by"].iloc[0] != "human":
-        if restored_by_undo(last_verdict["reasons"].iloc[0]):
-            in_force = store.verdict_states(annotator.id)
-            decided_in = int(in_force[-1]["generation"]) if in_force else None
-        else:
-            decided_in = int(last_verdict["generation"].iloc[0])
-    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]], decided_in)
+    # the gate's reasons are dated: verdicts given since may have changed the pool the contribution reads
+    review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]],
+                          review.gate_decided_in(store, last_verdict.iloc[0]))
 for label, rows in review.thin_classes(store, votes):
     st.warning(explain.too_few_rows(queries.escape_md(label), rows), icon=":material/warning:")
 
@@ -101,7 +93,7 @@ with code_col:
 
 with side_col:
     st.subheader("In the pool?")
-    review_ui.verdict_form(store, annotator.id, bool(info["in_pool"]), "annotator")
+    review_ui.verdict_form(store, annotator.id, bool(info["in_pool"]), "annotator", str(info["decided_by"]))
     review_ui.history(store, annotator.id, always=True)
     st.subheader("Lineage")
     family = annotator_ui.lineage(store, annotator)

@@ -2,9 +2,9 @@
 import streamlit as st
 
 from engine import review
-from engine.agents.choice import AGENT_CHOICES, AGENTS
+from engine.agents.choice import AGENT_CHOICES, AGENTS, llm_config
 from engine.jobs import REGISTRY, start_evolve
-from engine.llm.client import LLMAuthError, LLMConfig
+from engine.llm.client import LLMAuthError
 from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
 from studio import editor, figures, progress, queries, review_ui, widgets
@@ -52,7 +52,7 @@ with st.container(border=True):
     unreachable = None
     if agents != "offline":  # said before Run, not as a failed run after it
         try:
-            LLMConfig.from_env(llm, widgets.secrets()).resolved_api_key()
+            llm_config(llm, widgets.secrets()).resolved_api_key()  # resolved as the run will resolve it
         except (LLMAuthError, ValueError) as err:
             unreachable = str(err)
             fix = ("Fill **Base URL** above for a local server, or choose the offline agents." if

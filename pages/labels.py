@@ -5,7 +5,7 @@ from engine import export, export_hf
 from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
-from engine.store.saved_labels import pool_key
+from engine.store.saved_labels import stale_reason
 from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
 from studio.refresh import AppRefresh
 
@@ -24,7 +24,7 @@ with st.container(border=True):
     aggregator = left.selectbox("Aggregator", usable, index=usable.index(DEFAULT_AGGREGATOR), key=state.AGGREGATOR,
                                 format_func=lambda a: f"{a}: {DESCRIPTIONS[a]}")
     result = labels_ui.saved(name, aggregator)
-    stale = result is not None and result.pool_key != pool_key(store)
+    stale = None if result is None else stale_reason(store, result.pool_ids, result.pool_key)
     label = "Recompute soft labels" if result is not None else "Compute soft labels"
     if right.button(label, type="primary", disabled=job is not None, icon=":material/calculate:", key="labels_start",
                     help="runs the pool on every row, embeds the texts and fits the aggregator (a background job)"):
@@ -59,13 +59,7 @@ if result is None:
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
 if stale:
-    if result.pool_ids and sorted(result.pool_ids) == sorted(store.pool_ids()):
-        what = "The dev rows changed (rows labeled into dev or returned to the pool)"
-    elif result.pool_ids:
-        what = "The pool changed"
-    else:
-        what = "The pool or the dev rows changed"
-    st.warning(f"{what} since these soft labels were computed: recompute to include the changes.")
+    st.warning(f"{stale} since these soft labels were computed: recompute to include the changes.")
 if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it
     threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.threshold or THRESHOLD), 0.05,
                           key="labels_threshold", help="a row gets every class whose probability reaches it; the dev "

@@ -9,8 +9,8 @@ import streamlit as st
 
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import
-from engine.ingest.readers import ROW_POSITIONS, read_rows, read_wrench_rows
+from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import, row_positions
+from engine.ingest.readers import read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
@@ -229,8 +229,7 @@ def bad_rows_table(rows: list[RowProblem], frame: pd.DataFrame, id_column: str |
     """The first `limit` bad rows with their place in the file, their id (when the file has an id column) and why."""
     table = pd.DataFrame([(p.place, p.reason) for p in rows[:limit]], columns=["row", "problem"])
     if id_column and id_column in frame:
-        positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
-        ids = {int(p) + 1: cell for p, cell in zip(positions, frame[id_column], strict=True)}
+        ids = {int(p) + 1: cell for p, cell in zip(row_positions(frame), frame[id_column], strict=True)}
         table.insert(1, "id", [cell_text(ids[p.row]) if p.row in ids else "" for p in rows[:limit]])
     return table
 

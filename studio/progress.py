@@ -8,7 +8,6 @@ import pandas as pd
 import streamlit as st
 
 from engine.events import EventKind
-from engine.evolve import current_dev_macro_f1
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store
 from studio import queries
@@ -144,10 +143,11 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
         last = view.completed[-1]
         # the run's own figures; verdicts given since (approve, reject, undo, an edit) move the pool the metrics and
         # the chart show, so the line says both rather than disagree with them
-        pool_now, f1_now = len(store.pool_ids()), current_dev_macro_f1(store)
+        _, fitness, _, sizes = queries.audit_by_generation(store)  # cached: the figures the chart draws
+        number = int(last["generation"])
+        pool_now, f1_now = sizes.get(number, last["pool_size"]), fitness.get(number, last["dev_macro_f1"])
         since = ("" if (pool_now, round(f1_now, 3)) == (last["pool_size"], round(last["dev_macro_f1"], 3)) else
-                 f" Since then, verdicts made it pool {pool_now}, dev macro-F1 {f1_now:.3f} (as the figures above "
-                 "and the chart show).")
+                 f" Since then, verdicts made it pool {pool_now}, dev macro-F1 {f1_now:.3f} (as the chart shows).")
         st.success(f"Last run finished{' (stopped)' if view.finished == 'stopped' else ''}: generation "
                    f"{last['generation']} ended with pool {last['pool_size']}, dev macro-F1 "
                    f"{last['dev_macro_f1']:.3f}.{since}")

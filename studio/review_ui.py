@@ -16,7 +16,7 @@ ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:materia
 MAX_NAMED_CLASSES = 12
 
 
-def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> None:
+def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decided_by: str = "human") -> None:
     """Approve (or restore) / reject (or disable) with a required reason; logged as a human verdict."""
     action = "Reject" if in_pool else "Approve"
     note_key = f"note_{key}_{annotator_id}"
@@ -36,7 +36,8 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str) -> No
                     "You can undo it any time.")
         st.session_state.pop(note_key, None)  # the form now offers the opposite verdict: not with this reason
         st.rerun()
-    undo_button(store, annotator_id, key)
+    if decided_by == "human":  # only an expert's verdict is undone: no log read for every other card
+        undo_button(store, annotator_id, key)
 
 
 def undo_button(store: Store, annotator_id: str, key: str) -> None:
@@ -59,7 +60,7 @@ def undo_button(store: Store, annotator_id: str, key: str) -> None:
         except ValueError as err:
             st.error(str(err))
             return
-        left = leaving is not None and leaving[0] not in store.pool_ids()
+        left = leaving is not None and restored in ("accept", "approve")  # retired in the undo's transaction
         state.flash(f"Undone: {restored} stands again" + (f"; {leaving[0][:8]} left the pool in its place."
                                                           if left else "."))
         st.rerun()
@@ -105,7 +106,8 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
             history(store, row.annotator_id)
             left, right = st.columns([3, 1])
             with left:
-                verdict_form(store, row.annotator_id, info is not None and bool(info["in_pool"]), "card")
+                verdict_form(store, row.annotator_id, info is not None and bool(info["in_pool"]), "card",
+                             str(info["decided_by"]) if info is not None else "human")
             with right:
                 if st.button("Open in Annotator", key=f"open_{row.annotator_id}", icon=":material/code:"):
                     state.select_annotator(row.annotator_id)

@@ -435,3 +435,27 @@ def test_restoring_a_version_an_edit_replaced_takes_the_edit_out(demo_store, exe
     other = next(a for a in pool if a != parent)
     reject(demo_store, other, "too broad")
     assert undo(demo_store, other) == "accept" and {parent, other} <= set(demo_store.pool_ids())
+
+
+def test_restoring_a_version_and_retiring_its_edit_is_one_write(demo_store, executor, monkeypatch):
+    """The two verdicts of a restore land together or not at all: a generation reading between two writes saw the
+    version and its edit in the pool side by side."""
+    from engine.review import save_edit, undo
+    from engine.store.workspace import Store as StoreClass
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    parent = demo_store.pool_ids()[0]
+    edited = save_edit(demo_store, executor, demo_store.annotator(parent).source + "\nEDITED = True\n", parent, "x")
+    before = demo_store.verdicts_version()
+    insert = StoreClass._insert_verdict
+
+    def fails_on_the_retirement(self, decision, generation):
+        if decision.annotator_id == edited.id:
+            raise OSError("disk full")
+        return insert(self, decision, generation)
+
+    monkeypatch.setattr(StoreClass, "_insert_verdict", fails_on_the_retirement)
+    with pytest.raises(OSError):
+        undo(demo_store, parent)
+    assert demo_store.verdicts_version() == before  # the restore was rolled back with it
+    assert edited.id in demo_store.pool_ids() and parent not in demo_store.pool_ids()

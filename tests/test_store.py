@@ -274,3 +274,21 @@ def test_every_kind_of_write_takes_the_workspaces_write_lock_and_a_read_does_not
     assert store._q("SELECT x, y FROM scratch") == [(1, 2)] and spy.entered == 5  # a read takes no lock
     store._q("\n drop TABLE scratch")
     assert spy.entered == 6
+
+
+def test_stale_labels_say_whether_the_pool_or_the_rows_changed(tmp_path):
+    """The labels screen said "the dev rows changed" when rows were imported under an unchanged pool: the reason
+    reads the same parts the labels' key hashes."""
+    from engine.store.saved_labels import pool_key, stale_reason
+
+    store = seeded(tmp_path)
+    store.save_annotator(ann(1))
+    store.record_human_verdict("id1", "approve", "keep")
+    key, pool = pool_key(store), store.pool_ids()
+    assert stale_reason(store, pool, key) is None
+    store.add_examples("more", "memory", pd.DataFrame({"id": ["e"], "text": ["v"], "fields": [{}], "split": ["pool"],
+                                                       "label": [None]}))
+    assert stale_reason(store, pool, key).startswith("The rows changed")
+    store.record_human_verdict("id1", "reject", "drop")
+    assert stale_reason(store, pool, key) == "The pool changed"
+    assert stale_reason(store, (), key) == "The pool or the rows changed"  # saved before the pool was recorded

@@ -66,6 +66,8 @@ def test_a_second_run_gets_its_own_sandbox_while_the_first_runs_and_a_third_wait
     second.join(30)
     waiting.join(30)
     assert votes["slow"] == [0] and leases.started == 2
+    leases.close()  # both back and idle: their workers stop, and none counts as started
+    assert leases.started == 0
 
 
 def test_a_sandbox_that_fails_to_start_frees_its_place():
@@ -83,5 +85,6 @@ def test_a_sandbox_that_fails_to_start_frees_its_place():
     assert leases.started == 0
     with leases.lease() as sandbox:  # would wait for ever had the failed start kept its place
         assert isinstance(sandbox, SandboxExecutor)
+    leases.close()
     with pytest.raises(ValueError):
         SandboxLeases(size=0)

@@ -72,7 +72,7 @@ def student_sample_size(n_classes: int) -> int:
     return min(max(MAX_UNLABELED, ROWS_PER_CLASS * n_classes), MAX_STUDENT_ROWS)
 
 
-def unlabeled_sample(n: int, seed: int, limit: int = MAX_UNLABELED) -> np.ndarray:
+def unlabeled_sample(n: int, seed: int, limit: int) -> np.ndarray:
     """Sorted positions of a seeded sample of at most `limit` of `n` unlabeled rows (all of them when fewer).
     The caller may pass only these rows: the sample of a sample that small is all of it."""
     if n <= limit:
@@ -92,7 +92,7 @@ def shift_sample(n: int, seed: int, taken: np.ndarray, limit: int = MAX_SHIFT_RO
     return np.sort(np.random.default_rng(seed + 1).choice(rest, limit, replace=False))
 
 
-def student_rows(n: int, seed: int, limit: int = MAX_UNLABELED) -> tuple[np.ndarray, np.ndarray]:
+def student_rows(n: int, seed: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """Of `n` unlabeled rows, the student's seeded sample and the rows its offsets are fitted on (`shift_sample`;
     empty when the sample holds them all)."""
     rows = unlabeled_sample(n, seed, limit)

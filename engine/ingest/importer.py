@@ -104,6 +104,12 @@ def _no_label_column(name: str, columns: list[str]) -> str:
             "name the column that holds the labels")
 
 
+def row_positions(frame: pd.DataFrame) -> pd.Index:
+    """Each row's 0-based place among the file's data rows (a reader that dropped unreadable rows kept them in the
+    index); `RowProblem.row` is this plus one."""
+    return frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
+
+
 def cell_text(value) -> str:
     """An id, split or label cell as the text the user wrote ("" when blank).
 
@@ -174,7 +180,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         raise IngestError("a multi-label import needs a label separator (e.g. '|')")
     raw_labels = ([_label_names(v, opts) for v in frame[opts.label_column]] if has_labels
                   else [None] * len(frame))
-    positions = frame.index if frame.attrs.get(ROW_POSITIONS) else pd.RangeIndex(len(frame))
+    positions = row_positions(frame)
     places = frame.attrs.get(ROW_PLACES, {})  # a WRENCH row is named by its file and record, not "row N"
     problems: list[RowProblem] = []
     if labels is None:  # read from the data: 'None' beside 'none' is a typo far more often than two classes

@@ -11,13 +11,14 @@ generation's verdicts and its `complete` status are written in one transaction.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from engine.domain import (
     ABSTAIN,
+    LOCK_ECHOES,
     SPLITS,
     UNDID,
     UNDO,
@@ -264,20 +265,23 @@ class PoolMixin:
     def undoable(self, annotator_id: str) -> tuple[int, str] | None:
         """(number (seq), verdict) of the expert's verdict an undo would take back, or None when there is none to
         undo: the latest is not the expert's, or it is their only one (an annotator the expert wrote)."""
-        states = _verdict_states(self.verdicts(annotator_id))
+        states = self.verdict_states(annotator_id)
         if len(states) < 2 or states[-1]["decided_by"] != "human":
             return None
         return int(states[-1]["seq"]), str(states[-1]["verdict"])
 
-    def withdraw_human_verdict(self, annotator_id: str, note: str = "", expected: int | None = None) -> str:
+    def withdraw_human_verdict(self, annotator_id: str, note: str = "", expected: int | None = None,
+                               retire: Callable[[], tuple[str, str] | None] | None = None) -> str:
         """Undo an expert's verdict on an annotator: the verdict it overrode (the gate's, or the expert's before)
         stands again, as a new row (the log keeps both). A restored gate verdict is decided by "undo", so no human
         lock is left and the gate weighs the annotator again as before; a restored expert verdict is the expert's
         again. Undo again and the one before that returns. `expected`: the number of the verdict the caller means to
-        undo (what it showed, `undoable`); refused if another has been given or undone since. Returns the verdict
-        now in force."""
+        undo (what it showed, `undoable`); refused if another has been given or undone since. `retire()`, asked
+        before the undo is written: (another annotator, the expert's note) to reject in the same transaction when the
+        restored verdict puts this one in the pool (an edit and its parent never vote side by side, not even between
+        two writes a generation could read apart). Returns the verdict now in force."""
         with self.transaction():
-            states = _verdict_states(self.verdicts(annotator_id))
+            states = self.verdict_states(annotator_id)
             if expected is not None and (not states or int(states[-1]["seq"]) != expected):
                 raise ValueError("its verdicts changed since this screen was drawn (another tab or a generation): "
                                  "look again before undoing")
@@ -286,12 +290,16 @@ class PoolMixin:
             if len(states) < 2:
                 raise ValueError("the expert's verdict is its only one (an annotator the expert wrote): there is no "
                                  "earlier verdict to return to; give the opposite verdict instead")
+            leaving = retire() if retire is not None else None
             undone, earlier = states[-1], states[-2]
             said = f"{UNDID} {undone['verdict']}" + (f": {note.strip()}" if note.strip() else "")
             by = "human" if earlier["decided_by"] == "human" else UNDO
             self._insert_verdict(GateDecision(annotator_id, earlier["verdict"], (*earlier["reasons"], said), by,
                                               earlier["note"] if by == "human" else said),
                                  self.last_complete_generation())
+            if leaving is not None and earlier["verdict"] in ("accept", "approve"):
+                self._insert_verdict(GateDecision(leaving[0], "reject", (), "human", leaving[1]),
+                                     self.last_complete_generation())
             return str(earlier["verdict"])
 
     def generations(self) -> pd.DataFrame:
@@ -333,8 +341,6 @@ class PoolMixin:
         return [r[0] for r in rows]
 
 
-# the reasons the gate gave when it echoed an expert's lock (engine/gate.py); such rows are no longer written
-LOCK_ECHOES = ("rejected by a human earlier", "approved by a human earlier")
 
 
 def _verdict_states(rows: pd.DataFrame) -> list[dict]:

@@ -57,6 +57,18 @@ def pool_key(store: Store) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def stale_reason(store: Store, saved_pool: Sequence[str], key: str) -> str | None:
+    """What changed since labels keyed `key` (`pool_key` then) were saved with pool `saved_pool` (empty: saved
+    before it was recorded), in the expert's words; None when nothing did. Reads the parts `pool_key` hashes."""
+    if key == pool_key(store):
+        return None
+    if not saved_pool:
+        return "The pool or the rows changed"
+    if sorted(saved_pool) != sorted(store.pool_ids()):
+        return "The pool changed"
+    return "The rows changed (rows labeled into dev or returned to the pool, or rows imported)"
+
+
 def _labels_base(workdir: Path, aggregator: str) -> Path:
     return Path(workdir) / LABELS_DIR / aggregator
 

@@ -73,6 +73,45 @@ def similar_rows(store: Store, text: str, n: int = 10, scan: int = SIMILAR_SCAN)
                          "similarity": similarity[best].round(3)})
 
 
+def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequence[str], np.ndarray] | None = None,
+                  scan: int = SIMILAR_SCAN) -> pd.DataFrame:
+    """The unlabeled rows most likely to be of class `label_id`, for the expert to label into dev (a thin class
+    grows fastest from rows that are likely its own). Ranked by the saved soft labels' probability of the class
+    when `saved` = (example ids, probabilities) is given: columns id, text, probability. Without them, by TF-IDF
+    likeness (words and bigrams) to the class's fitness rows taken together, or, when it has none, to its name and
+    description: columns id, text, similarity (the first `scan` unlabeled rows, like `similar_rows`)."""
+    if saved is not None:
+        example_ids, probs = saved
+        unlabeled = set(store.example_ids("pool"))  # rows labeled into dev since the labels were saved drop out
+        rows = np.array([i for i, e in enumerate(example_ids) if e in unlabeled], dtype=int)
+        p = probs[rows, label_id] if len(rows) else np.zeros(0)
+        best = rows[np.argsort(-p, kind="stable")[:n]]
+        ids = [example_ids[i] for i in best]
+        text = store.examples_frame("pool", ids=ids).set_index("id")["text"]
+        return pd.DataFrame({"id": ids, "text": [text[i] for i in ids],
+                             "probability": probs[best, label_id].round(3)})
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    frame = store.examples_frame("pool", limit=scan)
+    if frame.empty:
+        return pd.DataFrame(columns=["id", "text", "similarity"])
+    gold = store.gold(FITNESS)
+    of_class = gold[:, label_id] == 1 if gold.ndim == 2 else gold == label_id
+    queries = list(store.examples_frame(FITNESS)["text"][of_class].astype(str))
+    if not queries:
+        task = store.load_task()
+        label = task.labels[label_id]
+        queries = [" ".join([label.replace("_", " ").replace("-", " "), str(task.label_descriptions.get(label, ""))])]
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+    matrix = vectorizer.fit_transform(frame["text"].astype(str))
+    centre = np.asarray(vectorizer.transform(queries).mean(axis=0)).ravel()
+    similarity = matrix @ centre
+    best = np.argsort(-similarity, kind="stable")[:n]
+    best = best[similarity[best] > 0]
+    return pd.DataFrame({"id": frame["id"].to_numpy()[best], "text": frame["text"].to_numpy()[best],
+                         "similarity": similarity[best].round(3)})
+
+
 def _class_ids(store: Store, labeled: Mapping[str, str | Sequence[str]]) -> list[tuple[str, int, list[int] | None]]:
     """Label names → (id, class id, label set on a multi-label task); an unknown name is an error."""
     task = store.load_task()

@@ -56,6 +56,7 @@ corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
     st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
             "you can keep working on other screens).")
+    regression_ui.label_rows_for_dev(store, task.labels, task.multi_label, None)  # a thin class grows without them
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
 if stale:
@@ -91,6 +92,7 @@ labels_ui.browse(name, store, frame, task.labels)
 
 # ---- regression list ---------------------------------------------------------------------------------
 regression_ui.label_like(store, regression_ui.regression_list(store, result), task.labels, task.multi_label)
+regression_ui.label_rows_for_dev(store, task.labels, task.multi_label, result)
 regression_ui.expert_rows_table(store, task.labels)
 
 # ---- downloads --------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The labels screen's regression list: the dev rows the labels get wrong, unlabeled rows like one of them, and
-labeling those rows into dev (who and when recorded), so the classes the labels miss grow."""
+"""The labels screen's rows for dev: the dev rows the labels get wrong (a regression list), unlabeled rows like one
+of them or likely of a chosen class, and labeling those rows into dev (who and when recorded), so the classes the
+labels miss, and those too thin to judge an annotator on, grow."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from engine import review
 from engine.domain import AUDIT, FITNESS
-from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, similar_rows, unlabel_rows
+from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
+from engine.explain import THIN_CLASS_ROWS
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
 from studio import editor, state, widgets
@@ -54,29 +57,71 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi
     if like.empty:
         st.caption("No unlabeled row shares its words.")
         return
+    _label_form(store, like, labels, multi_label, form_key="label_like", editor_key=f"like_{row['id']}",
+                who_key=state.EXPERT_NAME, submit="Add the labeled rows to dev",
+                note=f"like dev row {row['id']} ({row['gold']}, labeled {row['predicted']})")
+
+
+def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool, result: SavedLabels | None) -> None:
+    """Unlabeled rows likely of a class the expert picks (the thinnest first), to label into dev: how a class with
+    too few dev rows to judge its annotators grows (the advice the gate's verdicts and the Evolve screen give)."""
+    counts = review.class_rows(store)
+    order = sorted(range(len(labels)), key=lambda c: (counts[labels[c]], c))
+    st.subheader("Label rows for dev")
+    st.caption("Pick a class: the unlabeled rows most likely to be of it are listed, for you to label. They join dev "
+               f"with your name and the time. Classes with fewer than {THIN_CLASS_ROWS} dev rows come first: there one "
+               "row more or less right moves an annotator's precision by 10% or more.")
+
+    def named(c: int) -> str:
+        thin = ", too few to judge an annotator" if counts[labels[c]] < THIN_CLASS_ROWS else ""
+        return f"{labels[c]} ({counts[labels[c]]} dev row{'' if counts[labels[c]] == 1 else 's'}{thin})"
+
+    chosen = st.selectbox("Find unlabeled rows of", order, format_func=named, key=state.GROW_CLASS)
+    rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs))
+    label = labels[chosen]
+    if rows.empty:
+        st.caption(f"No unlabeled row shares a word with {label}'s dev rows or its name: import more rows, or label "
+                   "rows found by their likeness to a wrong one.")
+        return
+    if result is None:
+        st.caption(f"Ranked by how many words they share with {label}'s dev rows (or, with none, its name and "
+                   "description). Compute soft labels to rank them by the model's probability of the class instead.")
+    else:
+        st.caption(f"Ranked by the saved soft labels' probability of {label} ({result.resolved}). Label each row as "
+                   "what it is: a row of another class is worth labeling too.")
+    listed = hashlib.sha1("\n".join(map(str, rows["id"])).encode()).hexdigest()[:12]
+    _label_form(store, rows, labels, multi_label, form_key="label_class_rows", editor_key=f"class_rows_{listed}",
+                who_key=state.GROW_CLASS_WHO, submit="Add these rows to dev", note=f"found as likely {label}")
+
+
+def _label_form(store: Store, rows: pd.DataFrame, labels: tuple[str, ...], multi_label: bool, *, form_key: str,
+                editor_key: str, who_key: str, submit: str, note: str) -> None:
+    """`rows` in an editor with a label column (a label set per row on a multi-label task), the expert's name, and a
+    button that labels the chosen rows into dev."""
+    rows = rows.copy()
+    fixed = list(rows.columns)
     if multi_label:
         column = "your labels"
-        like.insert(2, column, [[] for _ in range(len(like))])
+        rows.insert(2, column, [[] for _ in range(len(rows))])
         config = st.column_config.MultiselectColumn(options=list(labels),
                                                     help="every label the row has; none leaves it unlabeled")
     else:
         column = "your label"
-        like.insert(2, column, NOT_LABELED)
+        rows.insert(2, column, NOT_LABELED)
         config = st.column_config.SelectboxColumn(options=[NOT_LABELED, *labels], required=True)
-    with st.form("label_like", border=False):
-        edited = st.data_editor(like, hide_index=True, key=f"like_{row['id']}", disabled=["id", "text", "similarity"],
-                                column_config={column: config})
-        who = st.text_input("Your name (required: recorded with the labels)", key=state.EXPERT_NAME,
-                            value=state.get(state.EXPERT_NAME) or os.environ.get("USER", ""),
+    with st.form(form_key, border=False):
+        edited = st.data_editor(rows, hide_index=True, key=editor_key, disabled=fixed, column_config={column: config})
+        who = st.text_input("Your name (required: recorded with the labels)", key=who_key,
+                            value=state.get(who_key) or state.get(state.EXPERT_NAME) or os.environ.get("USER", ""),
                             placeholder="e.g. J. Curator")
-        submitted = st.form_submit_button("Add the labeled rows to dev", icon=":material/add_task:")
+        submitted = st.form_submit_button(submit, icon=":material/add_task:")
     if submitted:
         if multi_label:  # a cleared cell comes back as None
             chosen = {i: list(given) for i, given in zip(edited["id"], edited[column], strict=True)
                       if given is not None and len(given)}
         else:
             chosen = {i: label for i, label in zip(edited["id"], edited[column], strict=True) if label != NOT_LABELED}
-        add_to_dev(store, chosen, who, f"like dev row {row['id']} ({row['gold']}, labeled {row['predicted']})")
+        add_to_dev(store, chosen, who, note)
 
 
 def add_to_dev(store: Store, chosen: dict[str, str | list[str]], who: str, note: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 from engine.agents.offline import OfflineProposer
 from engine.domain import ABSTAIN, FITNESS
 from engine.evolve import evolve
-from engine.expert_rows import label_rows, regression_rows, similar_rows, unlabel_rows
+from engine.expert_rows import label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.ingest.importer import import_path
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -201,3 +201,42 @@ def test_a_labeling_whose_undo_fails_too_says_the_rows_are_in_dev(evolved, monke
     with pytest.raises(expert_rows.RowsLeftInDev, match=r"disk full.*1 row\(s\) are in dev"):
         label_rows(store, executor, {pool["id"][0]: "SPAM"}, by="maria")
     assert pool["id"][0] in set(store.example_ids("dev"))
+
+
+def test_rows_of_a_class_are_the_unlabeled_rows_the_saved_labels_rank_highest_for_it(store, demo_csv):
+    import_path(store, demo_csv)
+    ids = store.example_ids()
+    unlabeled = set(store.example_ids("pool"))
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet([1, 1], size=len(ids))
+    found = rows_of_class(store, 1, n=5, saved=(ids, probs))
+    expected = [ids[i] for i in np.argsort(-probs[:, 1], kind="stable") if ids[i] in unlabeled][:5]
+    assert list(found["id"]) == expected
+    assert list(found["probability"]) == pytest.approx([probs[ids.index(i), 1] for i in expected], abs=1e-3)
+    texts = store.examples_frame("pool", ids=expected).set_index("id")["text"]
+    assert list(found["text"]) == [texts[i] for i in expected]
+    # a row labeled into dev since the labels were saved is no longer offered
+    with SandboxExecutor() as executor:
+        label_rows(store, executor, {expected[0]: "SPAM"}, by="maria")
+    assert list(rows_of_class(store, 1, n=4, saved=(ids, probs))["id"]) == expected[1:]
+
+
+def test_without_soft_labels_rows_of_a_class_are_those_worded_like_its_dev_rows_or_its_name(store):
+    import pandas as pd
+
+    from engine.ingest.importer import IngestOptions, import_frame
+
+    dev = [("refund my card please", "refund"), ("refund the fee", "refund"), ("where is my parcel", "delivery"),
+           ("parcel late again", "delivery")]
+    pool = ["please refund the card fee", "my parcel is late", "nice weather today", "the exchange rate is bad"]
+    frame = pd.DataFrame({"id": [f"d{i}" for i in range(len(dev))] + [f"p{i}" for i in range(len(pool))],
+                          "text": [t for t, _ in dev] + pool, "label": [c for _, c in dev] + [None] * len(pool),
+                          "split": ["dev"] * len(dev) + ["pool"] * len(pool)})
+    import_frame(store, frame, IngestOptions(audit_fraction=0.0, labels=("refund", "delivery", "exchange_rate")),
+                 dataset="t", source="test")
+    refund = rows_of_class(store, 0)
+    assert refund["id"][0] == "p0" and "p2" not in set(refund["id"])  # a row sharing no word is left out
+    assert list(refund["similarity"]) == sorted(refund["similarity"], reverse=True)
+    assert rows_of_class(store, 1)["id"][0] == "p1"
+    # a class without a dev row: its name's words find its rows
+    assert list(rows_of_class(store, 2)["id"]) == ["p3"]

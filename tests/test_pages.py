@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import charts, held_by_another_process, values
@@ -657,6 +658,44 @@ def test_labels_screen_before_and_after_computing(home):
         buttons = {b.proto.label: b.proto for b in at.get("download_button")}
         assert buttons["Hugging Face dataset (.zip)"].disabled
         assert "Hugging Face dataset: off" in texts(at) and "pip install" in texts(at)
+
+
+def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels(home):
+    """The Labels screen's *Label rows for dev* (where the thin-class advice sends the expert): the classes listed
+    thinnest first, the unlabeled rows likely of the one picked, and the rows labeled there join dev with a note."""
+    from engine.expert_rows import rows_of_class
+
+    store = seed(home, "grow-class", generations=1)
+    labels = store.load_task().labels
+    at = run("grow-class", "pages/labels.py")
+    picker = at.selectbox(key="grow_class")
+    counts = [int((store.gold(FITNESS) == c).sum()) for c in range(len(labels))]
+    assert list(picker.options) == [f"{labels[c]} ({counts[c]} dev rows)" for c in np.argsort(counts, kind="stable")]
+    picker.set_value(labels.index("SPAM")).run()
+    assert "Ranked by how many words they share with SPAM's dev rows" in texts(at)
+    shown = at.data_editor[0].value
+    assert list(shown["id"]) == list(rows_of_class(store, labels.index("SPAM"))["id"])
+    at.session_state[at.data_editor[0].key] = {"edited_rows": {0: {"your label": "SPAM"}}, "added_rows": [],
+                                               "deleted_rows": []}
+    at.text_input(key="grow_class_who").input("ana")
+    button(at, "Add these rows to dev").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    record = store_of(home, "grow-class").expert_labels().set_index("example_id")
+    assert list(record.index) == [shown["id"][0]] and record.loc[shown["id"][0], "note"] == "found as likely SPAM"
+    assert store_of(home, "grow-class").examples_frame("dev", ids=[shown["id"][0]])["label"].tolist() == [
+        labels.index("SPAM")]
+    # with soft labels saved, the rows are those they give the class the highest probability
+    assert start_labels(home / "grow-class", "mv", compare=False).wait(180)
+    at = run("grow-class", "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("mv").run()
+    at.selectbox(key="grow_class").set_value(labels.index("HAM")).run()
+    saved = load_labels(home / "grow-class", "mv")
+    assert "Ranked by the saved soft labels' probability of HAM (mv)" in texts(at)
+    offered = next(e.value for e in at.data_editor if "probability" in e.value.columns)
+    assert list(offered["id"]) == list(rows_of_class(store, labels.index("HAM"),
+                                                     saved=(saved.example_ids, saved.probs))["id"])
+    assert shown["id"][0] not in set(offered["id"])
 
 
 def test_the_downloads_describe_the_labels_they_hold_after_the_pool_and_dev_change(home):

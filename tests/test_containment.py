@@ -251,7 +251,54 @@ def test_forged_and_oversized_replies_only_fault_their_own_annotator():
     assert benign.votes.tolist() == BENIGN_VOTES
     assert forged.faults == len(EXAMPLES) and "malformed votes" in forged.first_error
     assert oversized.faults == len(EXAMPLES) and "over the" in oversized.first_error
-    assert flooded.faults == 0 and flooded.votes.tolist() == [BREACH] * 4  # 100 MB to /dev/null: harmless
+    # stdout and stderr are a pipe nobody reads: the write fails (and is the annotator's own business)
+    assert flooded.faults == 0 and flooded.votes.tolist() == [HELD] * 4
+
+
+def test_a_forged_run_time_faults_nobody_else_and_the_next_run_sees_no_earlier_reply():
+    """A run writes a well-formed reply of its own whose seconds are 4,000 digits (valid JSON, too big for a
+    float): its votes stand, its time is zero, and the other annotators of the call keep theirs (it once raised
+    out of `run()` for all). The run after another finds no trace of that one's reply in the frames it inherits."""
+    votes = "base64.b64encode(bytes([255, 255, 255, 255])).decode()"
+    forge = hostile("seconds", f"""
+        body = ('{{"ok":true,"votes":"%s","faults":0,"first_error":null,"stopped":false,"seconds":%s}}'
+                % ({votes}, '9' * 4000)).encode()
+        os.write(4, len(body).to_bytes(4, 'big') + body)
+        os._exit(0)
+    """, prelude="import base64\n")
+    snoop = hostile("snoop", """
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != 'serve':
+            frame = frame.f_back
+        if frame is None or frame.f_locals.get('reply') is not None:
+            return 'breach'
+        raise RuntimeError('no earlier reply in reach')
+    """)
+    with SandboxExecutor(workers=1, time_budget_s=1.0, per_example_s=0.0, unchecked=True) as ex:
+        forged, benign, seen = ex.run([forge, BENIGN, snoop], EXAMPLES, LABELS)
+    assert forged.faults == 0 and forged.votes.tolist() == [ABSTAIN] * 4 and forged.seconds == 0.0
+    assert benign.votes.tolist() == BENIGN_VOTES
+    assert seen.faults == 0 and seen.votes.tolist() == [HELD] * 4
+
+
+def test_a_run_cannot_touch_or_lock_a_host_file_through_its_stdout_nor_start_a_process(pool):
+    """fds 1 and 2 of a run were the host's /dev/null: an open fd lets utimes and flock reach the inode, which no
+    Landlock right covers. Now they are a pipe. And a run starts no process or thread (RLIMIT_NPROC 0), whatever
+    seccomp does on the machine."""
+    before = os.stat(os.devnull).st_mtime
+    touch = hostile("touch", "os.utime(1)")
+    same = hostile("same_inode", """
+        st = os.fstat(1)
+        import stat
+        if stat.S_ISCHR(st.st_mode):
+            return 'breach'
+        raise RuntimeError('not a device')
+    """)
+    thread = hostile("thread", "import _thread\n_thread.start_new_thread(time.sleep, (1,))")
+    touched, device, threaded = pool.run([touch, same, thread], EXAMPLES, LABELS)
+    assert device.votes.tolist() == [HELD] * 4
+    assert threaded.votes.tolist() == [HELD] * 4
+    assert os.stat(os.devnull).st_mtime == before
 
 
 def test_cpu_and_memory_hogs_are_faults(pool):
@@ -874,3 +921,12 @@ def test_rlimits_partly_refused_are_reported_off_not_on():
               "resource.setrlimit = refuse\nprint(confine.apply_rlimits(512))\n")  # nothing applied: no harm
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith("off: refused address space, file size, core, descriptors"), out.stdout + out.stderr
+
+
+def test_a_run_that_closes_its_result_pipe_is_not_blamed_on_memory(pool):
+    """The fault says what happened: a run that shut its own result pipe and lingered did not hit the memory cap
+    (only a run that died as the pipe closed is read that way)."""
+    closer = hostile("closer", "os.close(4)\ntime.sleep(30)")
+    result = pool.run([closer], EXAMPLES, LABELS)[0]
+    assert result.faults == len(EXAMPLES)
+    assert "closed its result pipe without answering" in result.first_error and "memory" not in result.first_error

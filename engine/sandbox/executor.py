@@ -67,9 +67,13 @@ def weak_layers(report: dict[str, str], require: frozenset[str]) -> list[str]:
 def _honest_seconds(reported: object, elapsed: float) -> float:
     """The run time a child reports, which it may forge: a finite number, at least 0 and at most what the parent
     saw the run take."""
-    if type(reported) not in (int, float) or not math.isfinite(reported):  # type(): not a bool
+    if type(reported) not in (int, float):  # type(): not a bool
         return 0.0
-    return min(max(float(reported), 0.0), elapsed)
+    try:  # an int of 4,000 digits is valid JSON, and too big for a float
+        seconds = float(reported)
+    except OverflowError:
+        return 0.0
+    return min(max(seconds, 0.0), elapsed) if math.isfinite(seconds) else 0.0
 
 
 def _check_votes(reply: dict, size: int, n_labels: int) -> None:

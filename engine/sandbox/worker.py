@@ -264,11 +264,20 @@ def _run_in_child(source_bytes: int, batch: _Batch, budget_s: float, reply_fd: i
     filter, run, send the reply, exit."""
     try:
         gc.disable()  # short-lived: a collection would touch (and so copy) the holder's pages for nothing
-        os.dup2(1, 2)  # stderr -> /dev/null: the holder's stderr stays for the worker's own diagnostics
+        # stdout and stderr: a pipe nobody reads (a write fails: EPIPE), not the host's /dev/null the holder holds,
+        # whose inode an open fd could still touch (utimes) or lock (flock) for as long as the worker lives
+        sink, end = os.pipe()
+        os.dup2(end, 1)
+        os.dup2(end, 2)
+        os.close(sink)
+        os.close(end)
         os.closerange(3, reply_fd)  # every fd, however high: the worker's own reply fd is the parent's number
         os.closerange(reply_fd + 1, 1 << 20)
         hard = math.ceil(budget_s) + 2  # SIGKILL there; the alarm's soft limit (SIGXCPU) comes first
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # a hard limit the annotator cannot raise
+        # no new process or thread (the worker's others already run as its uid): without seccomp's RUN filter
+        # (any machine but x86_64) a forked helper of the run could otherwise outlive it and kill later runs
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
         source = _read_source(source_bytes)
         os.close(0)  # before the holder asks for the nonce, which travels on stdin too
         write_all(reply_fd, encode(_READY))
@@ -298,7 +307,11 @@ def _checked(reply: dict, batch: _Batch) -> dict:
         raise FrameError("malformed votes")
     faults = reply.get("faults")
     error = reply.get("first_error")
-    seconds = reply.get("seconds")  # whatever the child says: the executor bounds it by the time it saw
+    seconds = reply.get("seconds")  # the executor bounds it by the time it saw; here only a float or nothing
+    if type(seconds) is int:
+        seconds = float(seconds) if abs(seconds) < 1 << 53 else 0.0  # 4,000 digits of JSON overflow a float
+    if type(seconds) is not float or not math.isfinite(seconds):
+        seconds = 0.0
     return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
                   error[:300] if isinstance(error, str) else None, reply.get("stopped") is True, seconds)
 
@@ -343,6 +356,8 @@ def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: floa
         except FrameError as exc:
             timed_out = exc.timed_out
             why = f"no answer within {wall_s:.1f}s wall clock, run killed" if timed_out else str(exc)
+            if why == "end of stream" and _still_running(pid):
+                why = "it closed its result pipe without answering"
     except BaseException:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -367,6 +382,17 @@ def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: floa
     return {**_reply([ABSTAIN] * n, n, text, True, time.perf_counter() - started), "nonce": nonce}
 
 
+def _still_running(pid: int, wait_s: float = 0.2) -> bool:
+    """Whether the run's child lives on after its result pipe closed: a child killed for memory closes the pipe as
+    it dies, so it is gone (a zombie) within moments; one that closed the pipe itself is not."""
+    deadline = time.perf_counter() + wait_s
+    while time.perf_counter() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def serve(reply_fd: int) -> int:
     """The holder: answer JSON-line requests from stdin with frames on `reply_fd` until stdin closes (0) or a
     "fresh" request (_FRESH_EXIT: the init forks a new holder, which never held this one's rows)."""
@@ -383,6 +409,7 @@ def serve(reply_fd: int) -> int:
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
                 out_of_step = True  # until the run returns: stdin may hold the rest of a source nobody read
+                reply = None  # the previous run's reply (its votes) must not be in the frame the next run inherits
                 reply = run_isolated(int(msg["source_bytes"]), batch, float(msg["budget_s"]),
                                      float(msg["wall_s"]), reply_fd)
                 out_of_step = False
@@ -455,7 +482,10 @@ def main() -> None:
     report["pid namespace"] = ("on: the worker's init is pid 1; every process of the worker dies with it"
                                if os.getpid() == 1 else "off: no pid namespace")
     report["integrity"] = ("on: every chunk a fresh holder forked from an init that reads no request, every "
-                           "annotator run a fresh fork of it that reads its own source; neither runs annotator code")
+                           "annotator run a fresh fork of it that reads its own source; neither runs annotator code"
+                           if _SECCOMP_ON else
+                           "partial: every chunk a fresh holder and every run a fresh fork, but without seccomp's RUN "
+                           "filter a run can signal its own holder and so fault the runs after it on its chunk")
     report["wire"] = (f"on: length-prefixed, capped frames on fd {args.reply_fd} (stdout is /dev/null), a per-run "
                       "nonce the run's child never sees, votes range-checked")
     report["checker"] = "off: --unchecked (containment tests)" if _UNCHECKED else "on: re-checked in the worker"

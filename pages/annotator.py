@@ -48,6 +48,7 @@ with code_col:
     if st.button("Re-score on dev", icon=":material/speed:", key="rescore", disabled=not changed,
                  help="run the edited code on the dev split in the sandbox"):
         state.put(state.EDIT_PREVIEW, (annotator.id, source, annotator_ui.preview(store, source, annotator.id)))
+        state.pop("edit_name")  # the name box starts from what this edit now checks (`annotator_ui.edit_name`)
     held = state.get(state.EDIT_PREVIEW)
     result = held[2] if held and held[0] == annotator.id and held[1] == source else None
     if result is not None and result.error and result.annotator is None:
@@ -64,7 +65,8 @@ with code_col:
         broken = result.score is not None and result.score.fires == 0 and result.score.faults > 0
         with st.form("save_edit", border=False):
             note = st.text_input("What did you change, and why? (logged)", key="edit_note")
-            new_name = st.text_input("Name of the new version", value=annotator.name, key="edit_name",
+            new_name = st.text_input("Name of the new version", value=annotator_ui.edit_name(source, annotator),
+                                     key="edit_name",
                                      help="say what it now does if the edit changed its cues (the name is on "
                                           "every screen and in the export)")
             anyway = broken and st.checkbox(
@@ -80,6 +82,7 @@ with code_col:
                         with editor.sandbox() as executor:
                             saved = review.save_edit(store, executor, source, annotator.id,
                                                      note.strip() or "edited by hand", name=new_name.strip())
+                        editor.drop_draft(annotator.id)  # saved: the old version opens as it is
                         state.select_annotator(saved.id)
                         state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
                                     "pool" + (" and the old version was retired (its \"Restore this version\" button "
@@ -107,7 +110,10 @@ with side_col:
             state.select_annotator(family.iloc[picked.selection.rows[0]]["id"])
             st.rerun()
 
-st.subheader("Where it fires on dev")
+edit_shown = result is not None and result.annotator is not None
+st.subheader("Where your edit fires on dev" if edit_shown else "Where it fires on dev")
+if edit_shown:
+    st.caption("The rows of the edit you re-scored; the figures at the top are the saved version's.")
 needles = editor.cue_words(source, set(task.labels) | set(task.fields))
-fired = result.fired_rows if result is not None and result.annotator is not None else review.fired_rows(store, votes)
+fired = result.fired_rows if edit_shown else review.fired_rows(store, votes)
 annotator_ui.fired_examples(fired, needles, annotator.id)

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import review
+from engine.agents.templates import parse_spec
 from engine.domain import FITNESS, Annotator, AnnotatorScore
 from engine.evolve import ensure_votes
 from engine.score import pool_macro_f1
@@ -108,6 +109,16 @@ def lineage(store: Store, annotator: Annotator) -> pd.DataFrame:
         frontier, depth = [c.id for c in children], depth + 1
     return pd.DataFrame(rows, columns=["relation", "generation", "name", "agent", "author", "written_by", "verdict",
                                        "id"])
+
+
+def edit_name(source: str, parent: Annotator) -> str:
+    """The name an edited version starts with: the parent's while the edit checks what the parent's name says,
+    else what an unedited template of the edit would be called ("SPAM: check*, subscribe* [sentence]"), so two
+    versions that check different cues do not share a name. Free-form code keeps the parent's name."""
+    edited, original = parse_spec(source), parse_spec(parent.source)
+    if edited is None or (original is not None and edited.title() == original.title()):
+        return parent.name
+    return edited.title()
 
 
 def preview(store: Store, source: str, parent_id: str) -> review.EditPreview:

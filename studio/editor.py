@@ -53,15 +53,44 @@ def containment_note() -> None:
 
 
 def code_editor(source: str, key: str) -> str:
-    """Edit annotator code with Python highlighting; a plain text area on request (or without the component)."""
-    plain = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, help="use a plain text box instead of the "
-                      "code editor (for screen readers, or to paste code)") or st_ace is None
+    """Edit annotator code with Python highlighting; a plain text area on request (or without the component).
+    The edit is kept per `key` (the annotator's id) in the session, not only in the widget, which Streamlit
+    forgets when the expert opens another screen: coming back shows the draft, and its re-score, again."""
+    drafts: dict[str, str] = state.get(state.CODE_DRAFTS) or {}
+    shown = drafts.get(key, source)
+    plain = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, value=bool(state.get(state.PLAIN_EDITOR_ON)),
+                      help="use a plain text box instead of the code editor (for screen readers, or to paste "
+                           "code)") or st_ace is None
+    state.put(state.PLAIN_EDITOR_ON, bool(state.get(state.PLAIN_EDITOR)))
+    resets = (state.get(state.DRAFT_RESETS) or {}).get(key, 0)
+    fresh = f"_{resets}" if resets else ""  # a new widget after "Discard the edit": it starts from the saved code
     if plain:
-        return st.text_area("Annotator code", source, height=360, key=f"plain_{key}")
-    st.caption("Edit, then press **Apply** (or Ctrl+Enter) in the editor before re-scoring.")
-    value = st_ace(value=source, language="python", theme="chrome", keybinding="vscode", min_lines=14,
-                   max_lines=40, font_size=14, tab_size=4, wrap=True, show_gutter=True, key=f"ace_{key}")
-    return source if value is None else str(value)
+        edited = st.text_area("Annotator code", shown, height=360, key=f"plain_{key}{fresh}")
+    else:
+        st.caption("Edit, then press **Apply** (or Ctrl+Enter) in the editor before re-scoring.")
+        value = st_ace(value=shown, language="python", theme="chrome", keybinding="vscode", min_lines=14,
+                       max_lines=40, font_size=14, tab_size=4, wrap=True, show_gutter=True, key=f"ace_{key}{fresh}")
+        edited = shown if value is None else str(value)
+    if edited.strip() != source.strip():
+        state.put(state.CODE_DRAFTS, {**drafts, key: edited})
+        if st.button("Discard the edit", icon=":material/restart_alt:", key=f"discard_{key}",
+                     help="back to the saved code (the edit is not kept anywhere)"):
+            drop_draft(key)
+            st.rerun()
+    elif key in drafts:
+        drop_draft(key)
+    return edited
+
+
+def drop_draft(key: str) -> None:
+    """Forget the edit kept for `key`: the editor shows the saved code again (after a save, or on request)."""
+    drafts = dict(state.get(state.CODE_DRAFTS) or {})
+    drafts.pop(key, None)
+    state.put(state.CODE_DRAFTS, drafts)
+    resets = dict(state.get(state.DRAFT_RESETS) or {})
+    resets[key] = resets.get(key, 0) + 1
+    state.put(state.DRAFT_RESETS, resets)
+    state.pop(state.EDIT_PREVIEW)
 
 
 def cue_words(source: str, exclude: set[str] = frozenset(), limit: int = MAX_HIGHLIGHTS) -> list[str]:

@@ -23,6 +23,9 @@ IMPORT_SHOWN = "import_shown"  # id of the import job whose report was shown
 AGGREGATOR = "aggregator"
 EDIT_PREVIEW = "edit_preview"  # (annotator id, source, EditPreview)
 PLAIN_EDITOR = "plain_editor"
+PLAIN_EDITOR_ON = "plain_editor_on"  # the toggle's value kept while the Annotator screen is not drawn
+CODE_DRAFTS = "code_drafts"  # {annotator id: edited source}: an edit survives a visit to another screen
+DRAFT_RESETS = "draft_resets"  # {annotator id: n}: a discarded draft's editor starts afresh under a new key
 FLASH = "flash"  # a message to show once after a rerun
 ASKING = "asking_"  # + an action key: its confirmation dialog is open
 CONFIRMED = "confirmed_"  # + an action key: confirmed, act on this run
@@ -73,7 +76,7 @@ def select_workspace(name: str | None) -> None:
         del st.query_params[QP_WORKSPACE]
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
-    for key in (ANNOTATOR, EDIT_PREVIEW, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED,
+    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED,
                 ASKING + RETURN_CONFIRM):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
@@ -85,12 +88,15 @@ def annotator_id() -> str | None:
     found = st.session_state.get(ANNOTATOR)
     if not found and st.query_params.get(QP_ANNOTATOR):
         found = st.session_state[ANNOTATOR] = st.query_params[QP_ANNOTATOR]
+    elif found and st.query_params.get(QP_ANNOTATOR) != found:  # a page link dropped it: the URL names it again
+        st.query_params[QP_ANNOTATOR] = found
     return found or None
 
 
 def select_annotator(annotator: str | None) -> None:
+    if annotator != st.session_state.get(ANNOTATOR):
+        st.session_state.pop(EDIT_PREVIEW, None)  # a preview is of the open annotator's draft (drafts stay, per id)
     st.session_state[ANNOTATOR] = annotator
-    st.session_state.pop(EDIT_PREVIEW, None)
     if annotator:
         st.query_params[QP_ANNOTATOR] = annotator
     elif QP_ANNOTATOR in st.query_params:

@@ -465,7 +465,7 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert list(compare.columns) == ["measure", "saved version", "your edit"]
     assert compare.set_index("measure").loc["fires", "your edit"] == store.scores([target])[target].fires
     at.text_input(key="edit_note").input("tagged as reviewed")
-    assert at.text_input(key="edit_name").value == original.name  # the parent's, to change when the cues changed
+    assert at.text_input(key="edit_name").value == original.name  # its cues are the parent's: the parent's name
     at.text_input(key="edit_name").input("SPAM: reviewed by the expert")
     button(at, "Save as a new version").click().run()
     assert not at.exception
@@ -492,6 +492,44 @@ def test_editing_rescoring_and_saving_a_new_version(home):
 
 
 
+def test_an_edit_and_its_rescore_survive_a_visit_to_another_screen_and_can_be_discarded(home):
+    """Streamlit forgets the state of widgets a run does not draw: an expert who re-scored an edit, looked at the
+    Evolve screen and came back found the saved code, with no word of the edit (a walk in a real browser)."""
+    store = seed(home, "edit-away", generations=1)
+    target = store.pool_ids()[0]
+    original = store.annotator(target)
+    edited = original.source + "\nREVIEWED_BY = 'expert'\n"
+    at = run("edit-away", "pages/annotator.py", annotator=target)
+    at.toggle(key="plain_editor").set_value(True).run()
+    at.text_area(key=f"plain_{target}").input(edited).run()
+    at.button(key="rescore").click().run()
+    assert "Saved version vs your edit" in texts(at)
+    at.switch_page("pages/evolve.py").run()
+    at.switch_page("pages/annotator.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.toggle(key="plain_editor").value  # the plain editor stays on
+    assert at.text_area(key=f"plain_{target}").value == edited
+    assert "Saved version vs your edit" in texts(at)  # its re-score too
+    at.button(key=f"discard_{target}").click().run()
+    assert not at.exception
+    assert next(t for t in at.text_area if t.key.startswith(f"plain_{target}")).value == original.source
+    assert "Saved version vs your edit" not in texts(at)
+
+
+def test_an_edited_version_is_named_after_the_cues_it_now_checks():
+    from engine.agents.templates import AnnotatorSpec, render
+    from engine.domain import Annotator
+    from studio.annotator_ui import edit_name
+
+    spec = AnnotatorSpec("cue", "SPAM", "sentence", ("check*", "subscribe*", "up", "of"))
+    parent = Annotator(id="p", name="SPAM: check*, subscribe*, up… [sentence]", source=render(spec), agent="generator",
+                       generation=1)
+    narrower = render(AnnotatorSpec("cue", "SPAM", "sentence", ("check*", "subscribe*")))
+    assert edit_name(narrower, parent) == "SPAM: check*, subscribe* [sentence]"
+    assert edit_name(parent.source + "\nREVIEWED_BY = 'expert'\n", parent) == parent.name  # the same cues
+    assert edit_name("def annotate(example):\n    return None\n", parent) == parent.name  # free-form code
+
+
 def test_an_edit_that_only_faults_takes_a_second_yes_to_replace_a_working_version(home):
     """Code that raises on every dev row passed the checks and, saved, retired the working version it came from
     and labeled nothing; saving it now needs a tick."""
@@ -504,7 +542,7 @@ def test_an_edit_that_only_faults_takes_a_second_yes_to_replace_a_working_versio
     assert not at.exception and "It ran, with faults" in texts(at)
     button(at, "Save as a new version").click().run()
     assert "Not saved: the edit faults and never votes" in texts(at)
-    assert {"In the pool?", "Lineage", "Where it fires on dev"} <= {h.value for h in at.subheader}  # the rest draws
+    assert {"In the pool?", "Lineage", "Where your edit fires on dev"} <= {h.value for h in at.subheader}  # all draws
     assert store.children_of(target) == [] and target in store.pool_ids()  # nothing replaced
     at.checkbox(key="edit_broken").check()  # a form's widgets are sent with its button
     button(at, "Save as a new version").click().run()

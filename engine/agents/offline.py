@@ -280,8 +280,4 @@ def _candidate(p: Proposal, role: str) -> Candidate:
 
 
 def _name(p: Proposal) -> str:
-    spec = p.spec
-    if spec.kind == "surface":
-        return f"{spec.label}: {spec.feature} {spec.op} {spec.threshold:g}"
-    cues = ", ".join(spec.cues[:3]) + ("…" if len(spec.cues) > 3 else "")
-    return f"{spec.label}: {cues} [{spec.view}]"
+    return p.spec.title()

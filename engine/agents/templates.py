@@ -117,6 +117,13 @@ class AnnotatorSpec:
     op: str = ">="
     threshold: float = 0.0
 
+    def title(self) -> str:
+        """The annotator's short name: its label, then its first cues and view, or its surface test."""
+        if self.kind == "surface":
+            return f"{self.label}: {self.feature} {self.op} {self.threshold:g}"
+        cues = ", ".join(self.cues[:3]) + ("…" if len(self.cues) > 3 else "")
+        return f"{self.label}: {cues} [{self.view}]"
+
     def describe(self) -> str:
         """One line for docstrings and rationales."""
         if self.kind == "surface":

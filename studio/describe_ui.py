@@ -49,9 +49,16 @@ def describe_labels(store: Store, task: Task) -> None:
                    "on. Worth most for a class with few dev rows.")
         label = st.selectbox("Label to describe", task.labels, key="describe_label", on_change=_in_use)
         current = str(task.label_descriptions.get(label, ""))
-        text = st.text_area("Description", value=current, key=_text_key(label), placeholder="blank: no description",
-                            on_change=_in_use)
-        if st.button("Save description", key="describe_save", disabled=text.strip() == current.strip()):
+        # a form: the box's text travels with the click (a box alone sends it only when it loses focus, so a
+        # button enabled by the text took a first click to wake and a second to save)
+        with st.form("describe_form", border=False):
+            text = st.text_area("Description", value=current, key=_text_key(label),
+                                placeholder="blank: no description")
+            save = st.form_submit_button("Save description", key="describe_save")
+        if save and text.strip() == current.strip():
+            state.put(state.DESCRIBE_OPEN, True)
+            st.info(f"Nothing to save: that is {label}'s description already.")
+        elif save:
             previous = store.describe_label(label, text)
             state.put(state.DESCRIBE_UNDO, LastSave(str(store.path), label, previous, text.strip()))
             state.new_describe_boxes()

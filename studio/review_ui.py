@@ -30,6 +30,7 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decid
             st.error("Give a reason: it is logged with your verdict.")
             return
         (review.reject if in_pool else review.approve)(store, annotator_id, note.strip())
+        state.put(state.LAST_VERDICT, annotator_id)  # its card stays open: the undo is right there
         annotator = store.annotator(annotator_id)
         shown = annotator.name if annotator is not None and annotator.name else annotator_id[:8]
         state.flash(f"{'Rejected' if in_pool else 'Approved'} {shown} — logged with your reason. "
@@ -60,6 +61,7 @@ def undo_button(store: Store, annotator_id: str, key: str) -> None:
         except ValueError as err:
             st.error(str(err))
             return
+        state.put(state.LAST_VERDICT, annotator_id)
         left = leaving is not None and restored in ("accept", "approve")  # retired in the undo's transaction
         state.flash(f"Undone: {restored} stands again" + (f"; {leaving[0][:8]} left the pool in its place."
                                                           if left else "."))
@@ -82,18 +84,20 @@ def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
         name = info["name"] if info is not None else row.annotator_id
         now = info["verdict"] if info is not None else row.verdict
         overridden = info is not None and info["decided_by"] == "human"
-        title = f"{ICONS.get(row.verdict, '')} {row.verdict} · {queries.escape_md(name)}"
+        # the icon is the verdict that stands: the expert's over the gate's
+        title = (f"{ICONS.get(now, '')} expert: {now} · {queries.escape_md(name)}" if overridden
+                 else f"{ICONS.get(row.verdict, '')} {row.verdict} · {queries.escape_md(name)}")
         if info is not None:
             title += (f" · {info['agent']} · precision {queries.number(info['precision'], '.2f')} · coverage "
                       f"{queries.number(info['coverage'], '.3f')}")
         if overridden:
-            title += f" · expert: {now}"
+            title += f" · the gate: {row.verdict}"
         if row.verdict != "accept" and len(row.reasons):
             title += f" — {queries.escape_md(row.reasons[-1])}"  # the decisive reason
         plain = words.get(row.Index)
         if plain is not None and plain.at_chance:
             title += " · :orange[no better than chance]"
-        with st.expander(title):
+        with st.expander(title, expanded=row.annotator_id == state.get(state.LAST_VERDICT)):
             if plain is not None:
                 explanation(plain)
             st.markdown("**Gate reasons**")

@@ -201,9 +201,7 @@ def test_expert_journey(studio_url, tmp_path):
             box = _description_box(page)
             expect(box).to_have_value(re.compile("^self-promotion"))  # the demo's own description of SPAM
             demo_words = box.input_value()
-            box.fill("links, channel plugs, requests to subscribe")
-            box.press("Control+Enter")
-            _idle(page)
+            box.fill("links, channel plugs, requests to subscribe")  # no Ctrl+Enter, no blur: one click saves
             page.get_by_role("button", name="Save description").click()
             expect(page.get_by_text("Saved the description of SPAM")).to_be_visible()
             _idle(page)
@@ -213,7 +211,6 @@ def test_expert_journey(studio_url, tmp_path):
             expect(undo).to_have_count(0)  # the rerun after the undo has drawn the page
             _idle(page)
             expect(_description_box(page)).to_have_value(demo_words)  # not the undone draft
-            expect(page.get_by_role("button", name="Save description")).to_be_disabled()
 
             # 2. one generation in the background, watched live
             _goto(page, "Evolve")

@@ -187,8 +187,9 @@ def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_un
 
     assert not store.load_task().label_descriptions
     at.selectbox(key="describe_label").set_value("SPAM").run()
-    assert at.button(key="describe_save").disabled  # nothing typed yet
-    box().input("links, channel plugs, requests to subscribe").run()
+    at.button(key="describe_save").click().run()  # nothing typed yet: nothing saved, and it says so
+    assert "Nothing to save" in texts(at) and not store.load_task().label_descriptions
+    box().input("links, channel plugs, requests to subscribe")  # a form: the text goes with the click
     at.button(key="describe_save").click().run()
     assert not at.exception
     assert dict(store.load_task().label_descriptions) == {"SPAM": "links, channel plugs, requests to subscribe"}
@@ -203,8 +204,7 @@ def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_un
     assert not store.load_task().label_descriptions
     assert not [b for b in at.button if b.key == "describe_undo"]  # one undo per save
     assert box().key != first_key and box().value == ""  # the box shows the description undone, not the draft
-    assert at.button(key="describe_save").disabled
-    box().input("plugs").run()
+    box().input("plugs")
     at.button(key="describe_save").click().run()
     store.describe_label("SPAM", "changed elsewhere")  # e.g. by `evopool describe`: the undo no longer applies
     at.run()
@@ -381,6 +381,15 @@ def test_rejecting_against_the_gate_needs_a_reason_and_is_logged(home):
                                                                          "fires on song titles, not spam")
     assert "logged with your reason" in texts(at)
     assert at.text_input(key=f"note_card_{accepted}").value == ""  # the Approve it now offers starts without a reason
+    # its card stays open (the undo is in it), under the verdict that stands; the others stay folded
+    from studio.queries import escape_md
+
+    name = escape_md(store.annotator(accepted).name)  # as the title writes it
+    card_now = next(e for e in at.expander if name in e.label)
+    assert card_now.label.startswith(":red[:material/block:] expert: reject") and "the gate: accept" in card_now.label
+    assert card_now.proto.expanded
+    assert not any(e.proto.expanded for e in at.expander if e.label.startswith(":green"))
+    assert any(b.label == "Undo my reject" for b in at.button)
 
 
 def test_a_verdict_on_the_annotator_screen_keeps_the_annotator_on_screen(home):

@@ -74,7 +74,10 @@ if not result.comparison.empty:
     verdict = labels_ui.pool_verdict(result.comparison)
     if verdict is not None:
         (st.success if verdict[0] else st.info)(verdict[1])
-    st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True)
+    wide = st.column_config.TextColumn(width="large")  # model names and lists: cut short at the default width
+    st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True,
+                 column_config={"auto chose": wide, "auto chose on": wide,
+                                "auto left out (the pool was chosen on these rows)": wide})
 dev_probs, dev_gold = labels_ui.dev_parts(store, result)
 plots = labels_ui.plot_inputs(result, dev_probs, dev_gold, len(task.labels))
 a, b, c = st.columns(3)

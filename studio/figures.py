@@ -7,13 +7,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 HEIGHT = 340
-MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
+# the top margin holds the title low, just above the plot: Streamlit's element toolbar and plotly's modebar
+# float over the chart's top edge on hover and hid titles set in the middle of a 40-pixel margin (a browser walk)
+MARGIN = {"l": 10, "r": 10, "t": 64, "b": 10}
 VERDICT_COLORS = {"accept": "#2f6f5e", "approve": "#1f77b4", "reject": "#c0392b", "prune": "#e67e22",
                   "pending": "#999999"}
 
 
 def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
-    fig.update_layout(title=title, height=height, margin=MARGIN, legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "bottom",
+                             "yref": "paper", "pad": {"b": 10}},
+                      height=height, margin=MARGIN, legend={"orientation": "h", "y": -0.2})
     return fig
 
 

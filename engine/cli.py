@@ -23,7 +23,7 @@ from engine.corpus.shards import OutputError
 from engine.embed.registry import EMBEDDERS
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
-from engine.export import EXPORT_FORMATS, file_format
+from engine.export import EXPORT_FORMATS, check_destination
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
@@ -246,7 +246,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
 
     if args.format == "hf" and not hf_available():
         raise MissingExtra(HF_MISSING)
-    fmt = file_format(args.out, args.format)
+    fmt = check_destination(args.store, args.out, args.format)  # before the fit, which can take minutes
     if args.spreadsheet_safe and fmt != "csv":
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels

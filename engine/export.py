@@ -16,6 +16,7 @@ import pandas as pd
 
 from engine.atomic import write_atomically
 from engine.domain import ABSTAIN, UNDO, SoftLabels, restored_by_undo
+from engine.sandbox.checks import ALLOWED_BUILTINS, ALLOWED_IMPORTS
 from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")  # one file each
@@ -177,6 +178,25 @@ def file_format(out: str | Path, fmt: str | None = None) -> str:
     return (fmt or Path(out).suffix.lstrip(".") or "csv").lower()
 
 
+def check_destination(store: Store, out: str | Path, fmt: str | None = None) -> str:
+    """The export's format, once `out` is a safe place for it, checked before any work is done: a known format,
+    not a file of the workspace's own (its database: an export once overwrote it), and no existing file but an
+    earlier export (its manifest beside it); a ValueError naming the path otherwise."""
+    out = Path(out)
+    workspace = store.path.parent.resolve()
+    target = out.resolve()
+    if target == store.path.resolve() or (target.parent == workspace and target.name.startswith(store.path.name)):
+        raise ValueError(f"{out} is the workspace's own database: write the export somewhere else")
+    if target.is_file() and not target.with_name(target.name + ".manifest.json").is_file():
+        raise ValueError(f"{out} exists and is not an earlier export (no {target.name}.manifest.json beside it): "
+                         "choose another path, or move that file away first")
+    chosen = file_format(out, fmt)
+    if chosen not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {chosen!r} (from {out.name!r}): use --format, one of "
+                         f"{', '.join(EXPORT_FORMATS)}, or a file name ending in one")
+    return chosen
+
+
 def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str | None = None, spreadsheet: bool = False) -> Path:
     out = Path(out)
     data = frame_bytes(frame, file_format(out, fmt), spreadsheet)
@@ -222,6 +242,7 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
 
     fmt "hf" writes a folder in the Hugging Face `datasets` layout (needs the `hf` extra). `spreadsheet`: a CSV
     safe to open in a spreadsheet (`spreadsheet_safe`; the manifest counts the cells quoted)."""
+    check_destination(store, out, fmt)
     frame = labeled_frame(store, soft, hard, n_votes)
     written = frame
     if spreadsheet:  # quoted once: the file gets the quoted frame, the manifest its count
@@ -276,7 +297,9 @@ def pool_as_python(store: Store) -> str:
                      f"written by {a.provenance}, id {a.id}")
         lines.append(f"SOURCES[{a.id!r}] = {a.source!r}")
         lines.append("")
-    lines += _POOL_RUNNER.splitlines()
+    # the checker's own lists, so what runs in the sandbox runs here (`object` was missing: every template failed)
+    lines += (_POOL_RUNNER.replace("{safe_builtins}", repr(tuple(sorted(ALLOWED_BUILTINS - {"print"}))))
+              .replace("{imports}", repr(tuple(sorted(ALLOWED_IMPORTS))))).splitlines()
     lines += [
         "",
         'if __name__ == "__main__":',
@@ -290,11 +313,8 @@ def pool_as_python(store: Store) -> str:
 
 
 _POOL_RUNNER = '''
-_SAFE_BUILTINS = ("abs", "all", "any", "bool", "chr", "dict", "divmod", "enumerate", "filter", "float", "format",
-                  "frozenset", "hash", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
-                  "ord", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple",
-                  "zip", "True", "False", "None", "Exception", "ValueError", "KeyError", "IndexError", "TypeError")
-_IMPORTS = ("re", "math", "string", "collections", "itertools", "functools", "unicodedata")
+_SAFE_BUILTINS = {safe_builtins}
+_IMPORTS = {imports}
 
 
 def _import(name, globals_=None, locals_=None, fromlist=(), level=0):
@@ -307,6 +327,7 @@ def _unsandboxed_votes(rows):
     """In this process, restricted builtins only: NOT a security boundary (see the header)."""
     table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
     table["__import__"] = _import
+    table["print"] = lambda *args, **kwargs: None  # stdout carries the labels
     functions = {}
     for _id, source in SOURCES.items():
         namespace = {"__builtins__": dict(table), "__name__": "annotator"}

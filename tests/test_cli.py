@@ -64,6 +64,22 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert ((labeled["p_HAM"] + labeled["p_SPAM"]).round(4) == 1).all()
     assert set(frame["split"]) == {"pool", "dev", "test"}
 
+    # an earlier export (its manifest beside it) is overwritten; anything else is refused before any work
+    result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv")
+    assert out.returncode == 0, out.stderr
+    database = Path(ws) / "workspace.duckdb"
+    before = database.read_bytes()
+    other = tmp_path / "notes.csv"
+    other.write_text("mine\n")
+    for target, said in ((database, "the workspace's own database"), (other, "exists and is not an earlier export"),
+                         (tmp_path / "labels.xlsx", "unknown export format 'xlsx'")):
+        result, out = evopool("export", "--workdir", ws, "--out", str(target), "--aggregator", "mv", "-v",
+                              *(["--format", "csv"] if target == database else []))
+        assert out.returncode == 1 and said in out.stderr, out.stderr
+        assert "embedding" not in out.stderr.lower()  # refused before the fit
+    assert database.read_bytes() == before and other.read_text() == "mine\n"
+    assert not (tmp_path / "labels.xlsx").exists()
+
     lines = subprocess.run([sys.executable, "-m", "engine.cli", "pool", "--workdir", ws], capture_output=True,
                            text=True).stdout.strip().splitlines()
     members = [json.loads(line) for line in lines]

@@ -382,8 +382,16 @@ def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
     """The exported .py: sandboxed where the engine is installed, refused without it unless --unsandboxed."""
     thief = Annotator(id="thief", name="thief", agent="human", generation=0, source=(
         f"def annotate(example):\n    return 'breach' if open({str(decoys['secret'])!r}).read() else None\n"))
+    from engine.agents.templates import AnnotatorSpec, render
+
+    # an offline template (its `normalise(text: object)` once failed without a sandbox: `object` was not allowed)
+    # and a chatty one (print must not reach the labels on stdout)
+    template = Annotator(id="template", name="template", agent="generator", generation=1,
+                         source=render(AnnotatorSpec("cue", "spam", "sentence", ("free",))))
+    chatty = Annotator(id="chatty", name="chatty", agent="human", generation=0,
+                       source="def annotate(example):\n    print('hello')\n    return None\n")
     script = tmp_path / "pool.py"
-    script.write_text(pool_as_python(_PoolOnly([thief, BENIGN])))  # type: ignore[arg-type]
+    script.write_text(pool_as_python(_PoolOnly([thief, BENIGN, template, chatty])))  # type: ignore[arg-type]
     text = script.read_text()
     assert "THIS FILE RUNS CODE" in text and "exec(" not in text.split("_SAFE_BUILTINS")[0]
     rows = "\n".join(json.dumps(e) for e in EXAMPLES)

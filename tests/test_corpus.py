@@ -157,6 +157,27 @@ def test_the_surveyed_rows_are_the_rows_read(tmp_path):
     assert [sum(len(b.frame) for b in iter_batches([f], 10)) for f in surveyed] == [2, 2, 3, 3]
 
 
+def test_a_quote_that_swallows_the_rows_after_it_is_an_error_naming_its_line(tmp_path):
+    """A quote left open in the last column took rows c4-c999 into row c3's text (4 rows labeled, exit 0); one
+    closed by a later stray quote took the rows in between. Both name the line the quote opened on."""
+    rows = [f"c{i},please subscribe number {i}" for i in range(1000)]
+    tail = ["id,text", *rows]
+    tail[4] = 'c3,"I love it'
+    (tmp_path / "tail.csv").write_text("\n".join(tail) + "\n")
+    stray = ["id,text", *rows]
+    stray[6] = 'c5,"great song,really'
+    stray[9] = 'c8,5" tall and more'
+    (tmp_path / "stray.csv").write_text("\n".join(stray) + "\n")
+    for name, said in (("tail.csv", "quote opened on line 5 .* runs to line 1001"),
+                       ("stray.csv", "quote opened on line 7 .* runs to line 10")):
+        files = survey([tmp_path / name])
+        with pytest.raises(CorpusError, match=said):
+            sum(len(b.frame) for b in iter_batches(files, 100))
+    fine = tmp_path / "fine.csv"  # a cell quoted to hold a line break is one row
+    fine.write_text('id,text\n1,"two\nlines"\n2,one line\n')
+    assert [b.frame["text"].tolist() for b in iter_batches(survey([fine]), 10)] == [["two\nlines", "one line"]]
+
+
 def test_cli_reports_a_corrupt_file_and_a_foreign_output_in_one_line(workspace, tmp_path, capsys):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"garbage")

@@ -205,6 +205,21 @@ def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_r
         assert store.count_examples() == 0
 
 
+def test_a_stray_quote_that_a_later_one_closes_refuses_the_file_at_its_line(tmp_path):
+    """`"I love it` on line 6 and `5" tall` on line 10: the lenient parser read lines 6-10 as one row with the right
+    number of cells (r4's text held r5-r8, and r4 took r8's label) and imported 56 of 60 rows without a word."""
+    lines = ["id,text,label", *(f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(60))]
+    lines[5] = 'r4,"I love it who is here,HAM'
+    lines[9] = 'r8,5" tall great singer,HAM'
+    path = tmp_path / "swallow.csv"
+    path.write_text("\n".join(lines) + "\n")
+    for skip in (False, True):
+        store = Store.open(tmp_path / f"ws-{skip}")
+        with pytest.raises(IngestError, match="quote opened on line 6 .* runs to line 10 and takes the 4 line"):
+            import_path(store, path, IngestOptions(skip_bad_rows=skip))
+        assert store.count_examples() == 0
+
+
 def test_a_quoted_cell_over_several_lines_is_one_row(tmp_path):
     rows = [(str(i), f"first line {i}\nsecond \"line\", {i}", "ab"[i % 2]) for i in range(6)]
     path = write_csv(tmp_path / "multi.csv", rows, ("id", "text", "label"))  # the last row ends the file quoted

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from engine.ingest.readers import quoted_cleanly, swallowed_lines
+
 # csv's default cell limit (131,072 characters) refused a file with one long judgment; a C long caps it
 # (32 bits on Windows). Set before each read: it is csv's one global setting
 CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
@@ -166,14 +168,37 @@ def _lines(path: Path) -> Iterator[str]:
             raise CorpusError(f"input file {path} is not UTF-8 text (after line {line_no}): {err.reason}") from None
 
 
+class _HeldLines:
+    """The lines a csv reader takes, kept until the record they make is read (a reader takes no line past it)."""
+
+    def __init__(self, lines: Iterator[str]):
+        self.lines, self.held = lines, []
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.lines:
+            self.held.append(line)
+            yield line
+
+    def take(self) -> list[str]:
+        taken, self.held = self.held, []
+        return taken
+
+
 def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
-    """Cells as strings, as the importer reads them; a ragged row is an error naming the file and row."""
+    """Cells as strings, as the importer reads them; a ragged row, or a quote that swallowed the rows after it, is
+    an error naming the file and the line."""
     csv.field_size_limit(CSV_FIELD_LIMIT)
-    reader = csv.reader(_lines(path), delimiter=sep)
+    lines = _HeldLines(_lines(path))
+    reader = csv.reader(lines, delimiter=sep)
     try:
         header = [h.strip() or f"Unnamed: {i}" for i, h in enumerate(next(reader))]
+        lines.take()
         rows: list[list[str]] = []
         for row_no, cells in enumerate(reader):
+            record = lines.take()
+            if len(record) > 1 and not quoted_cleanly(record, sep):
+                end = reader.line_num
+                raise CorpusError(f"input file {path}: {swallowed_lines(end - len(record) + 1, end, False)}")
             if not cells:
                 continue  # a blank line (a trailing one, or between rows) holds no row, as the importer reads it
             if len(cells) != len(header):

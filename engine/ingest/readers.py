@@ -165,11 +165,8 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
             start, end = end + 1, reader.line_num  # the record's first and last line of the file
             if not cells:  # a blank line
                 continue
-            if end > start and (len(cells) != len(header) or _open_quote_at_eof(lines, start, end, sep)):
-                raise IngestError(f"{name}: the quote opened on line {start} is not closed where it should be: "
-                                  f"the record starting there runs to line {end}"
-                                  f"{' (the end of the file)' if end == len(lines) else ''} and takes the "
-                                  f"{end - start} line(s) after it as one cell; close or remove that quote")
+            if end > start and (len(cells) != len(header) or not quoted_cleanly(lines[start - 1:end], sep)):
+                raise IngestError(f"{name}: {swallowed_lines(start, end, end == len(lines))}")
             if len(cells) != len(header):
                 problems.append(RowProblem(row_no, f"{len(cells)} cells where the header has {len(header)} "
                                                    f"(line {start} of the file; a stray "
@@ -187,16 +184,24 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
     return pd.DataFrame(rows, columns=header, index=pd.Index(index, dtype="int64"), dtype=str), problems
 
 
-def _open_quote_at_eof(lines: list[str], start: int, end: int, sep: str = ",") -> bool:
-    """Whether the record on lines start..end (1-based) ends the file inside a quoted cell: the strict parser says
-    so ("unexpected end of data"); a stray quote inside an unquoted cell (`5" tall`) is no open quote."""
-    if end != len(lines):
-        return False
+def quoted_cleanly(record_lines: list[str], sep: str = ",") -> bool:
+    """Whether a record that spans several lines (`record_lines`) is one the strict parser reads too: a cell quoted
+    to hold line breaks is; a quote that swallowed the rows after it is not, whether it runs to the end of the file
+    ("unexpected end of data") or a later stray quote closes it (`5" tall`: "',' expected after '"'"). The lenient
+    parser took the rows in between as one cell and said nothing (60 rows imported as 56, one row labeled with
+    another's label)."""
     try:
-        list(csv.reader(lines[start - 1:end], delimiter=sep, strict=True))
-    except csv.Error as err:
-        return "unexpected end of data" in str(err)
-    return False
+        list(csv.reader(record_lines, delimiter=sep, strict=True))
+    except csv.Error:
+        return False
+    return True
+
+
+def swallowed_lines(start: int, end: int, at_end: bool) -> str:
+    """What is wrong with a record from line `start` to `end` that a quote stretched, and what to do."""
+    return (f"the quote opened on line {start} is not closed where it should be: the record starting there runs "
+            f"to line {end}{' (the end of the file)' if at_end else ''} and takes the {end - start} line(s) after "
+            "it as one cell; close or remove that quote")
 
 
 ROW_PLACES = "row_places"  # frame.attrs key: {row position: what names the row}, where "row N" would not

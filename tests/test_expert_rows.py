@@ -155,6 +155,12 @@ def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cach
     assert pool_key(store) == before  # the same rows as before: labels saved then are current again
     label_rows(store, executor, {b: "SPAM"}, by="maria")
     assert pool_key(store) != after_a[0] and version(store) != after_a[1]
+    # the same row back with the other label: other dev rows, so labels saved before are stale (the key once held
+    # only which rows the expert labeled)
+    after_b = pool_key(store)
+    unlabel_rows(store, [b])
+    label_rows(store, executor, {b: "HAM"}, by="maria")
+    assert pool_key(store) != after_b
 
 
 def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as_it_was(evolved, monkeypatch):

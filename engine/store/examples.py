@@ -190,9 +190,11 @@ class ExamplesMixin:
         return self._df("SELECT e.*, x.text FROM expert_labels e JOIN examples x ON x.id = e.example_id "
                         "ORDER BY e.labeled_at, e.example_id")
 
-    def expert_labeled_ids(self) -> list[str]:
-        """The ids of the rows the expert labeled into dev, sorted (what `expert_labels` lists, without the join)."""
-        return [r[0] for r in self._q("SELECT example_id FROM expert_labels ORDER BY example_id")]
+    def expert_label_pairs(self) -> list[list]:
+        """[id, label, label set] of each row the expert labeled into dev, by id: what saved soft labels depend on
+        (a row returned and labeled again with another label is another dev row)."""
+        return [[r[0], r[1], None if r[2] is None else [int(c) for c in r[2]]] for r in self._q(
+            "SELECT example_id, label, label_set FROM expert_labels ORDER BY example_id")]
 
     def count_examples(self, split: str | None = None) -> int:
         if split is None:

@@ -49,9 +49,10 @@ class SavedLabels:
 
 def pool_key(store: Store) -> str:
     """Fingerprint of what soft labels depend on: the pool, the number of rows and of dev rows, and, once the expert
-    labeled rows into dev, which (after an undo dev's count can come back with other rows; with none labeled, the
-    key is what it was before rows could move, so labels saved then stay current)."""
-    moved = store.expert_labeled_ids()
+    labeled rows into dev, which and with which labels (after an undo dev's count can come back with other rows, or
+    the same rows labeled otherwise; with none labeled, the key is what it was before rows could move, so labels
+    saved then stay current)."""
+    moved = store.expert_label_pairs()
     text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")]
                       + ([moved] if moved else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -66,7 +67,7 @@ def stale_reason(store: Store, saved_pool: Sequence[str], key: str) -> str | Non
         return "The pool or the rows changed"
     if sorted(saved_pool) != sorted(store.pool_ids()):
         return "The pool changed"
-    return "The rows changed (rows labeled into dev or returned to the pool, or rows imported)"
+    return "The rows changed (rows labeled into dev, relabeled or returned to the pool, or rows imported)"
 
 
 def _labels_base(workdir: Path, aggregator: str) -> Path:

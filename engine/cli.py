@@ -179,10 +179,19 @@ def cmd_run(args: argparse.Namespace) -> dict:
                              label_column=args.label_column, multi_label=args.multi_label,
                              label_separator=args.label_separator, task_name=args.task_name,
                              labels=tuple(args.labels) if args.labels else None,
-                             label_descriptions=_label_descriptions(args.label_descriptions))
-        report = import_path(store, args.data, opts)
+                             label_descriptions=_label_descriptions(args.label_descriptions),
+                             skip_bad_rows=args.skip_bad_rows)
+        try:
+            report = import_path(store, args.data, opts)
+        except IngestError as err:
+            if err.problems and all(p.row for p in err.problems) and not args.skip_bad_rows:
+                raise IngestError(f"{str(err).splitlines()[0]} (fix the rows, or pass --skip-bad-rows to import "
+                                  "the good ones)", err.problems) from None
+            raise
         print(f"imported {report.n_rows} rows {report.split_counts}; " + "; ".join(report.notes),
               file=sys.stderr, flush=True)
+        for problem in report.skipped:  # every row left out, and why: the file can be fixed and imported again
+            print(f"skipped {problem}", file=sys.stderr, flush=True)
     elif args.data:
         _same_data(store, args.data)
     gate = _gate_config(args.gate_config)
@@ -436,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--label-descriptions", metavar="JSON",
                      help='file with {"label": "what it means", ...}: seeds the agents\' cues (import only)')
     run.add_argument("--task-name", help="the task's name (import only; default: the file's name)")
+    run.add_argument("--skip-bad-rows", action="store_true",
+                     help="import the good rows and list each bad one (row and why) instead of refusing the file "
+                          "(import only; a quote that swallows rows still refuses it)")
     run.add_argument("--gate-config", help="JSON file overriding gate thresholds")
     run.add_argument("--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)")
     run.add_argument("--model", help="model name (else EVOPOOL_MODEL)")

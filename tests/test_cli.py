@@ -88,6 +88,23 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert expected <= set(members[0])
 
 
+def test_run_imports_the_good_rows_and_names_the_bad_ones_on_request(tmp_path, demo_csv):
+    """The studio could keep what was good; the CLI refused a whole file for one bad row, with no way around it."""
+    frame = pd.read_csv(demo_csv, keep_default_na=False, dtype=str)
+    frame.loc[3, "text"] = ""
+    frame.loc[7, "id"] = frame.loc[6, "id"]  # a duplicate id
+    bad = tmp_path / "bad.csv"
+    frame.to_csv(bad, index=False)
+    summary, out = evopool("run", str(bad), "--workdir", str(tmp_path / "refused"), "--generations", "1")
+    assert out.returncode == 1 and "nothing was imported" in out.stderr and "--skip-bad-rows" in out.stderr
+    assert "row 4: empty text" in out.stderr and "row 8" in out.stderr
+    summary, out = evopool("run", str(bad), "--workdir", str(tmp_path / "kept"), "--generations", "1",
+                           "--skip-bad-rows")
+    assert out.returncode == 0, out.stderr
+    assert "skipped row 4: empty text" in out.stderr and "skipped row 8" in out.stderr
+    assert Store.open(tmp_path / "kept").count_examples() == len(frame) - 2
+
+
 def test_run_holds_back_audit_rows_on_request(tmp_path, demo_csv):
     ws = tmp_path / "audited"
     summary, out = evopool("run", str(demo_csv), "--workdir", str(ws), "--generations", "1",

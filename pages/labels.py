@@ -59,7 +59,11 @@ if result is None:
     regression_ui.label_rows_for_dev(store, task.labels, task.multi_label, None)  # a thin class grows without them
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
-if stale:
+if stale == "The pool changed" and result.dev_scores.uses_pool is False:
+    # labels of the text alone do not change with the pool; the choice of model might
+    st.info(f"The pool changed since these soft labels were computed. They do not read it ({result.resolved} learned "
+            "from the text alone), but a recompute weighs the new pool and may choose a model that does.")
+elif stale:
     st.warning(f"{stale} since these soft labels were computed: recompute to include the changes.")
 if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it
     threshold = st.slider("Threshold", 0.05, 0.95, float(result.dev_scores.threshold or THRESHOLD), 0.05,
@@ -76,8 +80,11 @@ if not result.comparison.empty:
         (st.success if verdict[0] else st.info)(verdict[1])
     wide = st.column_config.TextColumn(width="large")  # model names and lists: cut short at the default width
     st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True,
-                 column_config={"auto chose": wide, "auto chose on": wide,
+                 column_config={"auto chose": wide, "auto chose on": wide, "auto's view": wide,
                                 "auto left out (the pool was chosen on these rows)": wide})
+    why = labels_ui.student_note(result.comparison)
+    if why:
+        st.caption(why)
 dev_probs, dev_gold = labels_ui.dev_parts(store, result)
 plots = labels_ui.plot_inputs(result, dev_probs, dev_gold, len(task.labels))
 a, b, c = st.columns(3)

@@ -9,7 +9,13 @@ import pandas as pd
 import streamlit as st
 
 from engine import export, score
-from engine.aggregators.choice_names import VOTE_STUDENT, describe_choice, is_student, reads_votes_at_prediction
+from engine.aggregators.choice_names import (
+    STUDENT,
+    VOTE_STUDENT,
+    describe_choice,
+    is_student,
+    reads_votes_at_prediction,
+)
 from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
@@ -151,7 +157,17 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
              "audit_macro_f1": "audit-row macro-F1 (out-of-fold)", "n_audit": "audit rows",
              "chosen_on": "auto chose on", "uses_pool": "uses the pool's votes",
              "left_out": "auto left out (the pool was chosen on these rows)"}
+    left_out: set[str] = set()
+    if {"aggregator", "left_out"} <= set(comparison.columns):
+        for value in comparison.loc[comparison["aggregator"] == "auto", "left_out"]:
+            if isinstance(value, (list, tuple, np.ndarray)):
+                left_out |= {str(v) for v in value}
     table = comparison.rename(columns=names)
+    # a row auto left out holds the inflated figure of votes chosen on these very rows: said on the row, and
+    # listed after the rows auto weighed (it ranked first and made auto's choice look like a loss)
+    table.insert(1, "auto's view", ["left out: reads only votes the pool was chosen on, so its figure is inflated"
+                                    if a in left_out else "" for a in table["aggregator"]]
+                 if "aggregator" in table else "")
     for column in ("auto chose", "auto chose on", names["left_out"]):
         if column in table:
             table[column] = table[column].map(_cell)
@@ -160,7 +176,11 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
             lambda v: "" if v is None or v != v else ("yes" if v else "no"))
     key = "audit-row macro-F1 (out-of-fold)" if "audit-row macro-F1 (out-of-fold)" in table else (
         "dev macro-F1 (out-of-fold)")  # audit rows are the honest ranking where there are some
-    return table.sort_values(key, ascending=False, kind="stable") if key in table else table
+    if key not in table:
+        return table
+    weighed = table["auto's view"] == ""
+    return pd.concat([table[weighed].sort_values(key, ascending=False, kind="stable"),
+                      table[~weighed].sort_values(key, ascending=False, kind="stable")])
 
 
 def _cell(value: object) -> str:
@@ -170,6 +190,29 @@ def _cell(value: object) -> str:
     if isinstance(value, (list, tuple, np.ndarray)):
         return ", ".join(map(str, value))
     return str(value)
+
+
+def student_note(comparison: pd.DataFrame) -> str | None:
+    """Why auto's dev figure can sit below a model it weighed (its choice is a student it kept over a teacher that
+    scored higher on dev), or None when it does not."""
+    if comparison.empty or not {"aggregator", "macro_f1"} <= set(comparison.columns):
+        return None
+    rows = comparison.set_index("aggregator")
+    if "auto" not in rows.index:
+        return None
+    chosen = str(rows.loc["auto"].get("chosen", "") or "")
+    left_out = rows.loc["auto"].get("left_out")
+    skipped = {"auto", "auto-text", "auto-pool", *(left_out if isinstance(left_out, (list, tuple, np.ndarray))
+                                                   else [])}
+    weighed = rows[~rows.index.isin(skipped)]["macro_f1"].dropna()
+    students = is_student(chosen) or (chosen.startswith("avg(") and STUDENT in chosen)  # one, or a mean of some
+    if not students or weighed.empty or float(weighed.max()) <= float(rows.loc["auto", "macro_f1"]):
+        return None
+    best = f"{weighed.idxmax()}'s ({float(weighed.max()):.3f})"
+    return (f"Auto chose {chosen}, whose dev figure is below {best}: it keeps a student (a text model trained "
+            "on a teacher's labels of the unlabeled rows) over its teacher unless the teacher beats it in every "
+            "bootstrap draw of the dev rows. On the withheld gold labels of rows nobody labeled, students scored at "
+            "least their teacher's macro-F1 in 38 of 42 runs (README, bench/student_validation.py).")
 
 
 def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:

@@ -166,6 +166,27 @@ def test_the_comparison_table_names_its_columns_and_leaves_no_none_in_its_cells(
         {"aggregator": "auto-text", "macro_f1": 0.90, "uses_pool": None, "left_out": float("nan"), "chosen": None}])
     table = comparison_table(raw)
     assert "uses_pool" not in table and "left_out" not in table
-    assert table["uses the pool's votes"].tolist() == ["yes", "no", ""]
-    assert table["auto left out (the pool was chosen on these rows)"].tolist() == ["", "mv, ds", ""]
+    assert table["uses the pool's votes"].tolist() == ["no", "", "yes"]
+    assert table["auto left out (the pool was chosen on these rows)"].tolist() == ["mv, ds", "", ""]
     assert "None" not in table.astype(str).to_numpy().ravel().tolist()
+    # what auto left out says so on its own row, after the rows auto weighed, whatever its (inflated) figure
+    assert table["aggregator"].tolist() == ["auto", "auto-text", "mv"]
+    assert table["auto's view"].tolist()[:2] == ["", ""] and "inflated" in table["auto's view"].tolist()[2]
+
+
+def test_the_labels_screen_says_why_auto_kept_a_student_below_a_model_it_weighed():
+    """On the demo auto's row read 0.916 under embedding's 0.932 with no word why: it keeps a student unless its
+    teacher beats it in every bootstrap draw."""
+    from studio.labels_ui import student_note
+
+    def comparison(chosen: str, left_out: list[str]) -> pd.DataFrame:
+        return pd.DataFrame.from_records([
+            {"aggregator": "mv", "macro_f1": 0.96}, {"aggregator": "embedding", "macro_f1": 0.932},
+            {"aggregator": "auto", "macro_f1": 0.916, "chosen": chosen, "left_out": left_out},
+            {"aggregator": "auto-text", "macro_f1": 0.916}])
+
+    said = student_note(comparison("student<avg(embedding-only,tfidf-only)>", ["mv"]))
+    assert said is not None and "below embedding's (0.932)" in said and "38 of 42 runs" in said
+    assert student_note(comparison("avg(student<embedding-only>,student<evoagg[embedding]>)", ["mv"])) is not None
+    assert student_note(comparison("embedding-only", ["mv"])) is None  # not a student: no such rule at work
+    assert student_note(comparison("student<embedding-only>", ["mv", "embedding"])) is None  # only left-out above

@@ -745,6 +745,23 @@ def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels
     assert shown["id"][0] not in set(offered["id"])
 
 
+def test_labels_of_the_text_alone_are_not_called_stale_when_only_the_pool_changed(home):
+    """A rejection asked for a 65-second recompute of labels that read no vote (a browser walk): the screen now says
+    they do not read the pool, and that a recompute may still choose a model that does."""
+    from engine.review import reject
+
+    store = seed(home, "stale-text", generations=1)
+    for aggregator in ("embedding", "mv"):
+        assert start_labels(home / "stale-text", aggregator, compare=False).wait(180)
+    reject(store, store.pool_ids()[0], "fires on song titles")
+    at = run("stale-text", "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("embedding").run()
+    assert "They do not read it (embedding learned from the text alone)" in texts(at)
+    assert "recompute to include the changes" not in texts(at)
+    at.selectbox(key="aggregator").set_value("mv").run()
+    assert "The pool changed since these soft labels were computed: recompute" in texts(at)
+
+
 def test_the_downloads_describe_the_labels_they_hold_after_the_pool_and_dev_change(home):
     """The manifest names the pool that made the saved labels (and says the pool changed since), counts a
     spreadsheet-safe CSV's quoted cells, and the download frame's splits follow rows labeled into dev since."""

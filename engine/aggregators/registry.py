@@ -69,7 +69,9 @@ _ENTRIES = (
                     lambda k, seed: EvoAgg(k, seed=seed), reads_text=True, needs_labels=True),
     AggregatorEntry("embedding", "text embeddings only (ignores the votes)", lambda k, seed: TextOnly(k, seed=seed),
                     reads_votes=False, reads_text=True, needs_labels=True),
-    AggregatorEntry("auto", "the best of these (and TF-IDF views) by out-of-fold macro-F1 on the audit rows",
+    AggregatorEntry("auto", "the best of these (TF-IDF views and students of the best included) by out-of-fold "
+                    "macro-F1: on the audit rows where there are enough, else on dev without what reads only the votes "
+                    "the pool was chosen on",
                     lambda k, seed: AutoAggregator(k, seed=seed), reads_text=True, needs_labels=True, chooses=True),
     AggregatorEntry("auto-text", "the best of the text-only models (students of text-only teachers included): "
                     "what the text does without the pool", lambda k, seed: AutoAggregator(k, seed=seed, text_only=True),

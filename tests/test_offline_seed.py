@@ -58,6 +58,21 @@ def test_word_cue_takes_the_widest_stem_but_keeps_short_words_exact():
     assert word_cue("arrival") == "arriv*"
     assert word_cue("card") == "card*"
     assert word_cue("pay") == "pay"
+    # a description's word loses only an inflection: "activity" gave activ*, which fires on "activates"
+    assert word_cue("activity", widest=False) == "activity*" and word_cue("activity") == "activ*"
+    assert word_cue("subscribe", widest=False) == "subscrib*" and word_cue("inhibits", widest=False) == "inhibit*"
+
+
+def test_a_descriptions_words_seed_narrow_stems_and_the_names_wide_ones():
+    task = Task(name="t", labels=("INHIBITS", "OTHER"),
+                label_descriptions={"INHIBITS": "reduces the activity of an enzyme"})
+    rows = [("the drug inhibits the activity of the enzyme", 0), ("it activates the receptor strongly", 1),
+            ("the compound reduces enzyme activity", 0), ("no relation between the two", 1)] * 3
+    inputs = [{"text": text} for text, _ in rows]
+    ws = build_workspace(task, inputs, np.array([y for _, y in rows]), inputs, ("sentence",))
+    cues = {spec.cues for label, spec in seeded_specs(ws) if label == 0 and not spec.also}
+    assert ("activity*",) in cues and ("activ*",) not in cues
+    assert ("inhibit*",) in cues  # the name's own word, widest
 
 
 def test_seeded_proposals_find_the_label_words_and_need_a_second_word_where_one_is_shared():

@@ -51,8 +51,18 @@ def label_words(label: str, description: str = "") -> list[str]:
     return words[:MAX_WORDS]
 
 
-def word_cue(word: str) -> str:
-    """The widest safe cue for a word: its shortest stem prefix (`arriv*` for arrival), else the word itself."""
+INFLECTIONS = ("ing", "es", "ed", "s", "e")  # endings that change a word's form, not its meaning
+
+
+def word_cue(word: str, widest: bool = True) -> str:
+    """The widest safe cue for a word: its shortest stem prefix (`arriv*` for arrival), else the word itself. Not
+    `widest` (a description's words, which are plainer and many): only an inflection comes off (`subscrib*`,
+    `inhibit*`), since a derivation's stem can name the opposite (`activ*` of "activity" fires on "activates",
+    which a description of an inhibition class had planted: a browser walk)."""
+    if not widest:
+        inflected = [word[: -len(end)] for end in INFLECTIONS
+                     if word.endswith(end) and len(word) - len(end) >= MIN_PREFIX]
+        return min(inflected, key=len) + "*" if inflected else (word + "*" if len(word) >= MIN_PREFIX else word)
     prefixes = sorted(stems(word), key=len)
     return prefixes[0] if prefixes and len(prefixes[0]) - 1 >= MIN_PREFIX else word
 
@@ -66,7 +76,8 @@ def seeded_specs(ws: OfflineWorkspace) -> list[tuple[int, AnnotatorSpec]]:
     banks = neighbour_banks(ws, words_of)
     out: list[tuple[int, AnnotatorSpec]] = []
     for label_id, (label, words) in enumerate(zip(ws.task.labels, words_of, strict=True)):
-        cues = list(dict.fromkeys(word_cue(w) for w in words))
+        named = set(label_words(label))  # the name's words take the widest stem; the description's, a narrower one
+        cues = list(dict.fromkeys(word_cue(w, widest=w in named) for w in words))
         out += [(label_id, spec) for spec in banks[label_id]]
         for view in ws.views:
             if view not in ("sentence", "between", "near", "lead"):
@@ -89,7 +100,8 @@ def neighbour_banks(ws: OfflineWorkspace, words_of: list[list[str]]) -> list[lis
             for view in (v for v in BANK_VIEWS if v in ws.views):
                 for word in words:
                     near = [w for w in nearest_words(index, view, word, NEIGHBOURS + 4) if w not in STOPWORDS]
-                    bank = dedupe_prefixes(tuple(dict.fromkeys((word_cue(word), *near[:NEIGHBOURS]))))
+                    cue = word_cue(word, widest=word in label_words(label))
+                    bank = dedupe_prefixes(tuple(dict.fromkeys((cue, *near[:NEIGHBOURS]))))
                     if len(bank) > 1:
                         banks.append(AnnotatorSpec("cue", label, view, bank))
     except (OSError, ImportError, RuntimeError, ValueError) as err:

@@ -53,7 +53,7 @@ if not store.has_data():
                            wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels,
                            read_problems=problems)
         importer.progress(store)
-        importer.show_problems(store)
+        importer.show_problems(store, importer.asked(opts, location or name))
     st.stop()
 
 # ---- a workspace with data ---------------------------------------------------------------------------

@@ -244,6 +244,7 @@ def start(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: st
           wrench_folder: str | None = None, wrench_labels: tuple[str, ...] | None = None,
           read_problems: list[RowProblem] | None = None) -> None:
     """Start the import as a background job (validating 100K rows takes seconds)."""
+    state.put(state.IMPORT_ASKED, asked(opts, source))
     try:
         start_import(store.path.parent, frame, opts, dataset=dataset, source=source, labels=wrench_labels,
                      wrench_folder=wrench_folder, read_problems=read_problems or [])
@@ -280,10 +281,19 @@ def unseen_report(store: Store) -> ImportReport | None:
     return job.result
 
 
-def show_problems(store: Store) -> None:
-    """The last failed import: the message and a table naming each bad row and why."""
+def asked(opts: IngestOptions, source: str) -> str:
+    """What an import was asked with (the file and the form's settings), to tell a failure's form from today's."""
+    return f"{source}|{opts!r}"
+
+
+def show_problems(store: Store, now: str | None = None) -> None:
+    """The last failed import: the message and a table naming each bad row and why. Not once the form differs from
+    the one it failed with (`now`, `asked`): its error stood below a form that had fixed it (a browser walk); the
+    plan above the Import button tells where the form stands now."""
     job = REGISTRY.latest(store.path.parent, "import")
     if job is None or job.status != "failed":
+        return
+    if now is not None and state.get(state.IMPORT_ASKED) not in (None, now):
         return
     err = job.exception
     if not isinstance(err, IngestError):

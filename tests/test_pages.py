@@ -247,6 +247,9 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert not Store.open(tmp_path / "imp" / "mine").has_data()
 
     at.checkbox(key="skip_bad_rows").check().run()
+    # the failed import's error goes once the form differs from the one it failed with (it stood below a form that
+    # had fixed it); the plan above says where the form stands
+    assert "Nothing was imported" not in texts(at) and "will be skipped" in texts(at)
     import_and_wait(at, tmp_path / "imp" / "mine")
     assert not at.exception
     assert "Imported 38 rows" in texts(at) and "Skipped 2 bad row(s)" in texts(at)

@@ -147,6 +147,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
+        if found and not wrench_labels:
+            st.caption(found_labels_note(label_counts(frame, label_col, separator if multi_label else None)))
         # the labels found, as found, while the box is untouched: a label may itself hold a comma ('yes, definitely')
         untouched = label_text == ", ".join(found)
         labels = found if untouched else tuple(x.strip() for x in label_text.split(",") if x.strip())
@@ -154,7 +156,7 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
         dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000,
-                                         max(20, min(500, n_labeled)), step=50, key="map_dev",
+                                         IngestOptions.dev_size, step=50, key="map_dev",
                                          help=f"the file has {n_labeled:,} labeled rows; labeled rows beyond dev "
                                               "become the test (holdout) split")
         audit = audit_col.number_input(
@@ -179,13 +181,29 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
 def _labels_in(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> tuple[str, ...]:
     """Every label name found in a column, read as the import reads a cell; with a separator, a cell may hold
     several. The whole column: a cut-down set makes the import refuse every row of a label left out."""
+    return tuple(sorted(label_counts(frame, column, separator)))
+
+
+def label_counts(frame: pd.DataFrame, column: str | None, separator: str | None = None) -> dict[str, int]:
+    """{label: rows holding it}, each cell read as the import reads it (split on `separator` when given)."""
     if column is None:
-        return ()
+        return {}
     values = frame[column].dropna()
     if separator:  # multi-label: split joined cells, unpack list cells (JSONL)
         values = values.map(lambda v: list(v) if isinstance(v, (list, tuple, np.ndarray)) else str(v).split(separator))
         values = values.explode().dropna()
-    return tuple(sorted(v for v in values.map(cell_text).unique() if v))
+    texts = values.map(cell_text)
+    return {str(k): int(v) for k, v in texts[texts != ""].value_counts().items()}
+
+
+def found_labels_note(counts: dict[str, int]) -> str:
+    """The labels the box was filled with, with their rows: a typo or a stray label holds a row or two, and read
+    as a set it looked confirmed (a browser walk)."""
+    shown = " · ".join(f"{label} {counts[label]:,}" for label in sorted(counts))
+    rare = sorted(label for label, n in counts.items() if n <= 2)
+    return (f"Found in the file (rows each): {shown}."
+            + (f" Held by only one or two rows: {', '.join(rare)}; a typo? Remove a label from the box to make its "
+               "rows bad rows (listed below), or keep it as a class." if rare else ""))
 
 
 def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:

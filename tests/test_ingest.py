@@ -236,12 +236,12 @@ def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     report = import_path(Store.open(tmp_path / "ws"), path, IngestOptions(dev_size=500))
     assert report.split_counts.get("pool", 0) == 0
     assert any("no unlabeled rows" in note for note in report.notes)
-    assert any("dev size 500 asked for, but the file has 60 labeled rows" in note for note in report.notes)
+    assert any("dev takes all 60 usable labeled rows (the dev size is 500)" in note for note in report.notes)
     # where the file's own split column puts every labeled row, the dev size asked for decides nothing: no note
     rows = [(*row[:3], row[3], "dev" if i % 2 else "test") for i, row in enumerate(_legal_rows(60, 0))]
     path = write_csv(tmp_path / "split.csv", rows, ("id", "text", "note", "label", "split"))
     report = import_path(Store.open(tmp_path / "ws2"), path, IngestOptions(dev_size=500))
-    assert report.split_counts["dev"] == 30 and not any("asked for" in note for note in report.notes), report.notes
+    assert report.split_counts["dev"] == 30 and not any("dev takes all" in note for note in report.notes), report.notes
 
 
 def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_classes(tmp_path):

@@ -296,7 +296,8 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     n_dev = int((clean["split"] == "dev").sum())
     drawn = bool((unsplit["split"].isna() & unsplit["label"].notna()).any())  # else the file's own splits decide
     if drawn and 0 < n_dev < opts.dev_size and labeled <= opts.dev_size:
-        notes.append(f"dev size {opts.dev_size} asked for, but the file has {labeled} labeled rows: dev has {n_dev}")
+        notes.append(f"dev takes all {n_dev} usable labeled rows (the dev size is {opts.dev_size}): none is left "
+                     "for a test (holdout) split; the audit rows, where there are enough, keep the figures honest")
     if not (clean["split"] == "pool").any():
         notes.append("no unlabeled rows: the pool has nothing to label yet (every row has a label); "
                      "the pool still learns from dev, and you can label new data with it later")

@@ -156,7 +156,7 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
         dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000,
-                                         IngestOptions.dev_size, step=50, key="map_dev",
+                                         max(20, min(IngestOptions.dev_size, n_labeled)), step=50, key="map_dev",
                                          help=f"the file has {n_labeled:,} labeled rows; labeled rows beyond dev "
                                               "become the test (holdout) split")
         audit = audit_col.number_input(

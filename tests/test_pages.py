@@ -235,7 +235,6 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert at.text_input(key="map_labels").value == "HAM, MAYBE, SPAM"  # as found in the file
     assert "Found in the file (rows each): HAM 20 · MAYBE 1 · SPAM 19." in texts(at)
     assert "Held by only one or two rows: MAYBE; a typo?" in texts(at)
-    assert at.number_input(key="map_dev").value == 500  # the CLI's default, not the count of labeled cells
     at.text_input(key="map_labels").input("HAM, SPAM").run()  # the curator declares the label set
     before = at.dataframe[-1].value  # the bad rows are listed before Import is pressed, with their ids
     assert list(before["row"]) == [3, 4] and list(before["id"]) == ["r3", "r4"]

@@ -173,6 +173,9 @@ def test_a_quote_that_swallows_the_rows_after_it_is_an_error_naming_its_line(tmp
         files = survey([tmp_path / name])
         with pytest.raises(CorpusError, match=said):
             sum(len(b.frame) for b in iter_batches(files, 100))
+    quoted = tmp_path / "quoted.tsv"  # a TSV's quotes are kept as written where they are no CSV quoting
+    quoted.write_text('id\ttext\n1\t"Hello" he said\n2\t"a\tb"\n')
+    assert [b.frame["text"].tolist() for b in iter_batches(survey([quoted]), 10)] == [['"Hello" he said', "a\tb"]]
     fine = tmp_path / "fine.csv"  # a cell quoted to hold a line break is one row
     fine.write_text('id,text\n1,"two\nlines"\n2,one line\n')
     assert [b.frame["text"].tolist() for b in iter_batches(survey([fine]), 10)] == [["two\nlines", "one line"]]

@@ -220,6 +220,15 @@ def test_a_stray_quote_that_a_later_one_closes_refuses_the_file_at_its_line(tmp_
         assert store.count_examples() == 0
 
 
+def test_a_tsv_cell_keeps_quotes_that_are_not_csv_quoting(tmp_path):
+    """`"Hello" he said` in a TSV was stored as `Hello he said`: a tab-separated file seldom quotes. A cell quoted
+    the CSV way is still read as one."""
+    path = tmp_path / "quote.tsv"
+    path.write_text('id\ttext\tlabel\n1\t"Hello" he said, loudly\tHAM\n2\tplain\tSPAM\n3\t"quoted\tcell"\tHAM\n'
+                    '4\t5" tall\tSPAM\n')
+    assert read_table(path)["text"].tolist() == ['"Hello" he said, loudly', "plain", "quoted\tcell", '5" tall']
+
+
 def test_a_quoted_cell_over_several_lines_is_one_row(tmp_path):
     rows = [(str(i), f"first line {i}\nsecond \"line\", {i}", "ab"[i % 2]) for i in range(6)]
     path = write_csv(tmp_path / "multi.csv", rows, ("id", "text", "label"))  # the last row ends the file quoted

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.ingest.readers import quoted_cleanly, swallowed_lines
+from engine.ingest.readers import quoted_cleanly, swallowed_lines, unquoted_tsv
 
 # csv's default cell limit (131,072 characters) refused a file with one long judgment; a C long caps it
 # (32 bits on Windows). Set before each read: it is csv's one global setting
@@ -199,6 +199,8 @@ def _read_csv(path: Path, batch_size: int, sep: str) -> Iterator[pd.DataFrame]:
             if len(record) > 1 and not quoted_cleanly(record, sep):
                 end = reader.line_num
                 raise CorpusError(f"input file {path}: {swallowed_lines(end - len(record) + 1, end, False)}")
+            if len(record) == 1:
+                cells = unquoted_tsv(record[0], cells, sep)
             if not cells:
                 continue  # a blank line (a trailing one, or between rows) holds no row, as the importer reads it
             if len(cells) != len(header):

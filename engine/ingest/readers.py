@@ -167,6 +167,7 @@ def _read_delimited(text: str, sep: str, name: str) -> tuple[pd.DataFrame, list[
                 continue
             if end > start and (len(cells) != len(header) or not quoted_cleanly(lines[start - 1:end], sep)):
                 raise IngestError(f"{name}: {swallowed_lines(start, end, end == len(lines))}")
+            cells = unquoted_tsv(lines[start - 1], cells, sep) if end == start else cells
             if len(cells) != len(header):
                 problems.append(RowProblem(row_no, f"{len(cells)} cells where the header has {len(header)} "
                                                    f"(line {start} of the file; a stray "
@@ -195,6 +196,15 @@ def quoted_cleanly(record_lines: list[str], sep: str = ",") -> bool:
     except csv.Error:
         return False
     return True
+
+
+def unquoted_tsv(line: str, cells: list[str], sep: str) -> list[str]:
+    """A TSV line's cells as written when its quotes are not CSV quoting: a tab-separated file seldom quotes, and
+    `"Hello" he said` was read as `Hello he said` (the quotes taken for a quoted cell's). A line the strict parser
+    reads (a properly quoted cell, or no quote at all) keeps the parser's cells."""
+    if sep != "\t" or '"' not in line or quoted_cleanly([line], sep):
+        return cells
+    return line.rstrip("\r\n").split("\t")
 
 
 def swallowed_lines(start: int, end: int, at_end: bool) -> str:

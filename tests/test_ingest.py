@@ -253,6 +253,17 @@ def test_only_labeled_rows_and_a_dev_size_beyond_them_are_explained(tmp_path):
     assert report.split_counts["dev"] == 30 and not any("dev takes all" in note for note in report.notes), report.notes
 
 
+def test_labels_that_are_one_number_written_two_ways_are_named(tmp_path):
+    """'1' and '1.0' in one label column (a spreadsheet saved some cells as floats) became two classes."""
+    rows = [(f"r{i}", f"row number {i} of the file", ("0", "1")[i % 2]) for i in range(20)]
+    rows[3] = ("r3", "row three", "1.0")
+    path = write_csv(tmp_path / "n.csv", rows, ("id", "text", "label"))
+    with pytest.raises(IngestError) as err:
+        import_path(Store.open(tmp_path / "a"), path)
+    assert "labels '1' (9 row(s), first row 2) and '1.0' (1 row(s), first row 4) differ only in case, spacing or " \
+           "number format" in str(err.value.problems[0])
+
+
 def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_classes(tmp_path):
     """'Inhibitor' beside 'inhibitor' became two classes without a word, each with part of the rows."""
     rows = [(f"r{i}", f"the drug number {i} acts here", ("inhibitor", "no relation")[i % 2]) for i in range(20)]
@@ -263,10 +274,10 @@ def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_cla
         import_path(Store.open(tmp_path / "a"), path, IngestOptions(skip_bad_rows=True))  # skipping cannot help
     assert [str(p) for p in err.value.problems] == [
         "the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) differ only "
-        "in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they are "
+        "in case, spacing or number format, so they would be 2 separate classes: write them alike in the file, or, if they are "
         "different labels, give the label set (the import form's labels box; evopool run --label NAME, one per class)",
         "the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) differ "
-        "only in case or spacing, so they would be 2 separate classes: write them alike in the file, or, if they "
+        "only in case, spacing or number format, so they would be 2 separate classes: write them alike in the file, or, if they "
         "are different labels, give the label set (the import form's labels box; evopool run --label NAME, one per "
         "class)"]
     # a label set given keeps them apart, as given

@@ -1,4 +1,5 @@
-"""Labels that differ only in case or spacing ('Inhibitor' / 'inhibitor', 'no relation' / 'no  relation').
+"""Labels that differ only in case, spacing or number format ('Inhibitor' / 'inhibitor', 'no relation' /
+'no  relation', '1' / '1.0').
 
 In a label set read from the data they would become separate classes without a word, each with part of the rows,
 so the import names them (a problem of the whole file) instead of guessing which spelling is meant.
@@ -12,8 +13,14 @@ from engine.ingest.errors import RowProblem
 
 
 def label_key(name: str) -> str:
-    """What two spellings of one label share: the words, case-folded."""
-    return " ".join(name.split()).casefold()
+    """What two spellings of one label share: the words, case-folded; a number, its value ('1' and '1.0': a
+    spreadsheet that saved some cells as floats made them two classes)."""
+    words = " ".join(name.split()).casefold()
+    try:
+        value = float(words)
+    except ValueError:
+        return words
+    return repr(value) if value == value else words  # NaN is no number to match
 
 
 def variant_problems(row_labels: list[list[str] | None], row_name: Callable[[int], str]) -> list[RowProblem]:
@@ -37,7 +44,7 @@ def variant_problems(row_labels: list[list[str] | None], row_name: Callable[[int
         if len(spellings) > 1:
             told = " and ".join(f"{name!r} ({count[name]} row(s), first {row_name(first[name])})"
                                 for name in sorted(spellings))
-            problems.append(RowProblem(0, f"labels {told} differ only in case or spacing, so they would be "
+            problems.append(RowProblem(0, f"labels {told} differ only in case, spacing or number format, so they would be "
                                           f"{len(spellings)} separate classes: write them alike in the file, or, "
                                           "if they are different labels, give the label set (the import "
                                           "form's labels box; evopool run --label NAME, one per class)"))

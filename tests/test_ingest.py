@@ -272,14 +272,12 @@ def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_cla
     path = write_csv(tmp_path / "d.csv", rows, ("id", "text", "label"))
     with pytest.raises(IngestError) as err:
         import_path(Store.open(tmp_path / "a"), path, IngestOptions(skip_bad_rows=True))  # skipping cannot help
+    tail = ("differ only in case, spacing or number format, so they would be 2 separate classes: write them alike "
+            "in the file, or, if they are different labels, give the label set (the import form's labels box; "
+            "evopool run --label NAME, one per class)")
     assert [str(p) for p in err.value.problems] == [
-        "the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) differ only "
-        "in case, spacing or number format, so they would be 2 separate classes: write them alike in the file, or, if they are "
-        "different labels, give the label set (the import form's labels box; evopool run --label NAME, one per class)",
-        "the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) differ "
-        "only in case, spacing or number format, so they would be 2 separate classes: write them alike in the file, or, if they "
-        "are different labels, give the label set (the import form's labels box; evopool run --label NAME, one per "
-        "class)"]
+        f"the file: labels 'Inhibitor' (1 row(s), first row 5) and 'inhibitor' (9 row(s), first row 1) {tail}",
+        f"the file: labels 'no  relation' (1 row(s), first row 8) and 'no relation' (9 row(s), first row 2) {tail}"]
     # a label set given keeps them apart, as given
     report = import_path(Store.open(tmp_path / "b"), path,
                          IngestOptions(labels=("Inhibitor", "inhibitor", "no  relation", "no relation")))

@@ -44,8 +44,8 @@ def variant_problems(row_labels: list[list[str] | None], row_name: Callable[[int
         if len(spellings) > 1:
             told = " and ".join(f"{name!r} ({count[name]} row(s), first {row_name(first[name])})"
                                 for name in sorted(spellings))
-            problems.append(RowProblem(0, f"labels {told} differ only in case, spacing or number format, so they would be "
-                                          f"{len(spellings)} separate classes: write them alike in the file, or, "
-                                          "if they are different labels, give the label set (the import "
+            problems.append(RowProblem(0, f"labels {told} differ only in case, spacing or number format, so they "
+                                          f"would be {len(spellings)} separate classes: write them alike in the "
+                                          "file, or, if they are different labels, give the label set (the import "
                                           "form's labels box; evopool run --label NAME, one per class)"))
     return problems

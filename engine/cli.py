@@ -256,6 +256,8 @@ def cmd_export(args: argparse.Namespace) -> dict:
     if args.format == "hf" and not hf_available():
         raise MissingExtra(HF_MISSING)
     fmt = check_destination(args.store, args.out, args.format)  # before the fit, which can take minutes
+    if args.pool_python is not None:
+        _check_pool_python(args.store, args.pool_python)
     if args.spreadsheet_safe and fmt != "csv":
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels
@@ -266,8 +268,24 @@ def cmd_export(args: argparse.Namespace) -> dict:
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
                                        args.format, extra={"dev_scores": result.dev_scores.to_dict()},
                                        threshold=result.threshold, spreadsheet=args.spreadsheet_safe)
-    return {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
-            "aggregator": result.soft.aggregator}
+    out = {"out": str(path), "manifest": str(manifest_path), "rows": int(len(result.hard)),
+           "aggregator": result.soft.aggregator}
+    if args.pool_python is not None:
+        from engine.atomic import write_atomically
+        from engine.export import pool_as_python
+
+        write_atomically(args.pool_python, pool_as_python(args.store).encode("utf-8"))
+        out["pool_python"] = str(args.pool_python)
+    return out
+
+
+def _check_pool_python(store: Store, path: Path) -> None:
+    """The pool's .py goes where nothing of the workspace's, and no file but an earlier one of its kind, is."""
+    target = path.resolve()
+    if target.parent == store.path.parent.resolve() and target.name.startswith(store.path.name):
+        raise ValueError(f"{path} is the workspace's own database: write the pool somewhere else")
+    if target.is_file() and "EvoPool annotator pool" not in target.read_text(errors="replace")[:200]:
+        raise ValueError(f"{path} exists and is not an exported pool: choose another path, or move it away first")
 
 
 def _rows_progress():
@@ -477,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="csv, jsonl, parquet (default: from --out's suffix, else csv) or hf: a Hugging Face "
                          "DatasetDict folder with ClassLabel features (needs the hf extra: pip install "
                          "'evopool-studio[hf]')")
+    ex.add_argument("--pool-python", type=Path, metavar="FILE",
+                    help="also write the pool as one runnable Python file (each annotator run in EvoPool's sandbox; "
+                         "the studio's 'The pool as Python (.py)' download)")
     ex.add_argument("--spreadsheet-safe", action="store_true",
                     help="CSV only: put an apostrophe before every text cell that starts with = + - @ (or a tab), "
                          "so Excel or LibreOffice shows it as text instead of running it as a formula; those cells "

@@ -64,9 +64,15 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert ((labeled["p_HAM"] + labeled["p_SPAM"]).round(4) == 1).all()
     assert set(frame["split"]) == {"pool", "dev", "test"}
 
-    # an earlier export (its manifest beside it) is overwritten; anything else is refused before any work
-    result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv")
+    # an earlier export (its manifest beside it) is overwritten; anything else is refused before any work; the
+    # pool comes as runnable Python on request, as the studio's download gives it
+    pool_py = tmp_path / "pool.py"
+    result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv",
+                          "--pool-python", str(pool_py))
     assert out.returncode == 0, out.stderr
+    from engine.export import pool_as_python
+
+    assert result["pool_python"] == str(pool_py) and pool_py.read_text() == pool_as_python(Store.open(ws))
     database = Path(ws) / "workspace.duckdb"
     before = database.read_bytes()
     other = tmp_path / "notes.csv"

@@ -9,7 +9,15 @@ import streamlit as st
 
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
-from engine.ingest.importer import ImportReport, IngestOptions, cell_text, plan_import, row_positions
+from engine.ingest.importer import (
+    EXPORT_LABELS,
+    ImportReport,
+    IngestOptions,
+    cell_text,
+    is_export,
+    plan_import,
+    row_positions,
+)
 from engine.ingest.readers import read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
 from engine.store.workspace import Store
@@ -128,7 +136,9 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
                                                      "with the longest free text), change it if that is wrong")
         if chosen is None:
             st.warning("No column reads like free text (cells of several words): choose the text column.")
-        label_col = _optional("Label column", columns, _guess(columns, "label", "labels", "class", "gold"),
+        # an EvoPool export's `label` holds a model's labels: its gold is `gold_label` (engine.ingest.importer)
+        gold_first = (EXPORT_LABELS,) if is_export(columns) else ()
+        label_col = _optional("Label column", columns, _guess(columns, *gold_first, "label", "labels", "class", "gold"),
                               "map_label", "gold labels; rows without one are unlabeled work")
         split_col = _optional("Split column", columns, _guess(columns, "split", "set", "partition"), "map_split",
                               "pool / dev / test (train / valid also work); empty: drawn for you")

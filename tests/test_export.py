@@ -112,3 +112,31 @@ def test_a_field_of_mixed_types_is_exported_as_text_to_parquet_and_hugging_face(
     assert [year[r["text"]] for r in rows[:4] if r["year"] is not None] == ["2015", "unknown", "2016"]
     assert pd.isna(year[rows[2]["text"]])
     assert pd.api.types.is_integer_dtype(back["votes"])  # a field of one type keeps it
+
+
+def test_an_export_read_back_is_labeled_from_its_gold_not_the_models_labels(store, demo_csv, tmp_path):
+    """Re-importing an exported CSV took the model's `label` as gold (9 of 120 dev labels changed, test rows got
+    predictions as holdout gold) and made p_* and confidence fields an annotator could read (a review)."""
+    from engine.ingest.errors import IngestError
+    from engine.store.workspace import Store
+
+    import_path(store, demo_csv)
+    with SandboxExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+        result = soft_labels(store, executor, "mv")
+    out = tmp_path / "labels.csv"
+    write_export(store, result.soft, result.hard, result.n_votes, out)
+    with pytest.raises(IngestError, match="is an EvoPool export: its 'label' column holds a model's labels"):
+        import_path(Store.open(tmp_path / "wrong"), out)
+    again = Store.open(tmp_path / "again")
+    report = import_path(again, out, IngestOptions(label_column="gold_label"))
+    assert any("an EvoPool export" in note for note in report.notes)
+    assert any("250 test rows carry no gold" in note for note in report.notes)
+    assert again.split_counts() == {"dev": 120, "pool": store.count_examples() - 120}
+    dev_before = store.examples_frame("dev").set_index("id")["label"]
+    dev_after = again.examples_frame("dev").set_index("id")["label"]
+    labels_before, labels_after = store.load_task().labels, again.load_task().labels
+    assert {i: labels_after[int(v)] for i, v in dev_after.items()} == \
+        {i: labels_before[int(v)] for i, v in dev_before.items()}  # the expert's labels, every one
+    fields = set(again.load_task().fields)
+    assert not fields & {"label", "confidence", "n_votes", "aggregator", "p_HAM", "p_SPAM", "gold_label"}

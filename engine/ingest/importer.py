@@ -260,6 +260,48 @@ def no_rows_reason(frame: pd.DataFrame) -> str:
             else "the file is empty; nothing was imported")
 
 
+EXPORT_SIGNATURE = frozenset({"gold_label", "confidence", "n_votes", "aggregator"})  # engine/export.py writes them
+EXPORT_LABELS = "gold_label"  # an export's own gold: the expert's dev labels (test rows keep theirs out of the file)
+
+
+def is_export(columns) -> bool:
+    """Whether a file's columns are those of an EvoPool export (`engine.export.labeled_frame`): its own columns,
+    a predicted `label` (or `labels`) and a `p_<label>` per class, two at least (a file of the user's own may hold a
+    `confidence` or a `p_pos` column)."""
+    names = {str(c) for c in columns}
+    return (EXPORT_SIGNATURE <= names and bool({"label", "labels"} & names)
+            and sum(name.startswith("p_") for name in names) >= 2)
+
+
+def _from_an_export(frame: pd.DataFrame, opts: IngestOptions) -> tuple[pd.DataFrame, IngestOptions, list[str]]:
+    """An EvoPool export read back as data: labeled from `gold_label`, never from the model's `label` (its
+    predictions became gold, test rows' too, and its p_* columns were fields an annotator could read: a review);
+    the model's columns left out; test rows, whose gold the export keeps out, join the pool. Anything else as is."""
+    if not is_export(frame.columns):
+        return frame, opts, []
+    if opts.label_column != EXPORT_LABELS:
+        raise IngestError(f"this file is an EvoPool export: its {opts.label_column!r} column holds a model's labels, "
+                          f"not gold. Label from its {EXPORT_LABELS!r} column (the expert's dev labels): "
+                          f"--label-column {EXPORT_LABELS}, or the import form's Label column")
+    names = {cell_text(v) for column in ("label", "labels", EXPORT_LABELS) if column in frame
+             for cell in frame[column].dropna() for v in str(cell).split(opts.label_separator or "|") if v}
+    made = {"label", "labels", "confidence", "n_votes", "aggregator", *(f"p_{n}" for n in names)} & set(frame.columns)
+    frame = frame.drop(columns=sorted(made))
+    if opts.field_columns is not None:
+        opts = IngestOptions(**{**opts.__dict__, "field_columns": [c for c in opts.field_columns if c not in made]})
+    notes = [f"an EvoPool export: labeled from {EXPORT_LABELS!r}; the model's columns ({', '.join(sorted(made))}) "
+             "are left out"]
+    split = opts.split_column
+    if split is not None and split in frame:
+        held = (frame[split].map(cell_text).str.lower() == "test") & (frame[EXPORT_LABELS].map(cell_text) == "")
+        if held.any():
+            frame = frame.copy()
+            frame.loc[held, split] = "pool"
+            notes.append(f"its {int(held.sum()):,} test rows carry no gold (an export keeps holdout labels out), so "
+                         "they join the unlabeled pool")
+    return frame, opts, notes
+
+
 def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None,
                 read_problems: list[RowProblem] | tuple[RowProblem, ...] = ()) -> ImportPlan:
     """What an import would do, without writing anything: the clean rows with their splits, every problem,
@@ -272,6 +314,7 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
                           f"import{header}; why, for the first {len(first)}", first)
     if len(frame) == 0:  # a header and nothing under it: say so, not "no usable rows" or "no column holds free text"
         raise IngestError(no_rows_reason(frame))
+    frame, opts, export_notes = _from_an_export(frame, opts)
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
     for role, column in (("id", opts.id_column), ("label", opts.label_column), ("split", opts.split_column)):
@@ -280,7 +323,7 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
                               f"read each row's {role} as its text; choose the column that holds the text")
     clean, labels, problems = validate(frame, resolved, labels)
     problems = sorted([*read_problems, *problems], key=lambda p: p.row)
-    notes: list[str] = []
+    notes: list[str] = list(export_notes)
     if opts.text_column is None and text_column.lower() != "text":
         notes.append(f"the text is read from column {text_column!r} (the longest free text); choose another "
                      "text column if that is wrong")

@@ -257,7 +257,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
         raise MissingExtra(HF_MISSING)
     fmt = check_destination(args.store, args.out, args.format)  # before the fit, which can take minutes
     if args.pool_python is not None:
-        _check_pool_python(args.store, args.pool_python)
+        _check_pool_python(args.store, args.pool_python, args.out)
     if args.spreadsheet_safe and fmt != "csv":
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels
@@ -279,9 +279,12 @@ def cmd_export(args: argparse.Namespace) -> dict:
     return out
 
 
-def _check_pool_python(store: Store, path: Path) -> None:
-    """The pool's .py goes where nothing of the workspace's, and no file but an earlier one of its kind, is."""
+def _check_pool_python(store: Store, path: Path, out: Path) -> None:
+    """The pool's .py goes where nothing of the workspace's, nor the export, nor a file but an earlier one of its
+    kind is."""
     target = path.resolve()
+    if target == Path(out).resolve():
+        raise ValueError(f"--pool-python {path} is the export's own file (--out): give each its own path")
     if target.parent == store.path.parent.resolve() and target.name.startswith(store.path.name):
         raise ValueError(f"{path} is the workspace's own database: write the pool somewhere else")
     if target.is_file() and "EvoPool annotator pool" not in target.read_text(errors="replace")[:200]:

@@ -74,42 +74,55 @@ def similar_rows(store: Store, text: str, n: int = 10, scan: int = SIMILAR_SCAN)
 
 
 def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequence[str], np.ndarray] | None = None,
-                  scan: int = SIMILAR_SCAN) -> pd.DataFrame:
+                  scan: int = SIMILAR_SCAN, likeness: ClassLikeness | None = None) -> pd.DataFrame:
     """The unlabeled rows most likely to be of class `label_id`, for the expert to label into dev (a thin class
     grows fastest from rows that are likely its own). Ranked by the saved soft labels' probability of the class
-    when `saved` = (example ids, probabilities) is given: columns id, text, probability. Without them, by TF-IDF
-    likeness (words and bigrams) to the class's fitness rows taken together, or, when it has none, to its name and
-    description: columns id, text, similarity (the first `scan` unlabeled rows, like `similar_rows`)."""
-    if saved is not None:
-        example_ids, probs = saved
-        unlabeled = set(store.example_ids("pool"))  # rows labeled into dev since the labels were saved drop out
-        rows = np.array([i for i, e in enumerate(example_ids) if e in unlabeled], dtype=int)
-        p = probs[rows, label_id] if len(rows) else np.zeros(0)
-        best = rows[np.argsort(-p, kind="stable")[:n]]
-        ids = [example_ids[i] for i in best]
-        text = store.examples_frame("pool", ids=ids).set_index("id")["text"]
-        return pd.DataFrame({"id": ids, "text": [text[i] for i in ids],
-                             "probability": probs[best, label_id].round(3)})
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    when `saved` = (example ids, probabilities) is given: columns id, text, probability. Without them, by
+    `ClassLikeness` (fitted here unless given: the studio keeps one per workspace state): columns id, text,
+    similarity."""
+    if saved is None:
+        return (likeness or ClassLikeness(store, scan)).rank(label_id, n)
+    example_ids, probs = saved
+    unlabeled = set(store.example_ids("pool"))  # rows labeled into dev since the labels were saved drop out
+    rows = np.array([i for i, e in enumerate(example_ids) if e in unlabeled], dtype=int)
+    p = probs[rows, label_id] if len(rows) else np.zeros(0)
+    best = rows[np.argsort(-p, kind="stable")[:n]]
+    ids = [example_ids[i] for i in best]
+    text = store.examples_frame("pool", ids=ids).set_index("id")["text"]
+    return pd.DataFrame({"id": ids, "text": [text[i] for i in ids], "probability": probs[best, label_id].round(3)})
 
-    frame = store.examples_frame("pool", limit=scan)
-    if frame.empty:
-        return pd.DataFrame(columns=["id", "text", "similarity"])
-    gold = store.gold(FITNESS)
-    of_class = gold[:, label_id] == 1 if gold.ndim == 2 else gold == label_id
-    queries = list(store.examples_frame(FITNESS)["text"][of_class].astype(str))
-    if not queries:
-        task = store.load_task()
-        label = task.labels[label_id]
-        queries = [" ".join([label.replace("_", " ").replace("-", " "), str(task.label_descriptions.get(label, ""))])]
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
-    matrix = vectorizer.fit_transform(frame["text"].astype(str))
-    centre = np.asarray(vectorizer.transform(queries).mean(axis=0)).ravel()
-    similarity = matrix @ centre
-    best = np.argsort(-similarity, kind="stable")[:n]
-    best = best[similarity[best] > 0]
-    return pd.DataFrame({"id": frame["id"].to_numpy()[best], "text": frame["text"].to_numpy()[best],
-                         "similarity": similarity[best].round(3)})
+
+class ClassLikeness:
+    """The first `scan` unlabeled rows' TF-IDF (words and bigrams, like `similar_rows`), fitted once, and the
+    fitness rows' texts: `rank` orders the unlabeled rows by likeness to a class's fitness rows taken together, or,
+    when it has none, to its name and description. Fitting is the cost (seconds at 20,000 long rows); ranking a
+    class is a product."""
+
+    def __init__(self, store: Store, scan: int = SIMILAR_SCAN):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        frame = store.examples_frame("pool", limit=scan)
+        self.ids, self.texts = frame["id"].to_numpy(), frame["text"].to_numpy()
+        self.task = store.load_task()
+        self.gold = store.gold(FITNESS)
+        self.fitness_texts = store.examples_frame(FITNESS)["text"].astype(str).to_numpy()
+        self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+        self.matrix = self.vectorizer.fit_transform(frame["text"].astype(str)) if len(frame) else None
+
+    def rank(self, label_id: int, n: int = 10) -> pd.DataFrame:
+        if self.matrix is None:
+            return pd.DataFrame(columns=["id", "text", "similarity"])
+        of_class = self.gold[:, label_id] == 1 if self.gold.ndim == 2 else self.gold == label_id
+        queries = list(self.fitness_texts[of_class])
+        if not queries:
+            label = self.task.labels[label_id]
+            described = str(self.task.label_descriptions.get(label, ""))
+            queries = [" ".join([label.replace("_", " ").replace("-", " "), described])]
+        centre = np.asarray(self.vectorizer.transform(queries).mean(axis=0)).ravel()
+        similarity = self.matrix @ centre
+        best = np.argsort(-similarity, kind="stable")[:n]
+        best = best[similarity[best] > 0]
+        return pd.DataFrame({"id": self.ids[best], "text": self.texts[best], "similarity": similarity[best].round(3)})
 
 
 def _class_ids(store: Store, labeled: Mapping[str, str | Sequence[str]]) -> list[tuple[str, int, list[int] | None]]:

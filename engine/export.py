@@ -325,7 +325,8 @@ def _import(name, globals_=None, locals_=None, fromlist=(), level=0):
 
 def _unsandboxed_votes(rows):
     """In this process, restricted builtins only: NOT a security boundary (see the header)."""
-    table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
+    # the names of the exporting Python: one that runs the file may lack some (3.10 has no BaseExceptionGroup)
+    table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS if hasattr(builtins, name)}
     table["__import__"] = _import
     table["print"] = lambda *args, **kwargs: None  # stdout carries the labels
     functions = {}

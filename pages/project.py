@@ -21,6 +21,7 @@ if not store.has_data():
     source = st.radio("Where is the data?", ["Upload a file", "A path on the server (file or WRENCH folder)"],
                       horizontal=True, key="import_source")
     frame, name, location, wrench_labels, problems = None, "", None, None, []
+    content = ""  # which upload, or which state of the file on the server: a fixed file is another import
     try:
         if source == "Upload a file":
             limit_mb = st.get_option("server.maxUploadSize")
@@ -31,12 +32,14 @@ if not store.has_data():
             st.caption(f"Files up to {limit_mb} MB; for larger ones choose \"A path on the server\".")
             if upload is not None:
                 (frame, problems), name = importer.read_upload(upload.getvalue(), upload.name), upload.name
+                content = upload.file_id
         else:
             location = st.text_input("Path", placeholder="/data/wrench/youtube  or  /data/comments.csv",
                                      key="import_path").strip() or None
             if location:
                 frame, wrench_labels, problems = importer.read_location(location)
                 name = location.rstrip("/").split("/")[-1]
+                content = importer.file_state(location)
     except IngestError as err:
         st.error(str(err))
     if frame is not None:
@@ -48,12 +51,13 @@ if not store.has_data():
         dataset = name.rsplit(".", 1)[0] if not wrench_labels else name
         opts = importer.column_mapping(frame, wrench_labels, dataset)
         importer.plan_summary(frame, opts, wrench_labels, problems)
+        asked = importer.asked(opts, location or name, content)
         if st.button("Import", type="primary", icon=":material/upload:", key="do_import"):
             importer.start(store, frame, opts, dataset=dataset, source=location or name,
                            wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels,
-                           read_problems=problems)
+                           read_problems=problems, asked_as=asked)
         importer.progress(store)
-        importer.show_problems(store, importer.asked(opts, location or name))
+        importer.show_problems(store, asked)
     st.stop()
 
 # ---- a workspace with data ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ def describe_labels(store: Store, task: Task) -> None:
             state.put(state.DESCRIBE_OPEN, True)
             st.info(f"Nothing to save: that is {label}'s description already.")
         elif save:
+            state.put(state.DESCRIBE_OPEN, True)  # open after the rerun: the undo is in it
             previous = store.describe_label(label, text)
             state.put(state.DESCRIBE_UNDO, LastSave(str(store.path), label, previous, text.strip()))
             state.new_describe_boxes()
@@ -69,6 +70,7 @@ def describe_labels(store: Store, task: Task) -> None:
                 and str(task.label_descriptions.get(undo.label, "")) == undo.saved:
             shown = f"“{undo.previous}”" if undo.previous else "no description"
             if st.button(f"Undo: give {undo.label} {shown} again", key="describe_undo"):
+                state.put(state.DESCRIBE_OPEN, True)
                 store.describe_label(undo.label, undo.previous)
                 state.pop(state.DESCRIBE_UNDO)
                 state.new_describe_boxes()

@@ -15,6 +15,7 @@ from engine.ingest.importer import (
     IngestOptions,
     cell_text,
     is_export,
+    model_columns,
     plan_import,
     row_positions,
 )
@@ -137,7 +138,7 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         if chosen is None:
             st.warning("No column reads like free text (cells of several words): choose the text column.")
         # an EvoPool export's `label` holds a model's labels: its gold is `gold_label` (engine.ingest.importer)
-        gold_first = (EXPORT_LABELS,) if is_export(columns) else ()
+        gold_first = (EXPORT_LABELS,) if is_export(columns) else ()  # not the model's `label`
         label_col = _optional("Label column", columns, _guess(columns, *gold_first, "label", "labels", "class", "gold"),
                               "map_label", "gold labels; rows without one are unlabeled work")
         split_col = _optional("Split column", columns, _guess(columns, "split", "set", "partition"), "map_split",
@@ -146,7 +147,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
                            "unique row ids; none: row numbers")
     reserved = {text_col, label_col, split_col, id_col}
     with right:
-        extra = [c for c in columns if c not in reserved]
+        made = set(model_columns(columns) or ())  # an EvoPool file's model columns: never fields
+        extra = [c for c in columns if c not in reserved and c not in made]
         fields = st.multiselect("Extra fields the annotators may read", extra, default=extra, key="map_fields")
         multi, sep_col = st.columns([1, 1])
         multi_label = multi.checkbox("Multi-label", key="map_multi",
@@ -270,9 +272,10 @@ def _whole_file(problems: list[RowProblem]) -> tuple[list[str], list[RowProblem]
 
 def start(store: Store, frame: pd.DataFrame, opts: IngestOptions, *, dataset: str, source: str,
           wrench_folder: str | None = None, wrench_labels: tuple[str, ...] | None = None,
-          read_problems: list[RowProblem] | None = None) -> None:
-    """Start the import as a background job (validating 100K rows takes seconds)."""
-    state.put(state.IMPORT_ASKED, asked(opts, source))
+          read_problems: list[RowProblem] | None = None, asked_as: str | None = None) -> None:
+    """Start the import as a background job (validating 100K rows takes seconds). `asked_as`: what the form asked
+    (`asked`), so that its failure is shown only while the form asks the same."""
+    state.put(state.IMPORT_ASKED, asked_as if asked_as is not None else asked(opts, source))
     try:
         start_import(store.path.parent, frame, opts, dataset=dataset, source=source, labels=wrench_labels,
                      wrench_folder=wrench_folder, read_problems=read_problems or [])
@@ -309,9 +312,20 @@ def unseen_report(store: Store) -> ImportReport | None:
     return job.result
 
 
-def asked(opts: IngestOptions, source: str) -> str:
-    """What an import was asked with (the file and the form's settings), to tell a failure's form from today's."""
-    return f"{source}|{opts!r}"
+def asked(opts: IngestOptions, source: str, content: str = "") -> str:
+    """What an import was asked with (the file, which upload or state of it, and the form's settings), to tell a
+    failure's form from today's: a file fixed and uploaded again under its name is another import."""
+    return f"{source}#{content}|{opts!r}"
+
+
+def file_state(location: str) -> str:
+    """A path's state on the server (size and time of change, of every file of a folder), '' when unreadable."""
+    path = Path(location)
+    try:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    except OSError:
+        return ""
 
 
 def show_problems(store: Store, now: str | None = None) -> None:

@@ -15,6 +15,7 @@ import streamlit as st
 
 from engine import score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
+from engine.expert_rows import ClassLikeness
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace
@@ -180,3 +181,14 @@ def _weak_spots(name: str, version: tuple, split: str) -> tuple[list, list[str],
 def weak_spot_groups(store: Store, split: str) -> tuple[list, list[str], list[str]]:
     """(weak spots ranked, row ids, row texts) of a split the whole pool has votes on."""
     return _weak_spots(state.workspace_name(), workspace.version(store), split)
+
+
+@st.cache_resource(show_spinner="Reading the unlabeled rows…", max_entries=2)
+def _class_likeness(name: str, version: tuple) -> ClassLikeness:
+    return ClassLikeness(workspace.open_store(name))
+
+
+def class_likeness(store: Store) -> ClassLikeness:
+    """The unlabeled rows' TF-IDF for *Label rows for dev*, fitted once per workspace state (seconds on long rows):
+    each rerun of the Labels screen, and each class picked, only ranks."""
+    return _class_likeness(state.workspace_name(), workspace.version(store))

@@ -16,7 +16,7 @@ from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, rows_
 from engine.explain import THIN_CLASS_ROWS
 from engine.store.saved_labels import SavedLabels
 from engine.store.workspace import Store
-from studio import editor, state, widgets
+from studio import editor, queries, state, widgets
 
 NOT_LABELED = "(leave unlabeled)"
 
@@ -77,11 +77,13 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
         return f"{labels[c]} ({counts[labels[c]]} dev row{'' if counts[labels[c]] == 1 else 's'}{thin})"
 
     chosen = st.selectbox("Find unlabeled rows of", order, format_func=named, key=state.GROW_CLASS)
-    rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs))
+    rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs),
+                         likeness=queries.class_likeness(store) if result is None else None)
     label = labels[chosen]
     if rows.empty:
-        st.caption(f"No unlabeled row shares a word with {label}'s dev rows or its name: import more rows, or label "
-                   "rows found by their likeness to a wrong one.")
+        st.caption("No unlabeled rows are left to label: import more rows." if not store.count_examples("pool") else
+                   f"No unlabeled row shares a word with {label}'s dev rows or its name: compute soft labels to rank "
+                   "the rows by the model instead, or import more rows.")
         return
     if result is None:
         st.caption(f"Ranked by how many words they share with {label}'s dev rows (or, with none, its name and "

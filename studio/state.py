@@ -78,8 +78,8 @@ def select_workspace(name: str | None) -> None:
         del st.query_params[QP_WORKSPACE]
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
-    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED,
-                ASKING + RETURN_CONFIRM):
+    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN,
+                RETURN_ASKED, ASKING + RETURN_CONFIRM):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

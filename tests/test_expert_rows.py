@@ -143,7 +143,7 @@ def test_unlabeling_returns_the_rows_to_the_pool_and_every_score_to_what_it_was(
 
 
 def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cache(evolved):
-    from engine.store.saved_labels import pool_key
+    from engine.store.saved_labels import _key_before_labels, pool_key, stale_reason
     from studio.workspace import version
 
     store, executor = evolved
@@ -161,6 +161,9 @@ def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cach
     unlabel_rows(store, [b])
     label_rows(store, executor, {b: "HAM"}, by="maria")
     assert pool_key(store) != after_b
+    assert stale_reason(store, store.pool_ids(), after_b) is not None
+    # labels saved under the key of before (ids alone) are not all called stale at the upgrade
+    assert stale_reason(store, store.pool_ids(), _key_before_labels(store)) is None
 
 
 def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as_it_was(evolved, monkeypatch):

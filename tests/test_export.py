@@ -126,11 +126,17 @@ def test_an_export_read_back_is_labeled_from_its_gold_not_the_models_labels(stor
         result = soft_labels(store, executor, "mv")
     out = tmp_path / "labels.csv"
     write_export(store, result.soft, result.hard, result.n_votes, out)
-    with pytest.raises(IngestError, match="is an EvoPool export: its 'label' column holds a model's labels"):
+    with pytest.raises(IngestError, match="written by EvoPool: its 'label' column holds a model's labels"):
         import_path(Store.open(tmp_path / "wrong"), out)
     again = Store.open(tmp_path / "again")
     report = import_path(again, out, IngestOptions(label_column="gold_label"))
-    assert any("an EvoPool export" in note for note in report.notes)
+    assert any("written by EvoPool" in note and "labeled from 'gold_label'" in note for note in report.notes)
+    assert again.load_task().labels == store.load_task().labels  # the classes and their order: its p_* columns'
+    # a labeled corpus (`evopool label`: the model's columns, no gold) is refused too, and says why
+    shard = pd.read_csv(out, keep_default_na=False, dtype=str).drop(columns=["gold_label"])
+    shard.to_csv(tmp_path / "shard.csv", index=False)
+    with pytest.raises(IngestError, match="holds no gold labels"):
+        import_path(Store.open(tmp_path / "shard"), tmp_path / "shard.csv")
     assert any("250 test rows carry no gold" in note for note in report.notes)
     assert again.split_counts() == {"dev": 120, "pool": store.count_examples() - 120}
     dev_before = store.examples_frame("dev").set_index("id")["label"]

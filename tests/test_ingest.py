@@ -262,6 +262,11 @@ def test_labels_that_are_one_number_written_two_ways_are_named(tmp_path):
         import_path(Store.open(tmp_path / "a"), path)
     assert "labels '1' (9 row(s), first row 2) and '1.0' (1 row(s), first row 4) differ only in case, spacing or " \
            "number format" in str(err.value.problems[0])
+    # only that form: zero-padded codes and numbers past a float's precision are labels of their own
+    from engine.ingest.variants import label_key
+
+    assert label_key("01") != label_key("1") and label_key("9007199254740993") != label_key("9007199254740992")
+    assert label_key("1e3") != label_key("1000") and label_key("2.00") == label_key("2")
 
 
 def test_labels_that_differ_only_in_case_or_spacing_are_named_not_split_into_classes(tmp_path):

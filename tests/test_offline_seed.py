@@ -61,6 +61,8 @@ def test_word_cue_takes_the_widest_stem_but_keeps_short_words_exact():
     # a description's word loses only an inflection: "activity" gave activ*, which fires on "activates"
     assert word_cue("activity", widest=False) == "activity*" and word_cue("activity") == "activ*"
     assert word_cue("subscribe", widest=False) == "subscrib*" and word_cue("inhibits", widest=False) == "inhibit*"
+    # -es is a plural's ending only after s, x, z, ch, sh: speci* fired on "specific" and "special"
+    assert word_cue("species", widest=False) == "specie*" and word_cue("wishes", widest=False) == "wish*"
 
 
 def test_a_descriptions_words_seed_narrow_stems_and_the_names_wide_ones():

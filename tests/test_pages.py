@@ -258,6 +258,22 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert Store.open(tmp_path / "imp" / "mine").count_examples() == 38
 
 
+def test_a_fixed_file_uploaded_again_under_its_name_does_not_show_the_old_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
+    Store.open(tmp_path / "imp" / "again")
+    good = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    bad = "\n".join(["id,text,label", *good[:2], "r3,,HAM", *good[3:]]) + "\n"
+    at = run("again")
+    at.file_uploader(key="upload").upload("comments.csv", bad.encode(), "text/csv")
+    at.run()
+    import_and_wait(at, tmp_path / "imp" / "again")
+    assert "Nothing was imported" in texts(at)
+    fixed = "\n".join(["id,text,label", *good]) + "\n"
+    at.file_uploader(key="upload").upload("comments.csv", fixed.encode(), "text/csv")
+    at.run()
+    assert "Nothing was imported" not in texts(at) and "bad row" not in texts(at)
+
+
 def test_a_file_without_labels_is_told_as_the_files_problem_not_a_bad_row_to_skip(tmp_path, monkeypatch):
     """A file with no label column (or one label) cannot be imported however its rows are: the form once called that
     '1 bad row(s)', promised with the skip box ticked that it 'will be skipped', and after the failed import told

@@ -52,6 +52,7 @@ def label_words(label: str, description: str = "") -> list[str]:
 
 
 INFLECTIONS = ("ing", "es", "ed", "s", "e")  # endings that change a word's form, not its meaning
+_ES_AFTER = ("s", "x", "z", "ch", "sh")  # -es is a plural's only after these (boxes); species, series keep it
 
 
 def word_cue(word: str, widest: bool = True) -> str:
@@ -61,7 +62,8 @@ def word_cue(word: str, widest: bool = True) -> str:
     which a description of an inhibition class had planted: a browser walk)."""
     if not widest:
         inflected = [word[: -len(end)] for end in INFLECTIONS
-                     if word.endswith(end) and len(word) - len(end) >= MIN_PREFIX]
+                     if word.endswith(end) and len(word) - len(end) >= MIN_PREFIX
+                     and (end != "es" or word[:-2].endswith(_ES_AFTER))]
         return min(inflected, key=len) + "*" if inflected else (word + "*" if len(word) >= MIN_PREFIX else word)
     prefixes = sorted(stems(word), key=len)
     return prefixes[0] if prefixes and len(prefixes[0]) - 1 >= MIN_PREFIX else word

@@ -260,39 +260,53 @@ def no_rows_reason(frame: pd.DataFrame) -> str:
             else "the file is empty; nothing was imported")
 
 
-EXPORT_SIGNATURE = frozenset({"gold_label", "confidence", "n_votes", "aggregator"})  # engine/export.py writes them
 EXPORT_LABELS = "gold_label"  # an export's own gold: the expert's dev labels (test rows keep theirs out of the file)
 
 
+def model_columns(columns) -> list[str] | None:
+    """The columns a model wrote into an EvoPool file (a workspace export or an `evopool label` shard, both by
+    `engine.export.add_label_columns`): label or labels, confidence, a p_<class> per class (between confidence and
+    n_votes, in the task's label order), n_votes, aggregator. None for a file of any other kind."""
+    names = [str(c) for c in columns]
+    if not {"confidence", "n_votes", "aggregator"} <= set(names) or not {"label", "labels"} & set(names):
+        return None
+    first, last = names.index("confidence"), names.index("n_votes")
+    probabilities = names[first + 1:last]
+    if len(probabilities) < 2 or not all(c.startswith("p_") for c in probabilities):
+        return None
+    return [c for c in ("label", "labels") if c in names] + ["confidence", *probabilities, "n_votes", "aggregator"]
+
+
 def is_export(columns) -> bool:
-    """Whether a file's columns are those of an EvoPool export (`engine.export.labeled_frame`): its own columns,
-    a predicted `label` (or `labels`) and a `p_<label>` per class, two at least (a file of the user's own may hold a
-    `confidence` or a `p_pos` column)."""
-    names = {str(c) for c in columns}
-    return (EXPORT_SIGNATURE <= names and bool({"label", "labels"} & names)
-            and sum(name.startswith("p_") for name in names) >= 2)
+    """Whether a file is an EvoPool workspace export: a model's columns and the expert's `gold_label`."""
+    return model_columns(columns) is not None and EXPORT_LABELS in {str(c) for c in columns}
 
 
 def _from_an_export(frame: pd.DataFrame, opts: IngestOptions) -> tuple[pd.DataFrame, IngestOptions, list[str]]:
-    """An EvoPool export read back as data: labeled from `gold_label`, never from the model's `label` (its
-    predictions became gold, test rows' too, and its p_* columns were fields an annotator could read: a review);
-    the model's columns left out; test rows, whose gold the export keeps out, join the pool. Anything else as is."""
-    if not is_export(frame.columns):
+    """An EvoPool file read back as data: never labeled from the model's `label` (its predictions became gold, test
+    rows' too, and its p_* columns were fields an annotator could read: a review), the model's columns left out,
+    the classes (and their order) those of its p_* columns; an export's test rows, whose gold it keeps out, join the
+    pool. Any other file as is."""
+    made = model_columns(frame.columns)
+    if made is None:
         return frame, opts, []
-    if opts.label_column != EXPORT_LABELS:
-        raise IngestError(f"this file is an EvoPool export: its {opts.label_column!r} column holds a model's labels, "
-                          f"not gold. Label from its {EXPORT_LABELS!r} column (the expert's dev labels): "
-                          f"--label-column {EXPORT_LABELS}, or the import form's Label column")
-    names = {cell_text(v) for column in ("label", "labels", EXPORT_LABELS) if column in frame
-             for cell in frame[column].dropna() for v in str(cell).split(opts.label_separator or "|") if v}
-    made = {"label", "labels", "confidence", "n_votes", "aggregator", *(f"p_{n}" for n in names)} & set(frame.columns)
-    frame = frame.drop(columns=sorted(made))
+    gold = EXPORT_LABELS in frame.columns
+    if opts.label_column in ("label", "labels"):
+        raise IngestError(f"this file was written by EvoPool: its {opts.label_column!r} column holds a model's "
+                          "labels, not gold. " + (
+                              f"Label from its {EXPORT_LABELS!r} column (the expert's dev labels): --label-column "
+                              f"{EXPORT_LABELS}, or the import form's Label column" if gold else
+                              "It holds no gold labels (`evopool label` output): import the data it was made from"))
+    classes = tuple(c[2:] for c in made if c.startswith("p_"))
+    frame = frame.drop(columns=made)
+    changes: dict = {"labels": opts.labels or classes}
     if opts.field_columns is not None:
-        opts = IngestOptions(**{**opts.__dict__, "field_columns": [c for c in opts.field_columns if c not in made]})
-    notes = [f"an EvoPool export: labeled from {EXPORT_LABELS!r}; the model's columns ({', '.join(sorted(made))}) "
-             "are left out"]
+        changes["field_columns"] = [c for c in opts.field_columns if c not in made]
+    opts = IngestOptions(**{**opts.__dict__, **changes})
+    notes = [f"written by EvoPool: the model's columns ({', '.join(made)}) are left out"
+             + (f"; labeled from {EXPORT_LABELS!r}" if gold and opts.label_column == EXPORT_LABELS else "")]
     split = opts.split_column
-    if split is not None and split in frame:
+    if gold and split is not None and split in frame:
         held = (frame[split].map(cell_text).str.lower() == "test") & (frame[EXPORT_LABELS].map(cell_text) == "")
         if held.any():
             frame = frame.copy()

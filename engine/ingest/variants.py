@@ -6,6 +6,7 @@ so the import names them (a problem of the whole file) instead of guessing which
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
@@ -16,11 +17,12 @@ def label_key(name: str) -> str:
     """What two spellings of one label share: the words, case-folded; a number, its value ('1' and '1.0': a
     spreadsheet that saved some cells as floats made them two classes)."""
     words = " ".join(name.split()).casefold()
-    try:
-        value = float(words)
-    except ValueError:
-        return words
-    return repr(value) if value == value else words  # NaN is no number to match
+    # only the form a spreadsheet writes (1 saved as 1.0): '01' and '1', or 2**53 and 2**53 + 1, stay apart
+    whole = _WHOLE_NUMBER.fullmatch(words)
+    return whole.group(1) if whole else words
+
+
+_WHOLE_NUMBER = re.compile(r"([+-]?\d+)\.0+")
 
 
 def variant_problems(row_labels: list[list[str] | None], row_name: Callable[[int], str]) -> list[RowProblem]:

@@ -52,16 +52,25 @@ def pool_key(store: Store) -> str:
     labeled rows into dev, which and with which labels (after an undo dev's count can come back with other rows, or
     the same rows labeled otherwise; with none labeled, the key is what it was before rows could move, so labels
     saved then stay current)."""
-    moved = store.expert_label_pairs()
+    return _key(store, store.expert_label_pairs())
+
+
+def _key(store: Store, moved: list) -> str:
     text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")]
                       + ([moved] if moved else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _key_before_labels(store: Store) -> str:
+    """The key as labels saved before 2026-11-27 hold it: the expert's rows by id alone (a relabeled row went
+    unnoticed then; taken as current rather than calling every such workspace's labels stale at the upgrade)."""
+    return _key(store, [pair[0] for pair in store.expert_label_pairs()])
+
+
 def stale_reason(store: Store, saved_pool: Sequence[str], key: str) -> str | None:
     """What changed since labels keyed `key` (`pool_key` then) were saved with pool `saved_pool` (empty: saved
     before it was recorded), in the expert's words; None when nothing did. Reads the parts `pool_key` hashes."""
-    if key == pool_key(store):
+    if key == pool_key(store) or key == _key_before_labels(store):
         return None
     if not saved_pool:
         return "The pool or the rows changed"

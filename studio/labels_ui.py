@@ -13,10 +13,11 @@ from engine.aggregators.choice_names import (
     STUDENT,
     VOTE_STUDENT,
     describe_choice,
+    ingredient_name,
     is_student,
     reads_votes_at_prediction,
 )
-from engine.aggregators.registry import predict_labels
+from engine.aggregators.registry import DESCRIPTIONS, aggregator_entry, predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
 from engine.store.saved_labels import SavedLabels, load_labels
@@ -165,8 +166,8 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
     table = comparison.rename(columns=names)
     # a row auto left out holds the inflated figure of votes chosen on these very rows: said on the row, and
     # listed after the rows auto weighed (it ranked first and made auto's choice look like a loss)
-    table.insert(1, "auto's view", ["left out: reads only votes the pool was chosen on, so its figure is inflated"
-                                    if a in left_out else "" for a in table["aggregator"]]
+    table.insert(1, "auto's view", ["left out: reads votes the pool was chosen on, so its figure is inflated"
+                                    if ingredient_name(str(a)) in left_out else "" for a in table["aggregator"]]
                  if "aggregator" in table else "")
     for column in ("auto chose", "auto chose on", names["left_out"]):
         if column in table:
@@ -204,7 +205,7 @@ def student_note(comparison: pd.DataFrame) -> str | None:
     left_out = rows.loc["auto"].get("left_out")
     skipped = {"auto", "auto-text", "auto-pool", *(left_out if isinstance(left_out, (list, tuple, np.ndarray))
                                                    else [])}
-    weighed = rows[~rows.index.isin(skipped)]["macro_f1"].dropna()
+    weighed = rows[[ingredient_name(str(a)) not in skipped for a in rows.index]]["macro_f1"].dropna()
     students = is_student(chosen) or (chosen.startswith("avg(") and STUDENT in chosen)  # one, or a mean of some
     if not students or weighed.empty or float(weighed.max()) <= float(rows.loc["auto", "macro_f1"]):
         return None
@@ -224,11 +225,17 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
     rows = comparison.set_index("aggregator")
     if not {"auto", "auto-text"} <= set(rows.index):
         return None
-    auto, text = rows.loc["auto"], rows.loc["auto-text"]
+    auto = rows.loc["auto"]
     uses_pool = auto.get("uses_pool") == 1  # True; a NaN (no such figure) is not
-    ours, theirs = float(auto["macro_f1"]), float(text["macro_f1"])
+    # the best figure of a model that reads no votes: auto-text's choice, or a text-only model of the table that
+    # scored higher on dev (the screen once said the pool led while `embedding` stood above it in the table)
+    text_only = [a for a in rows.index if a == "auto-text" or (a in DESCRIPTIONS and not aggregator_entry(a).reads_votes
+                                                              and not aggregator_entry(a).chooses)]
+    best = max(text_only, key=lambda a: (float(rows.loc[a, "macro_f1"]), a == "auto-text"))
+    ours, theirs = float(auto["macro_f1"]), float(rows.loc[best, "macro_f1"])
+    named = f"auto-text: {rows.loc['auto-text'].get('chosen', '')}" if best == "auto-text" else best
     versus = f"{ours:.3f} dev macro-F1 (out-of-fold) against {theirs:.3f} for the best model without the pool " \
-             f"(auto-text: {text.get('chosen', '')})"
+             f"({named})"
     advice = ("describe the weak classes (Project screen), label more of their rows, or write or edit annotators for "
               "them, then evolve again.")
     if not uses_pool:

@@ -7,6 +7,16 @@ STUDENT = "student<"  # a student of the teacher named inside: it reads text at 
 VOTE_STUDENT = "student+votes<"  # a student that also reads the pool's votes at prediction
 
 
+# the registry's single models under the names auto gives the same model among its ingredients (EvoAgg and the
+# text-only model default to the embedding feature): the Labels screen matches auto's `left_out` against its table
+INGREDIENT_OF = {"evoagg": "evoagg[embedding]", "embedding": "embedding-only"}
+
+
+def ingredient_name(aggregator: str) -> str:
+    """A registry aggregator's name as one of auto's ingredients ("evoagg" is auto's "evoagg[embedding]")."""
+    return INGREDIENT_OF.get(aggregator, aggregator)
+
+
 def is_student(name: str) -> bool:
     return name.startswith((STUDENT, VOTE_STUDENT))
 

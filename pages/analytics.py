@@ -83,6 +83,8 @@ with scatter_col:
 with contrib_col:
     st.plotly_chart(figures.contributions(short, score.marginal_contributions(fitness_votes, fitness_gold, k)),
                     key="contributions")
+    st.caption("How much the pool's majority vote loses in macro-F1 on the rows the gate judges on when the "
+               "annotator is left out; red: the pool does better without it.")
 
 st.subheader("Where the annotators disagree most")
 entropy = score.disagreement(votes)

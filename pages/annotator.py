@@ -45,8 +45,14 @@ with code_col:
     source = editor.code_editor(annotator.source, key=annotator.id)
     editor.containment_note()
     changed = source.strip() != annotator.source.strip()
-    if st.button("Re-score on dev", icon=":material/speed:", key="rescore", disabled=not changed,
-                 help="run the edited code on the dev split in the sandbox"):
+    # never disabled: a plain text box sends its text with the click, so a button enabled by the text took a first
+    # click to wake and a second to re-score (a browser walk)
+    rescore = st.button("Re-score on dev", icon=":material/speed:", key="rescore",
+                        help="run the edited code on the dev split in the sandbox")
+    if rescore and not changed:
+        st.info("Nothing to re-score: the code is the saved version's. Edit it first (in the code editor, press "
+                "**Apply** or Ctrl+Enter before re-scoring).")
+    elif rescore:
         state.put(state.EDIT_PREVIEW, (annotator.id, source, annotator_ui.preview(store, source, annotator.id)))
         state.pop("edit_name")  # the name box starts from what this edit now checks (`annotator_ui.edit_name`)
     held = state.get(state.EDIT_PREVIEW)

@@ -7,7 +7,7 @@ from engine.jobs import REGISTRY, start_evolve
 from engine.llm.client import LLMAuthError
 from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
-from studio import editor, figures, progress, queries, review_ui, widgets
+from studio import editor, figures, progress, queries, review_ui, state, widgets
 from studio.refresh import AppRefresh
 
 DEFAULT_MAX_CALLS, DEFAULT_MAX_USD = 200, 2.0  # a first LLM run's limits, where the workspace has none yet
@@ -125,7 +125,11 @@ newest = next((g for g in reversed(done) if g in carded), done[-1])
 a, b = st.columns([1, 2])
 if st.session_state.get("verdict_newest") != done[-1]:
     st.session_state["verdict_newest"], st.session_state["verdict_generation"] = done[-1], newest
+elif "verdict_generation" not in st.session_state:  # back from another screen: the generation the expert had open
+    picked = state.kept("verdict_generation", newest)
+    st.session_state["verdict_generation"] = picked if picked in done else newest
 number = a.selectbox("Generation", list(reversed(done)), key="verdict_generation",
                      format_func=lambda g: str(g) if g in carded else f"{g} (no gate verdicts)")
+state.keep("verdict_generation", number)
 only = b.segmented_control("Show", ["all", "accept", "reject", "prune"], default="all", key="verdict_filter")
 review_ui.candidate_cards(store, int(number), only or "all")

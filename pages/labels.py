@@ -2,7 +2,7 @@
 import streamlit as st
 
 from engine import export, export_hf
-from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS
+from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS, aggregator_entry
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.store.saved_labels import stale_reason
@@ -21,8 +21,11 @@ job = REGISTRY.running(workdir, "labels")
 with st.container(border=True):
     left, right = st.columns([2, 1])
     usable = aggregators_for(task)  # a multi-label task has no vote-only aggregators
-    aggregator = left.selectbox("Aggregator", usable, index=usable.index(DEFAULT_AGGREGATOR), key=state.AGGREGATOR,
+    shown = state.kept(state.AGGREGATOR, DEFAULT_AGGREGATOR)  # the one chosen before a visit to another screen
+    aggregator = left.selectbox("Aggregator", usable, key=state.AGGREGATOR,
+                                index=usable.index(shown if shown in usable else DEFAULT_AGGREGATOR),
                                 format_func=lambda a: f"{a}: {DESCRIPTIONS[a]}")
+    state.keep(state.AGGREGATOR, aggregator)
     result = labels_ui.saved(name, aggregator)
     stale = None if result is None else stale_reason(store, result.pool_ids, result.pool_key)
     label = "Recompute soft labels" if result is not None else "Compute soft labels"
@@ -60,9 +63,10 @@ if result is None:
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels
     st.stop()
 if stale == "The pool changed" and result.dev_scores.uses_pool is False:
-    # labels of the text alone do not change with the pool; the choice of model might
-    st.info(f"The pool changed since these soft labels were computed. They do not read it ({result.resolved} learned "
-            "from the text alone), but a recompute weighs the new pool and may choose a model that does.")
+    # labels of the text alone do not change with the pool; a chooser's choice might, a fixed model's not at all
+    if aggregator_entry(aggregator).chooses:
+        st.info(f"The pool changed since these soft labels were computed. They do not read it ({result.resolved} "
+                "learned from the text alone), but a recompute weighs the new pool and may choose a model that does.")
 elif stale:
     st.warning(f"{stale} since these soft labels were computed: recompute to include the changes.")
 if task.multi_label:  # a class is predicted where its probability reaches the threshold: no refit to move it

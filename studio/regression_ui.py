@@ -76,7 +76,13 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
         thin = ", too few to judge an annotator" if counts[labels[c]] < THIN_CLASS_ROWS else ""
         return f"{labels[c]} ({counts[labels[c]]} dev row{'' if counts[labels[c]] == 1 else 's'}{thin})"
 
-    chosen = st.selectbox("Find unlabeled rows of", order, format_func=named, key=state.GROW_CLASS)
+    # keyed by the counts it shows: a row labeled or returned redraws it (its shown count went stale), on the class
+    # the expert had picked
+    picked = state.kept(state.GROW_CLASS, order[0])
+    chosen = st.selectbox("Find unlabeled rows of", order, format_func=named,
+                          index=order.index(picked) if picked in order else 0,
+                          key=f"{state.GROW_CLASS}_{hashlib.sha1(repr(counts).encode()).hexdigest()[:8]}")
+    state.keep(state.GROW_CLASS, chosen)
     rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs),
                          likeness=queries.class_likeness(store) if result is None else None)
     label = labels[chosen]
@@ -113,11 +119,14 @@ def _label_form(store: Store, rows: pd.DataFrame, labels: tuple[str, ...], multi
         config = st.column_config.SelectboxColumn(options=[NOT_LABELED, *labels], required=True)
     with st.form(form_key, border=False):
         edited = st.data_editor(rows, hide_index=True, key=editor_key, disabled=fixed, column_config={column: config})
+        # one name for both forms, kept while the expert visits other screens
         who = st.text_input("Your name (required: recorded with the labels)", key=who_key,
-                            value=state.get(who_key) or state.get(state.EXPERT_NAME) or os.environ.get("USER", ""),
+                            value=state.kept(state.EXPERT_NAME, os.environ.get("USER", "")),
                             placeholder="e.g. J. Curator")
         submitted = st.form_submit_button(submit, icon=":material/add_task:")
     if submitted:
+        if who.strip():
+            state.keep(state.EXPERT_NAME, who.strip())
         if multi_label:  # a cleared cell comes back as None
             chosen = {i: list(given) for i, given in zip(edited["id"], edited[column], strict=True)
                       if given is not None and len(given)}

@@ -44,8 +44,22 @@ RETURN_ASKED = "return_rows_asked"  # the ids the expert asked to return to the 
 RETURN_CONFIRM = "return_rows"  # the confirmation dialog's key (`widgets.confirm`)
 
 
+KEPT = "kept_widgets"  # {widget key: its last value}, for when Streamlit forgot the widget (another screen shown)
+
+
 def get(key: str, default: Any = None) -> Any:
     return st.session_state.get(key, default)
+
+
+def kept(key: str, default: Any = None) -> Any:
+    """A widget's last value as `keep` saved it: Streamlit drops the state of a widget a run does not draw, so an
+    expert back from another screen found the aggregator, the generation and their name reset. A widget takes it as
+    its default (never set through the Session State API, which a default beside would warn about)."""
+    return (st.session_state.get(KEPT) or {}).get(key, default)
+
+
+def keep(key: str, value: Any) -> None:
+    st.session_state[KEPT] = {**(st.session_state.get(KEPT) or {}), key: value}
 
 
 def put(key: str, value: Any) -> None:
@@ -78,7 +92,7 @@ def select_workspace(name: str | None) -> None:
         del st.query_params[QP_WORKSPACE]
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
-    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN,
+    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, KEPT, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN,
                 RETURN_ASKED, ASKING + RETURN_CONFIRM):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:

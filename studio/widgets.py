@@ -138,7 +138,8 @@ def sidebar() -> None:
                 return
             if facts["rows"]:
                 st.caption(f"{facts['task']} · {facts['rows']:,} rows · labels {', '.join(facts['labels'])}  \n"
-                           f"generation {facts['generation']} · pool of {facts['pool']}")
+                           f"generation {facts['generation']} · {facts['pool']} annotator"
+                           f"{'' if facts['pool'] == 1 else 's'} in the pool")
             _job_status(current)
 
 

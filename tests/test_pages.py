@@ -157,7 +157,7 @@ def test_sidebar_picks_the_workspace_and_shows_its_facts(home):
     picker = at.sidebar.selectbox[0]
     assert picker.value == SEEDED and picker.options == ["other", SEEDED]
     facts = "\n".join(c.value for c in at.sidebar.caption)
-    assert "2,056 rows" in facts and "generation 2" in facts and "pool of" in facts
+    assert "2,056 rows" in facts and "generation 2" in facts and "annotators in the pool" in facts
     picker.set_value("other").run()
     assert not at.exception
     assert at.query_params["ws"] == "other"
@@ -531,6 +531,8 @@ def test_an_edit_and_its_rescore_survive_a_visit_to_another_screen_and_can_be_di
     edited = original.source + "\nREVIEWED_BY = 'expert'\n"
     at = run("edit-away", "pages/annotator.py", annotator=target)
     at.toggle(key="plain_editor").set_value(True).run()
+    at.button(key="rescore").click().run()  # never disabled (a disabled one took two clicks): it says why not
+    assert "Nothing to re-score" in texts(at)
     at.text_area(key=f"plain_{target}").input(edited).run()
     at.button(key="rescore").click().run()
     assert "Saved version vs your edit" in texts(at)
@@ -544,6 +546,22 @@ def test_an_edit_and_its_rescore_survive_a_visit_to_another_screen_and_can_be_di
     assert not at.exception
     assert next(t for t in at.text_area if t.key.startswith(f"plain_{target}")).value == original.source
     assert "Saved version vs your edit" not in texts(at)
+
+
+def test_the_aggregator_and_the_generation_chosen_survive_a_visit_to_another_screen(home):
+    """Streamlit forgets a widget a run does not draw: back from another screen, the Labels screen showed (and would
+    download) auto's labels instead of the aggregator chosen, and Evolve an empty generation (a browser walk)."""
+    at = run(SEEDED, "pages/labels.py")
+    at.selectbox(key="aggregator").set_value("mv").run()
+    at.switch_page("pages/evolve.py").run()
+    assert at.selectbox(key="verdict_generation").value == 2
+    at.selectbox(key="verdict_generation").set_value(1).run()
+    at.switch_page("pages/analytics.py").run()
+    at.switch_page("pages/evolve.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="verdict_generation").value == 1
+    at.switch_page("pages/labels.py").run()
+    assert at.selectbox(key="aggregator").value == "mv"
 
 
 def test_an_edited_version_is_named_after_the_cues_it_now_checks():
@@ -654,7 +672,7 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
     # contributions are measured where the gate measures them: on the fitness rows
-    bars = next(c for c in charts(at) if "Marginal contribution" in c["layout"]["title"]["text"])["data"][0]
+    bars = next(c for c in charts(at) if "What each annotator adds" in c["layout"]["title"]["text"])["data"][0]
     fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes
     expected = score.marginal_contributions(fitness_votes, store.label_indices(FITNESS), 2)
     shown = values(bars["x"])
@@ -736,7 +754,7 @@ def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels
     store = seed(home, "grow-class", generations=1)
     labels = store.load_task().labels
     at = run("grow-class", "pages/labels.py")
-    picker = at.selectbox(key="grow_class")
+    picker = next(b for b in at.selectbox if b.key.startswith("grow_class_"))  # keyed by the counts it shows
     counts = [int((store.gold(FITNESS) == c).sum()) for c in range(len(labels))]
     assert list(picker.options) == [f"{labels[c]} ({counts[c]} dev rows)" for c in np.argsort(counts, kind="stable")]
     picker.set_value(labels.index("SPAM")).run()
@@ -757,7 +775,7 @@ def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels
     assert start_labels(home / "grow-class", "mv", compare=False).wait(180)
     at = run("grow-class", "pages/labels.py")
     at.selectbox(key="aggregator").set_value("mv").run()
-    at.selectbox(key="grow_class").set_value(labels.index("HAM")).run()
+    next(b for b in at.selectbox if b.key.startswith("grow_class_")).set_value(labels.index("HAM")).run()
     saved = load_labels(home / "grow-class", "mv")
     assert "Ranked by the saved soft labels' probability of HAM (mv)" in texts(at)
     offered = next(e.value for e in at.data_editor if "probability" in e.value.columns)
@@ -767,8 +785,8 @@ def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels
 
 
 def test_labels_of_the_text_alone_are_not_called_stale_when_only_the_pool_changed(home):
-    """A rejection asked for a 65-second recompute of labels that read no vote (a browser walk): the screen now says
-    they do not read the pool, and that a recompute may still choose a model that does."""
+    """A rejection asked for a 65-second recompute of labels that read no vote (a browser walk): a model of the text
+    alone is left in peace (auto, which may choose otherwise with the new pool, says so)."""
     from engine.review import reject
 
     store = seed(home, "stale-text", generations=1)
@@ -777,8 +795,7 @@ def test_labels_of_the_text_alone_are_not_called_stale_when_only_the_pool_change
     reject(store, store.pool_ids()[0], "fires on song titles")
     at = run("stale-text", "pages/labels.py")
     at.selectbox(key="aggregator").set_value("embedding").run()
-    assert "They do not read it (embedding learned from the text alone)" in texts(at)
-    assert "recompute to include the changes" not in texts(at)
+    assert "The pool changed" not in texts(at)  # a fixed model of the text alone: nothing to recompute
     at.selectbox(key="aggregator").set_value("mv").run()
     assert "The pool changed since these soft labels were computed: recompute" in texts(at)
 

@@ -336,7 +336,7 @@ def cmd_label(args: argparse.Namespace) -> dict:
           "on the workspace's dev rows", file=sys.stderr, flush=True)
     with CompiledExecutor() as executor:
         labeler = fit_labeler(args.store, executor, args.aggregator, seed=args.seed, text_column=args.text_column,
-                              threshold=args.threshold)
+                              threshold=args.threshold, id_column=args.id_column)
     Store.close_all()  # workers never touch the workspace; let the studio open it while this runs
     result = label_corpus(labeler, files, args.output, engine=args.engine, batch_size=args.batch_size,
                           ray_address=args.ray_address, workers=args.workers, on_progress=_rows_progress())
@@ -520,6 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local: sandbox processes (2); ray: writer actors (all CPUs)")
     lab.add_argument("--batch-size", type=_positive_int, default=10_000, help="rows per batch and per shard")
     lab.add_argument("--text-column", default="text", help="the corpus column holding the text")
+    lab.add_argument("--id-column", default="id",
+                     help="the corpus column holding each row's id (kept in the output; none: <file>:<row>)")
     lab.add_argument("--seed", type=int, default=0)
     labeling(lab)
     lab.set_defaults(handler=cmd_label)

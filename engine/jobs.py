@@ -291,14 +291,18 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
 
 # ---- labeling a corpus outside the workspace -------------------------------------------------------
 def cluster_command(workdir: str | Path, corpus: str, output: str, aggregator: str = DEFAULT_AGGREGATOR,
-                    batch_size: int = 10_000) -> str:
+                    batch_size: int = 10_000, text_column: str = "text", id_column: str = "id") -> str:
     """The same run as a command for a Ray cluster (shown by the studio beside its local run)."""
+    columns = "".join(f" --{flag} {name}" for flag, name, default in (("text-column", text_column, "text"),
+                                                                     ("id-column", id_column, "id"))
+                      if name != default)
     return (f"evopool label --workdir {workdir} --input '{corpus}' --output {output} --aggregator {aggregator} "
-            f"--batch-size {batch_size} --engine ray --ray-address HEAD_NODE_IP:6379")
+            f"--batch-size {batch_size}{columns} --engine ray --ray-address HEAD_NODE_IP:6379")
 
 
 def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, aggregator: str = DEFAULT_AGGREGATOR,
-                       *, batch_size: int = 10_000, registry: JobRegistry = REGISTRY) -> Job:
+                       *, batch_size: int = 10_000, text_column: str = "text", id_column: str = "id",
+                       registry: JobRegistry = REGISTRY) -> Job:
     """Label a corpus file or glob into Parquet shards on the local engine (see `engine.corpus`), in the
     background; progress is rows done of the corpus's rows. The result is the run's manifest summary."""
     from engine.corpus.engines import Pace, label_corpus
@@ -311,7 +315,7 @@ def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, agg
         files = survey(find_files(corpus))
         ctx.set_progress(0.0, f"fitting {aggregator} on the dev rows")
         with _sandbox() as executor:
-            labeler = fit_labeler(ctx.store, executor, aggregator)
+            labeler = fit_labeler(ctx.store, executor, aggregator, text_column=text_column, id_column=id_column)
         pace = Pace()
 
         def on_progress(done: int, total: int) -> None:
@@ -320,5 +324,6 @@ def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, agg
 
         return label_corpus(labeler, files, output, batch_size=batch_size, on_progress=on_progress)
 
-    return registry.start("corpus", workdir, work, {"corpus": corpus, "output": str(output),
-                                                    "aggregator": aggregator, "batch_size": batch_size})
+    return registry.start("corpus", workdir, work, {"corpus": corpus, "output": str(output), "aggregator": aggregator,
+                                                    "batch_size": batch_size, "text_column": text_column,
+                                                    "id_column": id_column})

@@ -112,6 +112,19 @@ def test_ids_come_from_file_and_row_without_an_id_column(wmv_labeler, tmp_path):
     assert list(ids) == ["day=01/part-0.csv:0", "day=01/part-0.csv:1", "day=02/part-0.csv:0", "day=02/part-0.csv:1"]
 
 
+def test_a_named_id_column_gives_the_ids_and_a_resume_with_another_is_refused(wmv_labeler, tmp_path):
+    """A corpus whose ids sit in `doc_id` came out as `<file>:<row>` ids, with no way to name the column (a browser
+    walk); the CLI takes --id-column, the studio an Id column box, and a run is not resumed with another one."""
+    pd.DataFrame({"doc_id": ["D-7", "D-9"], "text": ["subscribe to my channel", "nice song"]}).to_csv(
+        tmp_path / "docs.csv", index=False)
+    files = survey([tmp_path / "docs.csv"])
+    labeler = dataclasses.replace(wmv_labeler, id_column="doc_id")
+    label_corpus(labeler, files, tmp_path / "out")
+    assert list(read_output(tmp_path / "out")["id"]) == ["D-7", "D-9"]
+    with pytest.raises(OutputError):
+        label_corpus(wmv_labeler, files, tmp_path / "out")  # the same output, ids from another column
+
+
 def test_a_parquet_corpus_indexed_by_id_keeps_its_ids(wmv_labeler, tmp_path):
     """pandas writes a named index as a column and reads it back as the index: it is data (the ids), not row
     numbers to drop."""

@@ -86,7 +86,9 @@ def label_corpus(labeler: Labeler, files: list[CorpusFile], output: str | Path, 
            # the fitted model's other inputs: a rerun with another seed or after the expert labeled rows is another run
            "seed": labeler.provenance.get("seed"), "dev_labels": labeler.provenance.get("dev_labels"),
            "workspace": labeler.provenance.get("workspace"), "generation": labeler.provenance.get("generation"),
-           "text_column": labeler.text_column, "threshold": labeler.threshold}
+           "text_column": labeler.text_column, "threshold": labeler.threshold,
+           # only when named: a run begun before the option keeps its fingerprint, and resumes
+           **({"id_column": labeler.id_column} if labeler.id_column != "id" else {})}
     done = prepare(output, run)
     total = sum(f.rows for f in files)
     counted = _Counter(total, on_progress, sum(s.rows for s in done.values()))

@@ -204,7 +204,7 @@ def _embedder(name: str):
 
 # ---- fitting (on the driver) ---------------------------------------------------------------------
 def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed: int = 0,
-                text_column: str = "text", threshold: float = THRESHOLD) -> Labeler:
+                text_column: str = "text", threshold: float = THRESHOLD, id_column: str = "id") -> Labeler:
     """Fit `aggregator` on the workspace's dev rows (Dawid–Skene: on every row's votes, it reads no labels).
 
     TF-IDF vocabularies are fitted on every workspace text (no labels are read), as `export` does."""
@@ -272,5 +272,5 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
                   "pool": list(pool), "seed": seed, "dev_rows": int(len(dev)),
                   "dev_labels": dev_digest(frame.iloc[dev]), "embedder": embedder}
     return Labeler(task.labels, tuple(store.annotators(pool)), aggregator, made_by, model, embedder, vocabularies,
-                   text_column=text_column, multi_label=task.multi_label, threshold=threshold,
+                   text_column=text_column, id_column=id_column, multi_label=task.multi_label, threshold=threshold,
                    separator=label_separator(store), masked="masked" in features, provenance=provenance)

@@ -283,8 +283,9 @@ def _check_pool_python(store: Store, path: Path, out: Path) -> None:
     """The pool's .py goes where nothing of the workspace's, nor the export, nor a file but an earlier one of its
     kind is."""
     target = path.resolve()
-    if target == Path(out).resolve():
-        raise ValueError(f"--pool-python {path} is the export's own file (--out): give each its own path")
+    export = Path(out).resolve()
+    if target in (export, export.with_name(export.name + ".manifest.json")):
+        raise ValueError(f"--pool-python {path} is the export's own file or its manifest: give each its own path")
     if target.parent == store.path.parent.resolve() and target.name.startswith(store.path.name):
         raise ValueError(f"{path} is the workspace's own database: write the pool somewhere else")
     if target.is_file() and "EvoPool annotator pool" not in target.read_text(errors="replace")[:200]:

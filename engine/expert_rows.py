@@ -81,7 +81,7 @@ def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequenc
     `ClassLikeness` (fitted here unless given: the studio keeps one per workspace state): columns id, text,
     similarity."""
     if saved is None:
-        return (likeness or ClassLikeness(store, scan)).rank(label_id, n)
+        return (likeness or ClassLikeness(store, scan)).rank(store, label_id, n)
     example_ids, probs = saved
     unlabeled = set(store.example_ids("pool"))  # rows labeled into dev since the labels were saved drop out
     rows = np.array([i for i, e in enumerate(example_ids) if e in unlabeled], dtype=int)
@@ -93,30 +93,29 @@ def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequenc
 
 
 class ClassLikeness:
-    """The first `scan` unlabeled rows' TF-IDF (words and bigrams, like `similar_rows`), fitted once, and the
-    fitness rows' texts: `rank` orders the unlabeled rows by likeness to a class's fitness rows taken together, or,
-    when it has none, to its name and description. Fitting is the cost (seconds at 20,000 long rows); ranking a
-    class is a product."""
+    """The first `scan` unlabeled rows' TF-IDF (words and bigrams, like `similar_rows`), fitted once: `rank` orders
+    them by likeness to a class's fitness rows taken together, or, when it has none, to its name and description,
+    both read from the store at each call (a description saved since counts). Fitting is the cost (seconds at 20,000
+    long rows); ranking a class is a product."""
 
     def __init__(self, store: Store, scan: int = SIMILAR_SCAN):
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         frame = store.examples_frame("pool", limit=scan)
         self.ids, self.texts = frame["id"].to_numpy(), frame["text"].to_numpy()
-        self.task = store.load_task()
-        self.gold = store.gold(FITNESS)
-        self.fitness_texts = store.examples_frame(FITNESS)["text"].astype(str).to_numpy()
         self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
         self.matrix = self.vectorizer.fit_transform(frame["text"].astype(str)) if len(frame) else None
 
-    def rank(self, label_id: int, n: int = 10) -> pd.DataFrame:
+    def rank(self, store: Store, label_id: int, n: int = 10) -> pd.DataFrame:
         if self.matrix is None:
             return pd.DataFrame(columns=["id", "text", "similarity"])
-        of_class = self.gold[:, label_id] == 1 if self.gold.ndim == 2 else self.gold == label_id
-        queries = list(self.fitness_texts[of_class])
+        gold = store.gold(FITNESS)
+        of_class = gold[:, label_id] == 1 if gold.ndim == 2 else gold == label_id
+        queries = list(store.examples_frame(FITNESS)["text"].astype(str).to_numpy()[of_class])
         if not queries:
-            label = self.task.labels[label_id]
-            described = str(self.task.label_descriptions.get(label, ""))
+            task = store.load_task()
+            label = task.labels[label_id]
+            described = str(task.label_descriptions.get(label, ""))
             queries = [" ".join([label.replace("_", " ").replace("-", " "), described])]
         centre = np.asarray(self.vectorizer.transform(queries).mean(axis=0)).ravel()
         similarity = self.matrix @ centre

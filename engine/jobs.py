@@ -9,6 +9,7 @@ reload keeps them.
 """
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 import traceback
@@ -293,11 +294,11 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
 def cluster_command(workdir: str | Path, corpus: str, output: str, aggregator: str = DEFAULT_AGGREGATOR,
                     batch_size: int = 10_000, text_column: str = "text", id_column: str = "id") -> str:
     """The same run as a command for a Ray cluster (shown by the studio beside its local run)."""
-    columns = "".join(f" --{flag} {name}" for flag, name, default in (("text-column", text_column, "text"),
-                                                                     ("id-column", id_column, "id"))
-                      if name != default)
-    return (f"evopool label --workdir {workdir} --input '{corpus}' --output {output} --aggregator {aggregator} "
-            f"--batch-size {batch_size}{columns} --engine ray --ray-address HEAD_NODE_IP:6379")
+    columns = "".join(f" --{flag} {shlex.quote(name)}" for flag, name, default in (
+        ("text-column", text_column, "text"), ("id-column", id_column, "id")) if name != default)
+    return (f"evopool label --workdir {shlex.quote(str(workdir))} --input {shlex.quote(corpus)} --output "
+            f"{shlex.quote(str(output))} --aggregator {aggregator} --batch-size {batch_size}{columns} --engine ray "
+            "--ray-address HEAD_NODE_IP:6379")
 
 
 def start_corpus_label(workdir: str | Path, corpus: str, output: str | Path, aggregator: str = DEFAULT_AGGREGATOR,

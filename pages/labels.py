@@ -64,7 +64,7 @@ if result is None:
     st.stop()
 if stale == "The pool changed" and result.dev_scores.uses_pool is False:
     # labels of the text alone do not change with the pool; a chooser's choice might, a fixed model's not at all
-    if aggregator_entry(aggregator).chooses:
+    if aggregator_entry(aggregator).chooses and aggregator_entry(aggregator).reads_votes:  # auto, auto-pool
         st.info(f"The pool changed since these soft labels were computed. They do not read it ({result.resolved} "
                 "learned from the text alone), but a recompute weighs the new pool and may choose a model that does.")
 elif stale:

@@ -155,12 +155,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
                                      help="a label cell may hold several labels (JSONL: a list)")
         separator = sep_col.text_input("Label separator", "|", key="map_sep", disabled=not multi_label,
                                        help="between the labels of one cell, e.g. sports|politics")
-        found = wrench_labels or _labels_in(frame, label_col, separator if multi_label else None)
+        written = model_columns(columns)  # an EvoPool file: its classes, in order, are its p_* columns
+        found = wrench_labels or (tuple(c[2:] for c in written if c.startswith("p_")) if written else
+                                  _labels_in(frame, label_col, separator if multi_label else None))
         # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
         if found and not wrench_labels:
-            st.caption(found_labels_note(label_counts(frame, label_col, separator if multi_label else None)))
+            counts = label_counts(frame, label_col, separator if multi_label else None)
+            st.caption(found_labels_note({**{label: 0 for label in found}, **counts}))
         # the labels found, as found, while the box is untouched: a label may itself hold a comma ('yes, definitely')
         untouched = label_text == ", ".join(found)
         labels = found if untouched else tuple(x.strip() for x in label_text.split(",") if x.strip())
@@ -212,7 +215,7 @@ def found_labels_note(counts: dict[str, int]) -> str:
     """The labels the box was filled with, with their rows: a typo or a stray label holds a row or two, and read
     as a set it looked confirmed (a browser walk)."""
     shown = " · ".join(f"{label} {counts[label]:,}" for label in sorted(counts))
-    rare = sorted(label for label, n in counts.items() if n <= 2)
+    rare = sorted(label for label, n in counts.items() if 0 < n <= 2)
     return (f"Found in the file (rows each): {shown}."
             + (f" Held by only one or two rows: {', '.join(rare)}; a typo? Remove a label from the box to make its "
                "rows bad rows (listed below), or keep it as a class." if rare else ""))

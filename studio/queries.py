@@ -184,11 +184,11 @@ def weak_spot_groups(store: Store, split: str) -> tuple[list, list[str], list[st
 
 
 @st.cache_resource(show_spinner="Reading the unlabeled rows…", max_entries=2)
-def _class_likeness(name: str, version: tuple) -> ClassLikeness:
+def _class_likeness(name: str, rows_version: str | None) -> ClassLikeness:
     return ClassLikeness(workspace.open_store(name))
 
 
 def class_likeness(store: Store) -> ClassLikeness:
-    """The unlabeled rows' TF-IDF for *Label rows for dev*, fitted once per workspace state (seconds on long rows):
-    each rerun of the Labels screen, and each class picked, only ranks."""
-    return _class_likeness(state.workspace_name(), workspace.version(store))
+    """The unlabeled rows' TF-IDF for *Label rows for dev*, fitted once per state of the rows (seconds on long rows;
+    verdicts and generations leave it be): each rerun of the Labels screen, and each class picked, only ranks."""
+    return _class_likeness(state.workspace_name(), store.rows_version())

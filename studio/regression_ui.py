@@ -87,9 +87,11 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
                          likeness=queries.class_likeness(store) if result is None else None)
     label = labels[chosen]
     if rows.empty:
-        st.caption("No unlabeled rows are left to label: import more rows." if not store.count_examples("pool") else
+        st.caption("Every row of this workspace is labeled: there are no unlabeled rows to find. (Rows come in with "
+                   "a new workspace; `evopool label` labels new data with this pool.)"
+                   if not store.count_examples("pool") else
                    f"No unlabeled row shares a word with {label}'s dev rows or its name: compute soft labels to rank "
-                   "the rows by the model instead, or import more rows.")
+                   "the rows by the model instead, or describe the class in its own words (Project screen).")
         return
     if result is None:
         st.caption(f"Ranked by how many words they share with {label}'s dev rows (or, with none, its name and "

@@ -123,6 +123,9 @@ def test_a_named_id_column_gives_the_ids_and_a_resume_with_another_is_refused(wm
     assert list(read_output(tmp_path / "out")["id"]) == ["D-7", "D-9"]
     with pytest.raises(OutputError):
         label_corpus(wmv_labeler, files, tmp_path / "out")  # the same output, ids from another column
+    # a named id column the file lacks is an error, not row-number ids (a typo would give ids that join nothing)
+    with pytest.raises(CorpusError, match="no id column 'docid'"):
+        label_corpus(dataclasses.replace(wmv_labeler, id_column="docid"), files, tmp_path / "out3")
 
 
 def test_a_parquet_corpus_indexed_by_id_keeps_its_ids(wmv_labeler, tmp_path):

@@ -247,5 +247,11 @@ def test_without_soft_labels_rows_of_a_class_are_those_worded_like_its_dev_rows_
     assert refund["id"][0] == "p0" and "p2" not in set(refund["id"])  # a row sharing no word is left out
     assert list(refund["similarity"]) == sorted(refund["similarity"], reverse=True)
     assert rows_of_class(store, 1)["id"][0] == "p1"
-    # a class without a dev row: its name's words find its rows
+    # a class without a dev row: its name's words find its rows, and its description's once given, also through a
+    # likeness fitted before (the studio keeps one per state of the rows; a description changes none of them)
+    from engine.expert_rows import ClassLikeness
+
     assert list(rows_of_class(store, 2)["id"]) == ["p3"]
+    likeness = ClassLikeness(store)
+    store.describe_label("exchange_rate", "nice weather")
+    assert rows_of_class(store, 2, likeness=likeness)["id"][0] == "p2"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -1032,7 +1033,8 @@ def test_labels_screen_labels_a_corpus_in_the_background_and_shows_the_cluster_c
     at.text_input(key="corpus_output").input(str(out)).run()
     at.number_input(key="corpus_batch").set_value(100).run()
     command = next(c.value for c in at.code if "evopool label" in c.value)
-    assert f"--input '{corpus}'" in command and "--engine ray --ray-address" in command and "--aggregator mv" in command
+    assert f"--input {shlex.quote(str(corpus))}" in command and "--engine ray --ray-address" in command
+    assert "--aggregator mv" in command
     at.button(key="corpus_start").click().run()
     job = REGISTRY.latest(home / SEEDED, "corpus")
     assert job is not None and job.wait(180) and job.status == "done", job.error

@@ -73,6 +73,9 @@ class Labeler:
         if text_column is None:
             raise CorpusError(f"input file {batch.source} has no text column {self.text_column!r}; its columns: "
                               f"{', '.join(map(str, frame.columns))} (name one with --text-column)")
+        if id_column is None and self.id_column != "id":  # named by the user: a typo must not give row-number ids
+            raise CorpusError(f"input file {batch.source} has no id column {self.id_column!r}; its columns: "
+                              f"{', '.join(map(str, frame.columns))} (name one with --id-column)")
         texts = ["" if _missing(t) else str(t) for t in frame[text_column]]
         name = self.provenance.get("file_names", {}).get(batch.source, Path(batch.source).name)
         if id_column is not None:

@@ -137,6 +137,14 @@ def test_an_export_read_back_is_labeled_from_its_gold_not_the_models_labels(stor
     shard.to_csv(tmp_path / "shard.csv", index=False)
     with pytest.raises(IngestError, match="holds no gold labels"):
         import_path(Store.open(tmp_path / "shard"), tmp_path / "shard.csv")
+    # ...unless its corpus had labels of its own (written as field_label), named as the label column
+    shard["field_label"] = pd.read_csv(out, keep_default_na=False, dtype=str)["gold_label"]
+    shard.drop(columns=["split"]).to_csv(tmp_path / "shard.csv", index=False)
+    own = Store.open(tmp_path / "own")
+    own_report = import_path(own, tmp_path / "shard.csv", IngestOptions(label_column="field_label"))
+    assert own.count_examples("dev") + own.count_examples("test") == 120
+    assert own_report.labels == ("SPAM", "HAM", "PROMO")
+    assert not set(own.load_task().fields) & {"label", "confidence", "p_HAM"}
     assert any("250 test rows carry no gold" in note for note in report.notes)
     assert again.split_counts() == {"dev": 120, "pool": store.count_examples() - 120}
     dev_before = store.examples_frame("dev").set_index("id")["label"]

@@ -296,7 +296,9 @@ def _from_an_export(frame: pd.DataFrame, opts: IngestOptions) -> tuple[pd.DataFr
                           "labels, not gold. " + (
                               f"Label from its {EXPORT_LABELS!r} column (the expert's dev labels): --label-column "
                               f"{EXPORT_LABELS}, or the import form's Label column" if gold else
-                              "It holds no gold labels (`evopool label` output): import the data it was made from"))
+                              "It holds no gold labels (`evopool label` output): import the data it was made from, "
+                              "or, where that data had its own label column (written as `field_label`), name that "
+                              "one as the label column"))
     classes = tuple(c[2:] for c in made if c.startswith("p_"))
     frame = frame.drop(columns=made)
     changes: dict = {"labels": opts.labels or classes}

@@ -56,32 +56,22 @@ def regression_rows(store: Store, example_ids: Sequence[str], probs: np.ndarray,
     return out.sort_values("confidence", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def similar_rows(store: Store, text: str, n: int = 10, scan: int = SIMILAR_SCAN) -> pd.DataFrame:
-    """The unlabeled rows most like `text` by TF-IDF cosine (words and bigrams): id, text, similarity."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    frame = store.examples_frame("pool", limit=scan)
-    if frame.empty:
-        return pd.DataFrame(columns=["id", "text", "similarity"])
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
-    matrix = vectorizer.fit_transform(frame["text"].astype(str))
-    query = vectorizer.transform([text])
-    similarity = (matrix @ query.T).toarray().ravel()
-    best = np.argsort(-similarity, kind="stable")[:n]
-    best = best[similarity[best] > 0]
-    return pd.DataFrame({"id": frame["id"].to_numpy()[best], "text": frame["text"].to_numpy()[best],
-                         "similarity": similarity[best].round(3)})
+def similar_rows(store: Store, text: str, n: int = 10, scan: int = SIMILAR_SCAN,
+                 likeness: PoolLikeness | None = None) -> pd.DataFrame:
+    """The unlabeled rows most like `text` by TF-IDF cosine (words and bigrams): id, text, similarity (`likeness`:
+    one fitted before, as the studio keeps one per state of the rows)."""
+    return (likeness or PoolLikeness(store, scan)).like([text], n)
 
 
 def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequence[str], np.ndarray] | None = None,
-                  scan: int = SIMILAR_SCAN, likeness: ClassLikeness | None = None) -> pd.DataFrame:
+                  scan: int = SIMILAR_SCAN, likeness: PoolLikeness | None = None) -> pd.DataFrame:
     """The unlabeled rows most likely to be of class `label_id`, for the expert to label into dev (a thin class
     grows fastest from rows that are likely its own). Ranked by the saved soft labels' probability of the class
     when `saved` = (example ids, probabilities) is given: columns id, text, probability. Without them, by
-    `ClassLikeness` (fitted here unless given: the studio keeps one per workspace state): columns id, text,
+    `PoolLikeness.rank` (fitted here unless given: the studio keeps one per state of the rows): columns id, text,
     similarity."""
     if saved is None:
-        return (likeness or ClassLikeness(store, scan)).rank(store, label_id, n)
+        return (likeness or PoolLikeness(store, scan)).rank(store, label_id, n)
     example_ids, probs = saved
     unlabeled = set(store.example_ids("pool"))  # rows labeled into dev since the labels were saved drop out
     rows = np.array([i for i, e in enumerate(example_ids) if e in unlabeled], dtype=int)
@@ -92,11 +82,11 @@ def rows_of_class(store: Store, label_id: int, n: int = 10, saved: tuple[Sequenc
     return pd.DataFrame({"id": ids, "text": [text[i] for i in ids], "probability": probs[best, label_id].round(3)})
 
 
-class ClassLikeness:
-    """The first `scan` unlabeled rows' TF-IDF (words and bigrams, like `similar_rows`), fitted once: `rank` orders
-    them by likeness to a class's fitness rows taken together, or, when it has none, to its name and description,
-    both read from the store at each call (a description saved since counts). Fitting is the cost (seconds at 20,000
-    long rows); ranking a class is a product."""
+class PoolLikeness:
+    """The first `scan` unlabeled rows' TF-IDF (words and bigrams), fitted once: `like` orders them by likeness to
+    some texts taken together (a wrong dev row's: `similar_rows`), `rank` to a class's fitness rows or, when it has
+    none, to its name and description, read from the store at each call (a description saved since counts). Fitting
+    is the cost (seconds at 20,000 long rows); ranking is a product."""
 
     def __init__(self, store: Store, scan: int = SIMILAR_SCAN):
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -106,9 +96,17 @@ class ClassLikeness:
         self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
         self.matrix = self.vectorizer.fit_transform(frame["text"].astype(str)) if len(frame) else None
 
-    def rank(self, store: Store, label_id: int, n: int = 10) -> pd.DataFrame:
+    def like(self, queries: Sequence[str], n: int = 10) -> pd.DataFrame:
+        """The `n` rows nearest the mean TF-IDF vector of `queries` (none that shares no word): id, text, similarity."""
         if self.matrix is None:
             return pd.DataFrame(columns=["id", "text", "similarity"])
+        centre = np.asarray(self.vectorizer.transform(list(queries)).mean(axis=0)).ravel()
+        similarity = self.matrix @ centre
+        best = np.argsort(-similarity, kind="stable")[:n]
+        best = best[similarity[best] > 0]
+        return pd.DataFrame({"id": self.ids[best], "text": self.texts[best], "similarity": similarity[best].round(3)})
+
+    def rank(self, store: Store, label_id: int, n: int = 10) -> pd.DataFrame:
         gold = store.gold(FITNESS)
         of_class = gold[:, label_id] == 1 if gold.ndim == 2 else gold == label_id
         queries = list(store.examples_frame(FITNESS)["text"].astype(str).to_numpy()[of_class])
@@ -117,11 +115,7 @@ class ClassLikeness:
             label = task.labels[label_id]
             described = str(task.label_descriptions.get(label, ""))
             queries = [" ".join([label.replace("_", " ").replace("-", " "), described])]
-        centre = np.asarray(self.vectorizer.transform(queries).mean(axis=0)).ravel()
-        similarity = self.matrix @ centre
-        best = np.argsort(-similarity, kind="stable")[:n]
-        best = best[similarity[best] > 0]
-        return pd.DataFrame({"id": self.ids[best], "text": self.texts[best], "similarity": similarity[best].round(3)})
+        return self.like(queries, n)
 
 
 def _class_ids(store: Store, labeled: Mapping[str, str | Sequence[str]]) -> list[tuple[str, int, list[int] | None]]:

@@ -15,7 +15,7 @@ import streamlit as st
 
 from engine import score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
-from engine.expert_rows import ClassLikeness
+from engine.expert_rows import PoolLikeness
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace
@@ -184,11 +184,12 @@ def weak_spot_groups(store: Store, split: str) -> tuple[list, list[str], list[st
 
 
 @st.cache_resource(show_spinner="Reading the unlabeled rows…", max_entries=2)
-def _class_likeness(name: str, rows_version: str | None) -> ClassLikeness:
-    return ClassLikeness(workspace.open_store(name))
+def _pool_likeness(name: str, rows_version: str | None) -> PoolLikeness:
+    return PoolLikeness(workspace.open_store(name))
 
 
-def class_likeness(store: Store) -> ClassLikeness:
-    """The unlabeled rows' TF-IDF for *Label rows for dev*, fitted once per state of the rows (seconds on long rows;
-    verdicts and generations leave it be): each rerun of the Labels screen, and each class picked, only ranks."""
-    return _class_likeness(state.workspace_name(), store.rows_version())
+def pool_likeness(store: Store) -> PoolLikeness:
+    """The unlabeled rows' TF-IDF for the Labels screen's rows like a wrong one and rows of a class, fitted once per
+    state of the rows (seconds on long rows; verdicts and generations leave it be): each rerun, row selected and class
+    picked only ranks."""
+    return _pool_likeness(state.workspace_name(), store.rows_version())

@@ -52,7 +52,7 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi
     if not picked.selection.rows:
         return
     row = wrong.iloc[picked.selection.rows[0]]
-    like = similar_rows(store, row["text"])
+    like = similar_rows(store, row["text"], likeness=queries.pool_likeness(store))
     st.markdown(f"**Unlabeled rows like `{row['id']}`** (gold *{row['gold']}*, labeled *{row['predicted']}*)")
     if like.empty:
         st.caption("No unlabeled row shares its words.")
@@ -84,7 +84,7 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
                           key=f"{state.GROW_CLASS}_{hashlib.sha1(repr(counts).encode()).hexdigest()[:8]}")
     state.keep(state.GROW_CLASS, chosen)
     rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs),
-                         likeness=queries.class_likeness(store) if result is None else None)
+                         likeness=queries.pool_likeness(store) if result is None else None)
     label = labels[chosen]
     if rows.empty:
         st.caption("Every row of this workspace is labeled: there are no unlabeled rows to find. (Rows come in with "

@@ -249,9 +249,9 @@ def test_without_soft_labels_rows_of_a_class_are_those_worded_like_its_dev_rows_
     assert rows_of_class(store, 1)["id"][0] == "p1"
     # a class without a dev row: its name's words find its rows, and its description's once given, also through a
     # likeness fitted before (the studio keeps one per state of the rows; a description changes none of them)
-    from engine.expert_rows import ClassLikeness
+    from engine.expert_rows import PoolLikeness
 
     assert list(rows_of_class(store, 2)["id"]) == ["p3"]
-    likeness = ClassLikeness(store)
+    likeness = PoolLikeness(store)
     store.describe_label("exchange_rate", "nice weather")
     assert rows_of_class(store, 2, likeness=likeness)["id"][0] == "p2"

@@ -23,7 +23,7 @@ from engine.corpus.shards import OutputError
 from engine.embed.registry import EMBEDDERS
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
-from engine.export import EXPORT_FORMATS, check_destination
+from engine.export import EXPORT_FORMATS, check_destination, check_pool_destination
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
@@ -257,7 +257,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
         raise MissingExtra(HF_MISSING)
     fmt = check_destination(args.store, args.out, args.format)  # before the fit, which can take minutes
     if args.pool_python is not None:
-        _check_pool_python(args.store, args.pool_python, args.out)
+        check_pool_destination(args.store, args.pool_python, args.out)
     if args.spreadsheet_safe and fmt != "csv":
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels
@@ -277,19 +277,6 @@ def cmd_export(args: argparse.Namespace) -> dict:
         write_atomically(args.pool_python, pool_as_python(args.store).encode("utf-8"))
         out["pool_python"] = str(args.pool_python)
     return out
-
-
-def _check_pool_python(store: Store, path: Path, out: Path) -> None:
-    """The pool's .py goes where nothing of the workspace's, nor the export, nor a file but an earlier one of its
-    kind is."""
-    target = path.resolve()
-    export = Path(out).resolve()
-    if target in (export, export.with_name(export.name + ".manifest.json")):
-        raise ValueError(f"--pool-python {path} is the export's own file or its manifest: give each its own path")
-    if target.parent == store.path.parent.resolve() and target.name.startswith(store.path.name):
-        raise ValueError(f"{path} is the workspace's own database: write the pool somewhere else")
-    if target.is_file() and "EvoPool annotator pool" not in target.read_text(errors="replace")[:200]:
-        raise ValueError(f"{path} exists and is not an exported pool: choose another path, or move it away first")
 
 
 def _rows_progress():

@@ -178,16 +178,30 @@ def file_format(out: str | Path, fmt: str | None = None) -> str:
     return (fmt or Path(out).suffix.lstrip(".") or "csv").lower()
 
 
+POOL_HEADER = "EvoPool annotator pool"  # the first words of `pool_as_python`'s file
+
+
+def manifest_path(path: Path) -> Path:
+    """Where an export's manifest sits: beside it, `<file>.manifest.json`."""
+    return path.with_name(path.name + ".manifest.json")
+
+
+def _refuse_workspace_file(store: Store, path: Path) -> None:
+    """A file of the workspace's own (its database and what DuckDB keeps beside it) is no place to write to: an
+    export once overwrote the database."""
+    target = path.resolve()
+    if target.parent == store.path.parent.resolve() and target.name.startswith(store.path.name):
+        raise ValueError(f"{path} is the workspace's own database: write somewhere else")
+
+
 def check_destination(store: Store, out: str | Path, fmt: str | None = None) -> str:
     """The export's format, once `out` is a safe place for it, checked before any work is done: a known format,
-    not a file of the workspace's own (its database: an export once overwrote it), and no existing file but an
-    earlier export (its manifest beside it); a ValueError naming the path otherwise."""
+    not a file of the workspace's own, and no existing file but an earlier export (its manifest beside it); a
+    ValueError naming the path otherwise."""
     out = Path(out)
-    workspace = store.path.parent.resolve()
+    _refuse_workspace_file(store, out)
     target = out.resolve()
-    if target == store.path.resolve() or (target.parent == workspace and target.name.startswith(store.path.name)):
-        raise ValueError(f"{out} is the workspace's own database: write the export somewhere else")
-    if target.is_file() and not target.with_name(target.name + ".manifest.json").is_file():
+    if target.is_file() and not manifest_path(target).is_file():
         raise ValueError(f"{out} exists and is not an earlier export (no {target.name}.manifest.json beside it): "
                          "choose another path, or move that file away first")
     chosen = file_format(out, fmt)
@@ -254,10 +268,21 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
         path = write_hf(frame, store.load_task().labels, out, label_separator(store))
     else:
         path = write_frame(written, out, fmt)
-    manifest_path = path.with_name(path.name + ".manifest.json")
+    written_manifest = manifest_path(path)
     manifest_text = json.dumps(manifest(store, soft, frame, extra, threshold), indent=2)
-    write_atomically(manifest_path, manifest_text.encode("utf-8"))
-    return path, manifest_path
+    write_atomically(written_manifest, manifest_text.encode("utf-8"))
+    return path, written_manifest
+
+
+def check_pool_destination(store: Store, path: Path, out: Path) -> None:
+    """The pool's .py goes where nothing of the workspace's, nor the export `out` or its manifest, nor a file but an
+    earlier exported pool is; a ValueError naming the path otherwise."""
+    target, export = path.resolve(), Path(out).resolve()
+    if target in (export, manifest_path(export)):
+        raise ValueError(f"--pool-python {path} is the export's own file or its manifest: give each its own path")
+    _refuse_workspace_file(store, path)
+    if target.is_file() and POOL_HEADER not in target.read_text(errors="replace")[:200]:
+        raise ValueError(f"{path} exists and is not an exported pool: choose another path, or move it away first")
 
 
 def pool_as_python(store: Store) -> str:
@@ -272,7 +297,7 @@ def pool_as_python(store: Store) -> str:
     task = store.load_task()
     annotators = store.annotators(store.pool_ids())
     lines = [
-        f'"""EvoPool annotator pool for task {task.name!r}: {len(annotators)} annotators.',
+        f'"""{POOL_HEADER} for task {task.name!r}: {len(annotators)} annotators.',
         "",
         "Exported by EvoPool Studio. Usage: python this_file.py < examples.jsonl > labels.jsonl",
         '(each input line a JSON object with "text" and the task\'s fields).',

@@ -58,10 +58,11 @@ def code_editor(source: str, key: str) -> str:
     forgets when the expert opens another screen: coming back shows the draft, and its re-score, again."""
     drafts: dict[str, str] = state.get(state.CODE_DRAFTS) or {}
     shown = drafts.get(key, source)
-    plain = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, value=bool(state.get(state.PLAIN_EDITOR_ON)),
-                      help="use a plain text box instead of the code editor (for screen readers, or to paste "
-                           "code)") or st_ace is None
-    state.put(state.PLAIN_EDITOR_ON, bool(state.get(state.PLAIN_EDITOR)))
+    chosen = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, value=bool(state.kept(state.PLAIN_EDITOR)),
+                       help="use a plain text box instead of the code editor (for screen readers, or to paste "
+                            "code)")
+    state.keep(state.PLAIN_EDITOR, chosen)
+    plain = chosen or st_ace is None
     resets = (state.get(state.DRAFT_RESETS) or {}).get(key, 0)
     fresh = f"_{resets}" if resets else ""  # a new widget after "Discard the edit": it starts from the saved code
     if plain:

@@ -15,6 +15,7 @@ from engine.ingest.importer import (
     IngestOptions,
     cell_text,
     is_export,
+    model_classes,
     model_columns,
     plan_import,
     row_positions,
@@ -147,17 +148,17 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
                            "unique row ids; none: row numbers")
     reserved = {text_col, label_col, split_col, id_col}
     with right:
-        made = set(model_columns(columns) or ())  # an EvoPool file's model columns: never fields
-        extra = [c for c in columns if c not in reserved and c not in made]
+        written = set(model_columns(columns) or ())  # an EvoPool file's model columns: never fields
+        extra = [c for c in columns if c not in reserved and c not in written]
         fields = st.multiselect("Extra fields the annotators may read", extra, default=extra, key="map_fields")
         multi, sep_col = st.columns([1, 1])
         multi_label = multi.checkbox("Multi-label", key="map_multi",
                                      help="a label cell may hold several labels (JSONL: a list)")
         separator = sep_col.text_input("Label separator", "|", key="map_sep", disabled=not multi_label,
                                        help="between the labels of one cell, e.g. sports|politics")
-        written = model_columns(columns)  # an EvoPool file: its classes, in order, are its p_* columns
-        found = wrench_labels or (tuple(c[2:] for c in written if c.startswith("p_")) if written else
-                                  _labels_in(frame, label_col, separator if multi_label else None))
+        # an EvoPool file's classes, in order, are its p_* columns
+        found = wrench_labels or model_classes(columns) or _labels_in(frame, label_col,
+                                                                     separator if multi_label else None)
         # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")

@@ -158,11 +158,7 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
              "audit_macro_f1": "audit-row macro-F1 (out-of-fold)", "n_audit": "audit rows",
              "chosen_on": "auto chose on", "uses_pool": "uses the pool's votes",
              "left_out": "auto left out (the pool was chosen on these rows)"}
-    left_out: set[str] = set()
-    if {"aggregator", "left_out"} <= set(comparison.columns):
-        for value in comparison.loc[comparison["aggregator"] == "auto", "left_out"]:
-            if isinstance(value, (list, tuple, np.ndarray)):
-                left_out |= {str(v) for v in value}
+    left_out = _left_out_by_auto(comparison)
     table = comparison.rename(columns=names)
     # a row auto left out holds the inflated figure of votes chosen on these very rows: said on the row, and
     # listed after the rows auto weighed (it ranked first and made auto's choice look like a loss)
@@ -184,6 +180,14 @@ def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
                       table[~weighed].sort_values(key, ascending=False, kind="stable")])
 
 
+def _left_out_by_auto(comparison: pd.DataFrame) -> set[str]:
+    """The ingredients auto left out, as the comparison's `auto` row lists them (auto's names: `ingredient_name`)."""
+    if not {"aggregator", "left_out"} <= set(comparison.columns):
+        return set()
+    return {str(name) for value in comparison.loc[comparison["aggregator"] == "auto", "left_out"]
+            if isinstance(value, (list, tuple, np.ndarray)) for name in value}
+
+
 def _cell(value: object) -> str:
     """A table cell for a name or a list of names: '' for none (not "None" or "nan")."""
     if value is None or (isinstance(value, float) and value != value):
@@ -202,9 +206,7 @@ def student_note(comparison: pd.DataFrame) -> str | None:
     if "auto" not in rows.index:
         return None
     chosen = str(rows.loc["auto"].get("chosen", "") or "")
-    left_out = rows.loc["auto"].get("left_out")
-    skipped = {"auto", "auto-text", "auto-pool", *(left_out if isinstance(left_out, (list, tuple, np.ndarray))
-                                                   else [])}
+    skipped = {"auto", "auto-text", "auto-pool", *_left_out_by_auto(comparison)}
     weighed = rows[[ingredient_name(str(a)) not in skipped for a in rows.index]]["macro_f1"].dropna()
     students = is_student(chosen) or (chosen.startswith("avg(") and STUDENT in chosen)  # one, or a mean of some
     if not students or weighed.empty or float(weighed.max()) <= float(rows.loc["auto", "macro_f1"]):

@@ -23,7 +23,6 @@ IMPORT_SHOWN = "import_shown"  # id of the import job whose report was shown
 AGGREGATOR = "aggregator"
 EDIT_PREVIEW = "edit_preview"  # (annotator id, source, EditPreview)
 PLAIN_EDITOR = "plain_editor"
-PLAIN_EDITOR_ON = "plain_editor_on"  # the toggle's value kept while the Annotator screen is not drawn
 IMPORT_ASKED = "import_asked"  # the file and settings the last import was started with (`importer.asked`)
 LAST_VERDICT = "last_verdict"  # the annotator the expert last gave (or undid) a verdict on: its card stays open
 CODE_DRAFTS = "code_drafts"  # {annotator id: edited source}: an edit survives a visit to another screen

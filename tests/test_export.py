@@ -154,3 +154,21 @@ def test_an_export_read_back_is_labeled_from_its_gold_not_the_models_labels(stor
         {i: labels_before[int(v)] for i, v in dev_before.items()}  # the expert's labels, every one
     fields = set(again.load_task().fields)
     assert not fields & {"label", "confidence", "n_votes", "aggregator", "p_HAM", "p_SPAM", "gold_label"}
+
+
+def test_the_pool_file_goes_nowhere_the_export_or_the_workspace_or_a_stranger_is(store, demo_csv, tmp_path):
+    from engine.export import check_pool_destination, pool_as_python
+
+    import_path(store, demo_csv)
+    out = tmp_path / "labels.csv"
+    for path, said in ((out, "the export's own file"), (tmp_path / "labels.csv.manifest.json", "its manifest"),
+                       (store.path, "the workspace's own database")):
+        with pytest.raises(ValueError, match=said):
+            check_pool_destination(store, path, out)
+    stranger = tmp_path / "notes.py"
+    stranger.write_text("print('mine')\n")
+    with pytest.raises(ValueError, match="is not an exported pool"):
+        check_pool_destination(store, stranger, out)
+    earlier = tmp_path / "pool.py"
+    earlier.write_text(pool_as_python(store))
+    check_pool_destination(store, earlier, out)  # an earlier pool file is replaced

@@ -191,31 +191,24 @@ def test_a_cell_longer_than_csvs_default_limit_is_read(tmp_path, default_csv_lim
     assert read_table(path)["text"].tolist() == [judgment, "short text"]
 
 
-def test_an_unclosed_quote_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path):
-    """The quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97
-    rows after it without a word, and its message named the last line, not the quote's."""
+@pytest.mark.parametrize(("edits", "said"), [
+    # the quote opened on line 4 takes every later line into one cell: skipping that "row" would drop the 97 rows
+    # after it without a word, and its message named the last line, not the quote's
+    ({3: '3,"this quote never closes,pos'}, "quote opened on line 4 .* runs to line 101"),
+    # `"I love it` on line 6 and `5" tall` on line 10: the lenient parser read lines 6-10 as one row with the right
+    # number of cells (row 4's text held rows 5-8, and it took row 8's label) and imported the rest without a word
+    ({5: '5,"I love it who is here,neg', 9: '9,5" tall great singer,pos'},
+     "quote opened on line 6 .* runs to line 10 and takes the 4 line"),
+])
+def test_a_quote_that_swallows_rows_refuses_the_file_at_its_line_even_when_skipping_bad_rows(tmp_path, edits, said):
     lines = ["id,text,label", *(f"{i},row {i} text here,{'pos' if i % 2 else 'neg'}" for i in range(1, 101))]
-    lines[3] = '3,"this quote never closes,pos'
-    path = tmp_path / "unclosed.csv"
-    path.write_text("\n".join(lines) + "\n")
-    for skip in (False, True):
-        store = Store.open(tmp_path / f"ws-{skip}")
-        with pytest.raises(IngestError, match="quote opened on line 4 .* runs to line 101"):
-            import_path(store, path, IngestOptions(skip_bad_rows=skip))
-        assert store.count_examples() == 0
-
-
-def test_a_stray_quote_that_a_later_one_closes_refuses_the_file_at_its_line(tmp_path):
-    """`"I love it` on line 6 and `5" tall` on line 10: the lenient parser read lines 6-10 as one row with the right
-    number of cells (r4's text held r5-r8, and r4 took r8's label) and imported 56 of 60 rows without a word."""
-    lines = ["id,text,label", *(f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(60))]
-    lines[5] = 'r4,"I love it who is here,HAM'
-    lines[9] = 'r8,5" tall great singer,HAM'
+    for line, text in edits.items():
+        lines[line] = text
     path = tmp_path / "swallow.csv"
     path.write_text("\n".join(lines) + "\n")
     for skip in (False, True):
         store = Store.open(tmp_path / f"ws-{skip}")
-        with pytest.raises(IngestError, match="quote opened on line 6 .* runs to line 10 and takes the 4 line"):
+        with pytest.raises(IngestError, match=said):
             import_path(store, path, IngestOptions(skip_bad_rows=skip))
         assert store.count_examples() == 0
 

@@ -275,9 +275,5 @@ def _candidate(p: Proposal, role: str) -> Candidate:
                       f"{stats['precision']:.2f} with {judged} pooled in.")
     if p.note:
         rationale += f" ({p.note})"
-    return Candidate(source=render(p.spec), agent=role, name=_name(p), parent_ids=p.parent_ids,
+    return Candidate(source=render(p.spec), agent=role, name=p.spec.title(), parent_ids=p.parent_ids,
                      rationale=rationale, mined_on_guesses=p.note == MINED_ON_GUESSES)
-
-
-def _name(p: Proposal) -> str:
-    return p.spec.title()

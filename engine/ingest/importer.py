@@ -277,6 +277,11 @@ def model_columns(columns) -> list[str] | None:
     return [c for c in ("label", "labels") if c in names] + ["confidence", *probabilities, "n_votes", "aggregator"]
 
 
+def model_classes(columns) -> tuple[str, ...]:
+    """The classes of an EvoPool file, in the task's order: its p_<class> columns (none for another file)."""
+    return tuple(c[2:] for c in model_columns(columns) or () if c.startswith("p_"))
+
+
 def is_export(columns) -> bool:
     """Whether a file is an EvoPool workspace export: a model's columns and the expert's `gold_label`."""
     return model_columns(columns) is not None and EXPORT_LABELS in {str(c) for c in columns}
@@ -299,7 +304,7 @@ def _from_an_export(frame: pd.DataFrame, opts: IngestOptions) -> tuple[pd.DataFr
                               "It holds no gold labels (`evopool label` output): import the data it was made from, "
                               "or, where that data had its own label column (written as `field_label`), name that "
                               "one as the label column"))
-    classes = tuple(c[2:] for c in made if c.startswith("p_"))
+    classes = model_classes(made)
     frame = frame.drop(columns=made)
     changes: dict = {"labels": opts.labels or classes}
     if opts.field_columns is not None:

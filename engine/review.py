@@ -174,9 +174,11 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     run = store.voted_splits(annotator.id)["dev"]
     votes = store.vote_matrix([annotator.id], FITNESS).votes[:, 0]
     store.save_score(score_annotator(annotator.id, votes, store.gold(FITNESS), faults=run["faults"]))
-    approve(store, annotator.id, note or "edited by hand")
-    if parent is not None and parent.id in store.pool_ids():
-        reject(store, parent.id, f"{REPLACED_BY}{annotator.id}")
+    # one write, as an undo's restore is: a generation reading between two saw the version and its edit side by side
+    with store.transaction():
+        approve(store, annotator.id, note or "edited by hand")
+        if parent is not None and parent.id in store.pool_ids():
+            reject(store, parent.id, f"{REPLACED_BY}{annotator.id}")
     return annotator
 
 

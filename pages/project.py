@@ -50,14 +50,14 @@ if not store.has_data():
         st.subheader("Columns and task")
         dataset = name.rsplit(".", 1)[0] if not wrench_labels else name
         opts = importer.column_mapping(frame, wrench_labels, dataset)
-        importer.plan_summary(frame, opts, wrench_labels, problems)
+        listed = importer.plan_summary(frame, opts, wrench_labels, problems)
         asked = importer.asked(opts, location or name, content)
         if st.button("Import", type="primary", icon=":material/upload:", key="do_import"):
             importer.start(store, frame, opts, dataset=dataset, source=location or name,
                            wrench_folder=location if wrench_labels else None, wrench_labels=wrench_labels,
                            read_problems=problems, asked_as=asked)
         importer.progress(store)
-        importer.show_problems(store, asked)
+        importer.show_problems(store, asked, listed)
     st.stop()
 
 # ---- a workspace with data ---------------------------------------------------------------------------

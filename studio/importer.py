@@ -231,16 +231,17 @@ def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
 
 
 def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[str, ...] | None,
-                 problems: list[RowProblem]) -> None:
-    """Before anything is written: how many rows go to dev (and audit), test and the pool, and what is wrong."""
+                 problems: list[RowProblem]) -> bool:
+    """Before anything is written: how many rows go to dev (and audit), test and the pool, and what is wrong.
+    Whether it listed the bad rows (a large file's plan waits for a click)."""
     if len(frame) > PLAN_MAX_ROWS and not st.button("Check the import first", key="plan_check"):
         st.caption(f"{len(frame):,} rows: **Check the import first** shows the splits before anything is written.")
-        return
+        return False
     try:
         plan = plan_import(frame, opts, wrench_labels, problems)
     except IngestError as err:
         st.error(str(err))
-        return
+        return False
     counts = plan.split_counts()
     st.info("This import would write: " + " · ".join(
         f"{what} **{counts.get(key, 0):,}**" for what, key in
@@ -256,6 +257,7 @@ def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[
                       "or skipped."))
         st.dataframe(bad_rows_table(rows, frame, opts.id_column), hide_index=True,
                      height=min(300, 38 + 35 * min(len(rows), 200)))
+    return bool(rows)
 
 
 def bad_rows_table(rows: list[RowProblem], frame: pd.DataFrame, id_column: str | None,
@@ -332,7 +334,7 @@ def file_state(location: str) -> str:
         return ""
 
 
-def show_problems(store: Store, now: str | None = None) -> None:
+def show_problems(store: Store, now: str | None = None, listed: bool = False) -> None:
     """The last failed import: the message and a table naming each bad row and why. Not once the form differs from
     the one it failed with (`now`, `asked`): its error stood below a form that had fixed it (a browser walk); the
     plan above the Import button tells where the form stands now."""
@@ -351,8 +353,9 @@ def show_problems(store: Store, now: str | None = None) -> None:
     st.error(f"Nothing was imported: {said}."
              + "".join(f"  \nThe file as a whole: {reason}." for reason in fatal))
     if problems:
-        table = pd.DataFrame(problems, columns=["row", "problem"])
-        st.dataframe(table, hide_index=True, height=min(400, 38 + 35 * len(table)))
+        if not listed:  # the plan above lists them, with their ids, for the form the import failed with
+            table = pd.DataFrame(problems, columns=["row", "problem"])
+            st.dataframe(table, hide_index=True, height=min(400, 38 + 35 * len(table)))
         st.info("Fix these rows in the file, or tick **Import the good rows and skip the bad ones** and import "
                 "again.")
 

@@ -243,11 +243,11 @@ def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
     if not uses_pool:
         return False, (f"The text alone does as well here: auto chose a model that reads no votes, {versus}. The pool "
                        f"earns its place by adding what the text misses: {advice}")
+    how = _how_it_uses_the_pool(str(auto.get("chosen", "")))
     if ours <= theirs:
-        return False, (f"Auto's choice {_how_it_uses_the_pool(str(auto.get('chosen', '')))} (chosen on the rows that "
+        return False, (f"Auto's choice {how} (chosen on the rows that "
                        "judge what reads them), yet "
                        f"{versus}: on dev the pool does not lead yet. To make it lead: {advice}")
-    how = _how_it_uses_the_pool(str(auto.get("chosen", "")))
     said = f"The pool earns its place here: auto's choice {how}, {versus}."
     if auto.get("chosen_on") != "audit":
         audit_rows = auto.get("n_audit")

@@ -16,7 +16,7 @@ ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:materia
 MAX_NAMED_CLASSES = 12
 
 
-def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decided_by: str = "human") -> None:
+def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decided_by: str) -> None:
     """Approve (or restore) / reject (or disable) with a required reason; logged as a human verdict."""
     action = "Reject" if in_pool else "Approve"
     note_key = f"note_{key}_{annotator_id}"

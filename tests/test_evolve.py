@@ -459,3 +459,25 @@ def test_restoring_a_version_and_retiring_its_edit_is_one_write(demo_store, exec
         undo(demo_store, parent)
     assert demo_store.verdicts_version() == before  # the restore was rolled back with it
     assert edited.id in demo_store.pool_ids() and parent not in demo_store.pool_ids()
+
+
+def test_saving_an_edit_and_retiring_its_parent_is_one_write(demo_store, executor, monkeypatch):
+    """Saving an edit approves it and retires its parent: a failure of the second write rolls back the first, as an
+    undo's restore does (the edit alone, or both versions, in the pool would be a state no one chose)."""
+    from engine.review import save_edit
+    from engine.store.workspace import Store as StoreClass
+
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    parent = demo_store.pool_ids()[0]
+    before, pool = demo_store.verdicts_version(), demo_store.pool_ids()
+    insert = StoreClass._insert_verdict
+
+    def fails_on_the_retirement(self, decision, generation):
+        if decision.annotator_id == parent:
+            raise OSError("disk full")
+        return insert(self, decision, generation)
+
+    monkeypatch.setattr(StoreClass, "_insert_verdict", fails_on_the_retirement)
+    with pytest.raises(OSError):
+        save_edit(demo_store, executor, demo_store.annotator(parent).source + "\nEDITED = True\n", parent, "x")
+    assert demo_store.verdicts_version() == before and demo_store.pool_ids() == pool

@@ -242,7 +242,8 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert "empty text" in before["problem"].iloc[0]
     import_and_wait(at, tmp_path / "imp" / "mine")
     problems = at.dataframe[-1].value
-    assert list(problems["row"]) == [3, 4]
+    assert list(problems["row"]) == [3, 4] and list(problems["id"]) == ["r3", "r4"]
+    assert sum("problem" in d.value.columns for d in at.dataframe) == 1  # listed once (the plan's, with ids)
     assert "empty text" in problems["problem"].iloc[0]
     assert "'MAYBE' is not in the label set" in problems["problem"].iloc[1]
     assert "Nothing was imported: comments.csv: 2 problem(s)." in texts(at)

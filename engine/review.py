@@ -66,15 +66,19 @@ def undo(store: Store, annotator_id: str, note: str = "", expected: int | None =
 
 
 def gate_decided_in(store: Store, last: pd.Series) -> int | None:
-    """The generation whose pool the reasons of an annotator's latest verdict row `last` were weighed against: its
-    own for the gate's, the verdict in force's for one an undo restored (its reasons are copied from it); None for
-    an expert's verdict."""
+    """The generation whose pool the reasons of an annotator's latest verdict row `last` were weighed against when
+    that pool has changed since: its own for the gate's, the verdict in force's for one an undo restored (its reasons
+    are copied from it). None for an expert's verdict, and when no verdict was given after that generation's gate
+    (its pool is today's: nothing to date)."""
     if last["decided_by"] == "human":
         return None
-    if not restored_by_undo(last["reasons"]):
-        return int(last["generation"])
-    in_force = store.verdict_states(str(last["annotator_id"]))
-    return int(in_force[-1]["generation"]) if in_force else None
+    generation = int(last["generation"])
+    if restored_by_undo(last["reasons"]):
+        in_force = store.verdict_states(str(last["annotator_id"]))
+        if not in_force:
+            return None
+        generation = int(in_force[-1]["generation"])
+    return generation if store.verdicts_version() > store.last_gate_verdict(generation) else None
 
 
 def displaced_by_undo(store: Store, annotator_id: str) -> tuple[str, str] | None:

@@ -453,7 +453,7 @@ def test_run_button_starts_a_background_generation(home):
     at.run()
     pool_now = len(store.pool_ids())
     assert metrics(at)["Pool size"] == str(pool_now)
-    assert f"Since then, verdicts made it pool {pool_now}, dev macro-F1 {current_dev_macro_f1(store):.3f}" in texts(at)
+    assert (f"the chart shows pool {pool_now}, dev macro-F1 {current_dev_macro_f1(store):.3f}") in texts(at)
 
 
 # ---- annotator ----------------------------------------------------------------------------------------
@@ -477,6 +477,20 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert "viable" in history["reason"].iloc[0]  # the gate's reasons, as recorded
     at.toggle(key="plain_editor").set_value(True).run()  # (AppTest cannot see inside the Ace component)
     assert at.text_area(key=f"plain_{target}").value == store.annotator(target).source
+
+
+def test_a_verdict_of_the_latest_generation_is_not_dated_against_an_older_pool(home):
+    """The caveat that the gate's reasons are of an older pool showed on every gate verdict, even one of the last
+    generation with no verdict since: it shows only once a later verdict has moved the pool."""
+    store = seed(home, "latest", generations=1)
+    target = store.pool_ids()[0]
+    at = run("latest", "pages/annotator.py", annotator=target)
+    assert not at.exception
+    assert "**In plain words:** It votes" in texts(at) and "against the pool of then" not in texts(at)
+    other = next(i for i in store.pool_ids() if i != target)
+    review.reject(store, other, "too broad")  # a verdict after the gate's: the pool moved
+    at = run("latest", "pages/annotator.py", annotator=target)
+    assert "the gate's reasons as it decided in generation 1, against the pool of then" in texts(at)
 
 
 def test_editing_rescoring_and_saving_a_new_version(home):

@@ -253,6 +253,11 @@ class PoolMixin:
         """The number of the last verdict recorded (0 before any): changes with every verdict."""
         return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts")[0][0])
 
+    def last_gate_verdict(self, generation: int) -> int:
+        """The number (seq) of the gate's last verdict in `generation` (0 when it gave none)."""
+        return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts WHERE decided_by = 'gate' AND generation = ?",
+                           [generation])[0][0])
+
     def gate_generations(self) -> set[int]:
         """The generations in which the gate gave at least one verdict."""
         return {int(r[0]) for r in self._q("SELECT DISTINCT generation FROM verdicts WHERE decided_by = 'gate'")}

@@ -25,7 +25,7 @@ from engine.domain import Task
 from engine.ingest.columns import choose_text_column
 from engine.ingest.errors import IngestError, RowProblem
 from engine.ingest.readers import ROW_PLACES, ROW_POSITIONS, read_rows, read_wrench_rows
-from engine.ingest.splits import assign_splits, mark_audit, no_dev_reason
+from engine.ingest.splits import assign_splits, mark_audit, no_dev_reason, to_draw
 from engine.ingest.variants import variant_problems
 from engine.store.workspace import Store
 
@@ -358,7 +358,7 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     clean["audit"], audit_notes = mark_audit(clean, opts.audit_fraction, opts.seed)
     notes += split_notes + audit_notes
     n_dev = int((clean["split"] == "dev").sum())
-    drawn = bool((unsplit["split"].isna() & unsplit["label"].notna()).any())  # else the file's own splits decide
+    drawn = bool(to_draw(unsplit).any())  # else the file's own splits decide
     if drawn and 0 < n_dev < opts.dev_size and labeled <= opts.dev_size:
         notes.append(f"dev takes all {n_dev} usable labeled rows (the dev size is {opts.dev_size}): none is left "
                      "for a test (holdout) split; the audit rows, where there are enough, keep the figures honest")

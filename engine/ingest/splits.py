@@ -17,6 +17,11 @@ from engine.ingest.errors import IngestError
 AUDIT_MIN_CLASS_ROWS = 10  # a class needs this many dev rows before any of them is held back as audit
 
 
+def to_draw(frame: pd.DataFrame) -> pd.Series:
+    """The rows `assign_splits` draws dev and test from: labeled, with no split of the file's own."""
+    return frame["split"].isna() & frame["label"].notna()
+
+
 def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.DataFrame, list[str]]:
     """Fill in missing splits and cap the dev split at `dev_size` (seeded, stratified by (first) label).
 
@@ -27,10 +32,8 @@ def assign_splits(frame: pd.DataFrame, dev_size: int, seed: int) -> tuple[pd.Dat
     rng = np.random.default_rng(seed)
     frame = frame.copy()
     notes = []
-    unassigned = frame["split"].isna()
-    labeled = frame["label"].notna()
-    frame.loc[unassigned & ~labeled, "split"] = "pool"
-    free = frame.index[unassigned & labeled]
+    free = frame.index[to_draw(frame)]
+    frame.loc[frame["split"].isna() & frame["label"].isna(), "split"] = "pool"
     if len(free):
         picked = _stratified(frame.loc[free, "label"], dev_size - int((frame["split"] == "dev").sum()), rng)
         frame.loc[picked, "split"] = "dev"

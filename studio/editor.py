@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 MAX_HIGHLIGHTS = 40
 
 
-@st.cache_resource(show_spinner=False)
+@st.cache_resource(show_spinner=False, on_release=SandboxLeases.close)  # "Clear cache" stops the idle workers
 def _quick_sandboxes() -> SandboxLeases:
     return SandboxLeases()
 

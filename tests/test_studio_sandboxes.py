@@ -88,3 +88,17 @@ def test_a_sandbox_that_fails_to_start_frees_its_place():
     leases.close()
     with pytest.raises(ValueError):
         SandboxLeases(size=0)
+
+
+def test_clearing_the_studio_cache_stops_the_idle_sandboxes_workers():
+    """The server's leases are a cached resource: "Clear cache" (or a new version of the function) drops them, and
+    their idle workers must stop with them rather than live on unreachable until the server exits."""
+    from studio import editor
+
+    editor._quick_sandboxes.clear()
+    with editor.sandbox() as sandbox:
+        assert [r.votes.tolist() for r in sandbox.run([_annotator(YES)], [{"text": "x"}], ["no", "yes"])] == [[1]]
+        worker = next(w for w in sandbox._workers if w is not None)
+    assert worker.proc.poll() is None  # idle and warm
+    editor._quick_sandboxes.clear()
+    assert worker.proc.wait(timeout=10) is not None

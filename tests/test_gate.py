@@ -79,6 +79,19 @@ def test_viability_judges_the_lower_bound_of_precision_not_the_raw_figure():
                     "S").verdict == "accept"
 
 
+def test_chance_is_judged_on_the_precision_bound_not_the_raw_figure():
+    """6 of 10 right (0.60) for a class holding 16 of 30 dev rows (0.53): the raw figure clears chance, its lower
+    bound (0.52) does not, so a handful of lucky fires cannot carry a near-chance rule into the pool."""
+    y = np.array([0] * 14 + [1] * 16)
+    near = np.full(30, ABSTAIN)
+    near[[0, 1, 2, 3, 14, 15, 16, 17, 18, 19]] = 1
+    annotator = Annotator(id="A", name="A", source="", agent="improver", generation=1)
+    out = run_gate([], np.zeros((30, 0), dtype=int), {}, [(annotator, near, score_annotator("A", near, y))], y, 2,
+                   GateConfig())
+    assert decision(out, "A").verdict == "reject"
+    assert "no better than chance: precision lower bound 0.52 <= 0.53" in " | ".join(decision(out, "A").reasons)
+
+
 def test_viability_rejects_a_precision_no_better_than_the_class_share():
     # 8 class-1 rows of 20: a rule voting class 1 on rows picked regardless of content is right 40% of the time
     y = np.array([0] * 12 + [1] * 8)

@@ -145,11 +145,12 @@ def _warn_weak_sandbox(executor: Any) -> None:
 
 
 def _label_descriptions(path: str | None) -> dict[str, str]:
-    """A JSON object {label: description}; the offline agents seed cues from it, the LLM agents read it."""
+    """A JSON object {label: description}, written inline or in a file; the offline agents seed cues from it, the
+    LLM agents read it."""
     if not path:
         return {}
-    try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:  # inline when it opens an object (a file name rarely starts with "{")
+        value = json.loads(path if path.lstrip().startswith("{") else Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise UsageError(f"--label-descriptions {path}: {err}") from err
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
@@ -451,8 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the label set, one --label per class, in this order (import only; default: the labels "
                           "found in the data). A set you give is taken as given: labels that differ only in case "
                           "stay apart, a class no row holds yet is kept, and a row with another label is a problem")
-    run.add_argument("--label-descriptions", metavar="JSON",
-                     help='file with {"label": "what it means", ...}: seeds the agents\' cues (import only)')
+    run.add_argument("--label-descriptions", metavar="FILE|JSON",
+                     help='{"label": "what it means", ...}, inline or in a file: seeds the agents\' cues (import '
+                          'only)')
     run.add_argument("--task-name", help="the task's name (import only; default: the file's name)")
     run.add_argument("--skip-bad-rows", action="store_true",
                      help="import the good rows and list each bad one (row and why) instead of refusing the file "

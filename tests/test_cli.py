@@ -140,6 +140,16 @@ def test_run_takes_the_task_name_and_label_descriptions_at_import(tmp_path, demo
     bad.write_text('["not", "an", "object"]')
     _, out = evopool("run", str(demo_csv), "--workdir", str(tmp_path / "other"), "--label-descriptions", str(bad))
     assert out.returncode == 2 and "expected a JSON object" in out.stderr
+    # inline, as the help's FILE|JSON says (it was read as a file name: "No such file or directory")
+    inline = json.dumps({labels[1]: "what the second class means"})
+    _, out = evopool("run", str(demo_csv), "--workdir", str(tmp_path / "inline"), "--generations", "0",
+                     "--label-descriptions", inline)
+    assert out.returncode == 0, out.stderr
+    assert dict(Store.open(tmp_path / "inline").load_task().label_descriptions) == {
+        labels[1]: "what the second class means"}
+    Store.close_all()
+    _, out = evopool("run", str(demo_csv), "--workdir", str(tmp_path / "broken"), "--label-descriptions", "{oops")
+    assert out.returncode == 2 and "--label-descriptions {oops" in out.stderr
 
 
 def test_generations_that_propose_nothing_are_counted_and_told(tmp_path, demo_csv):

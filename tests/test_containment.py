@@ -301,6 +301,23 @@ def test_a_runs_stdout_is_no_host_file_and_it_starts_no_thread(pool):
     assert os.stat(os.devnull).st_mtime == before
 
 
+def test_a_run_cannot_read_how_long_the_host_has_been_up(pool, report):
+    """With no time namespace a run read the host's uptime (CLOCK_BOOTTIME, CLOCK_MONOTONIC): a fingerprint of the
+    machine and of when it last booted. Its clocks now start at 0 when the worker starts."""
+    need(report, "namespaces")
+    if "no time namespace" in report["namespaces"]:
+        pytest.skip(report["namespaces"])
+    host = min(time.clock_gettime(time.CLOCK_BOOTTIME), time.clock_gettime(time.CLOCK_MONOTONIC))
+    if host < 120:
+        pytest.skip(f"the host booted {host:.0f} s ago: too recently to tell its uptime from the worker's")
+    uptime = hostile("uptime", f"""
+        if max(time.clock_gettime(time.CLOCK_BOOTTIME), time.monotonic()) < {host / 2}:
+            raise RuntimeError('the clock of the worker, not of the host')
+    """)
+    assert "time (the clocks of its runs start at 0" in report["namespaces"]
+    assert run_with_benign(pool, uptime)[0].votes.tolist() == [HELD] * 4  # held, not faulted: the code ran
+
+
 def test_cpu_and_memory_hogs_are_faults(pool):
     spin = hostile("spin", "while True:\n    try:\n        while True:\n            pass\n"
                            "    except BaseException:\n        pass")

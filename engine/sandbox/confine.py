@@ -3,7 +3,8 @@ annotator code beats the checker and runs arbitrary Python (or raw system calls 
 
 Layers, each applied best-effort and reported as "on: ..." or "off: why" (never silently skipped):
   uid          root switches to nobody (65534) with no groups; others keep their own uid and say so
-  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts (a fixed host name) and cgroup
+  namespaces   new user, mount, pid, network (only a down loopback), ipc, uts (a fixed host name), cgroup and
+               time (the runs' clocks start at 0)
   filesystem   the root becomes an empty read-only tmpfs: no app files, no /proc, no /dev, nothing to exec
   capabilities every capability dropped, bounding and ambient sets emptied
   rlimits      address space, no file writes, no core files, few descriptors
@@ -20,13 +21,14 @@ import os
 import platform
 import resource
 import signal
+import time
 
 from engine.sandbox import landlock, seccomp
 
 NOBODY = 65534
 HOSTNAME = b"sandbox"
 _CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
-_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWTIME = 0x10000000, 0x20000000, 0x40000000, 0x80
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
@@ -63,7 +65,11 @@ def enter_namespaces() -> str:
     uid, gid = os.geteuid(), os.getegid()
     _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # after a uid change /proc/self/uid_map must be ours to write
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
-    if _libc().unshare(flags | _CLONE_NEWCGROUP) != 0 and _libc().unshare(flags) != 0:
+    # cgroup and time namespaces where the kernel has them (time: Linux 5.6), the rest without them
+    for extra in (_CLONE_NEWCGROUP | _CLONE_NEWTIME, _CLONE_NEWCGROUP, 0):
+        if _libc().unshare(flags | extra) == 0:
+            break
+    else:
         return f"off: unshare refused ({_err()}); user namespaces may be disabled on this machine"
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as fh:
@@ -71,7 +77,21 @@ def enter_namespaces() -> str:
     libc = _libc()  # uname would name the host otherwise
     named = libc.sethostname(HOSTNAME, len(HOSTNAME)) == 0 and libc.setdomainname(b"(none)", 6) == 0
     uts = f"uts (host name {HOSTNAME.decode()})" if named else f"uts (sethostname refused: {_err()})"
-    return f"on: user, mount, pid, network (loopback down, no other interface), ipc, {uts}"
+    clocks = _restart_clocks() if extra & _CLONE_NEWTIME else "no time namespace (the host's uptime shows)"
+    return f"on: user, mount, pid, network (loopback down, no other interface), ipc, {uts}, {clocks}"
+
+
+def _restart_clocks() -> str:
+    """The children's monotonic and boot clocks start near 0, so a run cannot read how long the host has been up.
+    Offsets can be set only before the first child enters the new time namespace, which is now."""
+    offsets = "".join(f"{name} {1 - int(time.clock_gettime(clock))} 0\n"
+                      for name, clock in (("monotonic", time.CLOCK_MONOTONIC), ("boottime", time.CLOCK_BOOTTIME)))
+    try:
+        with open("/proc/self/timens_offsets", "w") as fh:
+            fh.write(offsets)
+    except OSError as err:
+        return f"time (the host's uptime shows: offsets refused, {err.strerror})"
+    return "time (the clocks of its runs start at 0: no host uptime)"
 
 
 def empty_root() -> str:

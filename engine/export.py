@@ -297,7 +297,7 @@ def pool_as_python(store: Store) -> str:
     task = store.load_task()
     annotators = store.annotators(store.pool_ids())
     lines = [
-        f'"""{POOL_HEADER} for task {task.name!r}: {len(annotators)} annotators.',
+        f'"""{POOL_HEADER} for the task named in TASK: {len(annotators)} annotators.',
         "",
         "Exported by EvoPool Studio. Usage: python this_file.py < examples.jsonl > labels.jsonl",
         '(each input line a JSON object with "text" and the task\'s fields).',
@@ -313,13 +313,17 @@ def pool_as_python(store: Store) -> str:
         "import sys",
         "from collections import Counter",
         "",
+        f"TASK = {task.name!r}",
         f"LABELS = {list(task.labels)!r}",
         "SOURCES = {}",
         "",
     ]
     for a in annotators:
-        lines.append(f"# {a.name} — {a.agent}, generation {a.generation}, author {a.author}, "
-                     f"written by {a.provenance}, id {a.id}")
+        # names, task names and labels come from data, an LLM or a person: only ever written as literals (a name's
+        # newline in a comment, or a task name's triple quote in the docstring, once ran as code when the file loaded)
+        about = (f"{a.name} — {a.agent}, generation {a.generation}, author {a.author}, written by {a.provenance}, "
+                 f"id {a.id}")
+        lines.append(f"# {about!r}")
         lines.append(f"SOURCES[{a.id!r}] = {a.source!r}")
         lines.append("")
     # the checker's own lists, so what runs in the sandbox runs here (`object` was missing: every template failed)

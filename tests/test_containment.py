@@ -382,17 +382,38 @@ def test_confinement_as_a_non_root_user():
 class _PoolOnly:
     """Just what `pool_as_python` reads of a store: the task and the pool's annotators."""
 
-    def __init__(self, annotators: list[Annotator]):
+    def __init__(self, annotators: list[Annotator], task_name: str = "containment"):
         self._annotators = annotators
+        self._task_name = task_name
 
     def load_task(self) -> Task:
-        return Task("containment", tuple(LABELS))
+        return Task(self._task_name, tuple(LABELS))
 
     def pool_ids(self) -> list[str]:
         return [a.id for a in self._annotators]
 
     def annotators(self, ids: list[str]) -> list[Annotator]:
         return [a for a in self._annotators if a.id in ids]
+
+
+def test_names_in_the_exported_pool_are_never_code(tmp_path):
+    """A task name holding a triple quote closed the file's docstring, and an annotator name holding a newline (a
+    label from the data starts each offline name) left its comment line: either ran as code when the file was merely
+    loaded, before its refusal to run without a sandbox (a red-team review)."""
+    planted = [tmp_path / "by_task_name", tmp_path / "by_annotator_name"]
+    task_name = f'spam"""if __import__("os").mkdir({json.dumps(str(planted[0]))})else"""'
+    named = Annotator(id="named", name=f'spam\nimport os; os.mkdir({json.dumps(str(planted[1]))})\n#', agent="human",
+                      generation=0, source=BENIGN.source)
+    script = tmp_path / "pool.py"
+    script.write_text(pool_as_python(_PoolOnly([named], task_name)))  # type: ignore[arg-type]
+    bare = subprocess.run([sys.executable, "-I", "-S", str(script)], input="", capture_output=True, text=True,
+                          timeout=60)
+    assert "EvoPool is not installed" in bare.stderr  # it got as far as its refusal
+    assert not any(path.exists() for path in planted)
+    compiled = compile(script.read_text(), str(script), "exec")
+    namespace: dict = {"__name__": "loaded"}
+    exec(compiled, namespace)  # noqa: S102 - the export itself, loaded as a module: its names are data
+    assert namespace["TASK"] == task_name and "named" in namespace["SOURCES"]
 
 
 def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.domain import AnnotatorScore
+from engine.markdown import escape_md
 from engine.score import lift
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -117,7 +118,7 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
         if found := _find(r"removing it raises pool dev macro-F1 " + NUMBER + " -> " + NUMBER, reasons):
             lines.append(f"Rejected: the pool is better without it (dev macro-F1 {found.group(1)} with it, "
                          f"{found.group(2)} without).")
-        return lines or ["Rejected: " + "; ".join(reasons)]
+        return lines or ["Rejected: " + escape_md("; ".join(reasons))]
     if _find(r"already in the pool", reasons):
         return ["Kept: it was already in the pool."]
     parts = []
@@ -143,8 +144,9 @@ def too_few_rows(label: str, rows: int) -> str:
 def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,
             chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None,
             class_rows: int | None = None) -> Explanation:
-    """The whole explanation of one verdict (`chance`: see engine.score.chance_precision; `class_rows`: the
-    fitness rows of its class, said when too few to judge it)."""
+    """The whole explanation of one verdict, in markdown (`chance`: see engine.score.chance_precision;
+    `class_rows`: the fitness rows of its class, said when too few to judge it). `label` and `names` are shown as
+    given: escape them first (engine.markdown.escape_md), as review.explain_verdicts does."""
     lines: list[str] = []
     at_chance, times = False, 0.0
     if score is not None:

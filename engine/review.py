@@ -16,6 +16,7 @@ from engine.evolve import build_context, ensure_votes, next_generation_config, p
 from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
+from engine.markdown import escape_md
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
 from engine.score import chance_precision, pool_macro_f1, score_annotator
@@ -195,7 +196,8 @@ def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanat
     ids = list(dict.fromkeys(verdicts["annotator_id"]))
     votes = store.vote_matrix(ids, FITNESS).votes
     y = store.gold(FITNESS)
-    names = {a.id: a.name or a.id[:8] for a in store.annotators()}
+    # names and labels come from data, LLMs and people; the explanation is markdown (`escape_md`)
+    names = {a.id: escape_md(a.name or a.id[:8]) for a in store.annotators()}
     column = {a: votes[:, j] for j, a in enumerate(ids)}
     scores = {a: score_annotator(a, column[a], y) for a in ids}
     chance = {a: chance_precision(column[a], y, len(task.labels)) for a in ids}
@@ -204,7 +206,7 @@ def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanat
     for index, row in verdicts.iterrows():
         a = row["annotator_id"]
         s = scores[a] if scores[a].fires else store.scores([a]).get(a)
-        label = task.labels[s.label] if s is not None and s.label != ABSTAIN else ""
+        label = escape_md(task.labels[s.label]) if s is not None and s.label != ABSTAIN else ""
         out[index] = explain(row["verdict"], list(row["reasons"]), s, label, len(y), chance[a],
                              row["decided_by"], names, rows_of.get(label))
     return out

@@ -58,10 +58,10 @@ with code_col:
     held = state.get(state.EDIT_PREVIEW)
     result = held[2] if held and held[0] == annotator.id and held[1] == source else None
     if result is not None and result.error and result.annotator is None:
-        st.error(f"The edited code was refused: {result.error}")
+        st.error(f"The edited code was refused: {queries.escape_md(result.error)}")
     elif result is not None:
         if result.error:
-            st.warning(f"It ran, with faults: {result.error}")
+            st.warning(f"It ran, with faults: {queries.escape_md(result.error)}")
         if result.annotator.id == annotator.id:
             st.info("This is the same code once normalised (comments and layout do not count): nothing to save.")
         st.markdown("**Saved version vs your edit** (on dev)")

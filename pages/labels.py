@@ -5,6 +5,7 @@ from engine import export, export_hf
 from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS, aggregator_entry
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
+from engine.markdown import escape_md
 from engine.store.saved_labels import stale_reason
 from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
 from studio.refresh import AppRefresh
@@ -50,7 +51,7 @@ def labels_progress() -> None:
     if latest is not None and latest.running:
         st.progress(min(1.0, latest.progress), text=f"{latest.message or 'working'}…")
     elif latest is not None and latest.status == "failed":
-        st.error(f"Computing soft labels failed: {latest.error}")
+        st.error(f"Computing soft labels failed: {escape_md(latest.error)}")
 
 
 labels_progress()

@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.jobs import REGISTRY, cluster_command, start_corpus_label
+from engine.markdown import escape_md
 from studio import widgets
 from studio.refresh import AppRefresh
 
@@ -58,7 +59,7 @@ def _progress(workdir: Path, was_running: bool) -> None:
         if was_running:
             refresh_app()  # from a timed run; the first draw goes on to show how the job ended
         if job.status == "failed":
-            st.error(f"Labeling the corpus failed: {job.error}")
+            st.error(f"Labeling the corpus failed: {escape_md(job.error)}")
         elif job.result:
             result = job.result
             st.success(f"Labeled {result['rows']:,} rows into {result['shards']} shards "

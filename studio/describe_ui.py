@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.domain import Task
+from engine.markdown import escape_md
 from engine.store.workspace import Store
 from studio import state
 
@@ -57,13 +58,14 @@ def describe_labels(store: Store, task: Task) -> None:
             save = st.form_submit_button("Save description", key="describe_save")
         if save and text.strip() == current.strip():
             state.put(state.DESCRIBE_OPEN, True)
-            st.info(f"Nothing to save: that is {label}'s description already.")
+            st.info(f"Nothing to save: that is {escape_md(label)}'s description already.")
         elif save:
             state.put(state.DESCRIBE_OPEN, True)  # open after the rerun: the undo is in it
             previous = store.describe_label(label, text)
             state.put(state.DESCRIBE_UNDO, LastSave(str(store.path), label, previous, text.strip()))
             state.new_describe_boxes()
-            state.flash(f"Saved the description of {label}: the agents read it from their next generation on.")
+            state.flash(f"Saved the description of {escape_md(label)}: the agents read it from their next "
+                        "generation on.")
             st.rerun()
         undo: LastSave | None = state.get(state.DESCRIBE_UNDO)
         if undo is not None and undo.workspace == str(store.path) and undo.label in task.labels \

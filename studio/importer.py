@@ -22,6 +22,7 @@ from engine.ingest.importer import (
 )
 from engine.ingest.readers import read_rows, read_wrench_rows
 from engine.jobs import REGISTRY, start_import
+from engine.markdown import escape_md
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
 from studio.refresh import AppRefresh
@@ -345,7 +346,7 @@ def show_problems(store: Store, now: str | None = None, listed: bool = False) ->
         return
     err = job.exception
     if not isinstance(err, IngestError):
-        st.error(f"The import failed: {job.error}")
+        st.error(f"The import failed: {escape_md(job.error)}")
         return
     fatal, rows = _whole_file(err.problems)
     problems = [(p.place, p.reason) for p in rows]

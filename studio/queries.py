@@ -6,9 +6,6 @@ unchanged ones.
 """
 from __future__ import annotations
 
-import re
-import string
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -16,31 +13,12 @@ import streamlit as st
 from engine import score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
 from engine.expert_rows import PoolLikeness
+from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' markdown helpers, kept under queries
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace
 
 PAGE_SIZE = 25
-_PUNCT = set(string.punctuation)
-_NO_AUTOLINK = re.compile(r"(?i)(www\.|://|@)")  # a zero-width space here stops markdown making links
-
-
-def code_span(text: object) -> str:
-    """Text as an inline code span for st.markdown, whatever backticks it holds: fenced by a longer run of them
-    (CommonMark), spaced where it starts or ends with one; newlines become spaces."""
-    text = re.sub(r"\s+", " ", str(text))
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def escape_md(text: object, strip: bool = True) -> str:
-    """Data or model text made inert for st.markdown: every ASCII punctuation mark backslash-escaped,
-    whitespace runs (newlines would start new markdown blocks) turned into single spaces."""
-    text = _NO_AUTOLINK.sub(lambda m: m.group(0)[:-1] + "\u200b" + m.group(0)[-1], str(text))
-    out = "".join("\\" + ch if ch in _PUNCT else ch for ch in text)
-    out = re.sub(r"\s+", " ", out)
-    return out.strip() if strip else out
 
 
 def number(value: object, fmt: str) -> str:

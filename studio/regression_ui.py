@@ -85,7 +85,7 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
     state.keep(state.GROW_CLASS, chosen)
     rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs),
                          likeness=queries.pool_likeness(store) if result is None else None)
-    label = labels[chosen]
+    label = queries.escape_md(labels[chosen])  # shown in markdown captions
     if rows.empty:
         st.caption("Every row of this workspace is labeled: there are no unlabeled rows to find. (Rows come in with "
                    "a new workspace; `evopool label` labels new data with this pool.)"

@@ -32,7 +32,7 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decid
         (review.reject if in_pool else review.approve)(store, annotator_id, note.strip())
         state.put(state.LAST_VERDICT, annotator_id)  # its card stays open: the undo is right there
         annotator = store.annotator(annotator_id)
-        shown = annotator.name if annotator is not None and annotator.name else annotator_id[:8]
+        shown = queries.escape_md(annotator.name if annotator is not None and annotator.name else annotator_id[:8])
         state.flash(f"{'Rejected' if in_pool else 'Approved'} {shown} — logged with your reason. "
                     "You can undo it any time.")
         st.session_state.pop(note_key, None)  # the form now offers the opposite verdict: not with this reason

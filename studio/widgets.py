@@ -176,7 +176,7 @@ def _job_line(job: Job) -> None:
     if job.running:
         st.progress(min(1.0, max(0.0, job.progress)), text=f"{label}: {job.message}")
     elif job.status == "failed":
-        st.error(f"{label} failed: {job.error}")
+        st.error(f"{label} failed: {queries.escape_md(job.error)}")
     else:
         st.caption(f":material/check: {label}: {job.status}")
 

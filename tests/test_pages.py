@@ -479,6 +479,28 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert at.text_area(key=f"plain_{target}").value == store.annotator(target).source
 
 
+def test_names_from_a_model_are_shown_as_text_not_as_links_or_images(home):
+    """An LLM names its annotator with its docstring's first line: `![x](https://…) [sign in](https://…)` was
+    rendered as a remote image and a link on other annotators' verdict cards ("too similar to …", "with …") and in
+    the flash after a verdict (a red-team review)."""
+    store = seed(home, "hostile-names", generations=2)
+    for number, member in enumerate(store.annotators()):
+        store._q("UPDATE annotators SET name = ? WHERE id = ?",
+                 [f"![x{number}](https://attacker.example/p.png) [sign in](https://attacker.example/login)", member.id])
+    target = store.pool_ids()[0]
+    shown = texts(run("hostile-names", "pages/evolve.py")) + texts(run("hostile-names", "pages/annotator.py",
+                                                                       annotator=target))
+    named = [line for line in shown.splitlines() if "attacker" in line]
+    assert named, "no verdict of this pool names another annotator: the check saw nothing"
+    assert not any(re.search(r"(?<!\\)\]\(https", line) or "![" in line for line in named), named
+    at = run("hostile-names", "pages/annotator.py", annotator=target)
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Reject")).click()
+    at.text_input(key=f"note_annotator_{target}").input("not a rule")
+    next(b for b in at.get("form_submit_button") if b.label.startswith("Reject")).click().run()
+    flashed = [a.value for a in at.success if "Rejected" in a.value]
+    assert flashed and "](https" not in flashed[0].replace("\\]\\(https", ""), flashed
+
+
 def test_a_verdict_of_the_latest_generation_is_not_dated_against_an_older_pool(home):
     """The caveat that the gate's reasons are of an older pool showed on every gate verdict, even one of the last
     generation with no verdict since: it shows only once a later verdict has moved the pool."""

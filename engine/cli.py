@@ -104,6 +104,11 @@ def _proposer(args: argparse.Namespace, on_event):
             print(f"LLM {config.model} at {config.base_url or 'the OpenAI API'}: {config.max_parallel} request(s) "
                   f"at a time, {config.timeout_s:.0f} s timeout, {config.max_retries} retries, mode {config.mode}"
                   f"{preset}; workspace budget: {budget.describe()}", file=sys.stderr, flush=True)
+            prices = getattr(member.client, "prices", None)
+            if budget.max_usd is not None and prices is not None and prices.price(config.model) is None:
+                print(f"--max-usd: no price is known for {config.model}, so its calls count as $0 and the dollar "
+                      "limit never stops them; give its prices with --prices FILE, or limit --max-calls",
+                      file=sys.stderr, flush=True)
     return proposer
 
 

@@ -37,6 +37,7 @@ class Step:
     usage: dict[str, int] | None | bool = True  # True: counted from the text; None/False: no usage field
     when: str | None = None  # only for a request whose body contains this substring
     finish_reason: str = "stop"  # "length": the reply hit max_tokens
+    raw: tuple[str, str] | None = None  # (content type, body) sent as is with `status`: a proxy's page, plain text
 
 
 @dataclass
@@ -78,6 +79,11 @@ class FakeOpenAIServer:
     def fail(self, status: int, *, headers: dict[str, str] | None = None, message: str | None = None,
              when: str | None = None) -> None:
         self._push(Step(status=status, headers=dict(headers or {}), message=message, when=when))
+
+    def raw(self, status: int, body: str, content_type: str = "text/html") -> None:
+        """Answer with `body` as it is, not an OpenAI-shaped reply: what a proxy, a web UI or a server's plain-text
+        404 sends."""
+        self._push(Step(status=status, raw=(content_type, body)))
 
     def hang(self, seconds: float, *, then: str | None = None, when: str | None = None) -> None:
         self._push(Step(text=then if then is not None else "", hang_s=seconds, when=when))
@@ -196,6 +202,9 @@ class FakeOpenAIServer:
                     if not server._stopping.is_set():
                         server._dropped(body)
                     return
+                if step.raw is not None:
+                    self._send(step.status, step.raw[1].encode("utf-8"), step.raw[0])
+                    return
                 if step.status != 200:
                     message = step.message or f"scripted HTTP {step.status}"
                     self._json(step.status, _error(message, _error_type(step.status)), step.headers)
@@ -203,10 +212,13 @@ class FakeOpenAIServer:
                 self._json(200, server._completion(body, step))
 
             def _json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode("utf-8")
+                self._send(status, json.dumps(payload).encode("utf-8"), "application/json", headers)
+
+            def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+                      ) -> None:
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)

@@ -76,6 +76,10 @@ def test_price_table_defaults_prefixes_and_files(tmp_path: Path):
     # a dated snapshot takes its longest known prefix (gpt-4o-mini, not gpt-4o)
     assert prices.cost("gpt-4o-mini-2024-07-18", 0, 1_000_000) == pytest.approx(0.60)
     assert prices.cost("llama3.1:8b", 10_000, 10_000) == 0.0
+    # a router's provider prefix (OpenRouter, LiteLLM): priced as the model, not as an unknown one at $0, which
+    # --max-usd never stopped
+    assert prices.cost("openai/gpt-4o-mini", 1_000_000, 0) == pytest.approx(0.15)
+    assert prices.price("llama3.1:8b") is None and prices.price("meta/llama3.1:8b") is None
     (tmp_path / "p.json").write_text('{"my-model": [1.0, 3.0], "gpt-4o-mini": {"input": 0, "output": 0}}')
     from_json = PriceTable.from_file(tmp_path / "p.json")
     assert from_json.cost("my-model", 2_000_000, 1_000_000) == pytest.approx(5.0)
@@ -391,3 +395,56 @@ def test_an_empty_reply_is_not_served_from_the_cache(fake_openai, store):
     again = client.complete(MESSAGES, role="generator")  # the same request: asked again, not answered ""
     assert not again.cached and "def annotate" in again.text and len(fake_openai.requests) == 2
     assert client.complete(MESSAGES, role="generator").cached  # a good reply is cached as before
+
+
+# ---- what real servers send besides a completion (a review against a scripted server) -----------------------
+def test_a_web_page_answered_with_200_is_a_call_failure_not_a_crash(fake_openai, store):
+    """A web UI or a proxy's login page behind the base URL: the SDK hands back the page as text, and reading its
+    `.choices` raised AttributeError through `evopool run` (a traceback), past `--agents mixed`'s fallback."""
+    fake_openai.raw(200, "<!doctype html><html><title>Open WebUI</title></html>")
+    with pytest.raises(LLMCallFailed, match=r"answered with a page, not a chat completion .*ends in /v1"):
+        make_client(fake_openai, store).complete(MESSAGES, role="generator")
+    assert store.llm_calls()["error"].iloc[-1].startswith("the endpoint answered with a page")
+
+
+def test_an_error_body_answered_with_200_says_the_providers_words(fake_openai):
+    fake_openai.raw(200, '{"error": {"message": "Provider returned error", "code": 502}}', "application/json")
+    with pytest.raises(LLMCallFailed, match="answered 200 with an error: Provider returned error"):
+        make_client(fake_openai).complete(MESSAGES, role="generator")
+
+
+def test_a_server_that_takes_no_seed_gets_requests_without_one(fake_openai):
+    fake_openai.fail(400, message="Unrecognized request argument supplied: seed")
+    fake_openai.reply("fine")
+    fake_openai.reply("fine again")
+    client = make_client(fake_openai, max_retries=0)
+    assert client.complete(MESSAGES, role="generator", seed=3).text == "fine"
+    assert client.complete(MESSAGES, role="generator", seed=4).text == "fine again"
+    assert [("seed" in r.body) for r in fake_openai.requests] == [True, False, False]
+
+
+def test_a_plain_text_404_says_the_servers_words_and_where_the_api_usually_is(fake_openai):
+    fake_openai.raw(404, "404 page not found", "text/plain")  # Ollama, asked without /v1
+    client = make_client(fake_openai, base_url=fake_openai.base_url.removesuffix("/v1"), max_retries=0)
+    with pytest.raises(LLMCallFailed, match=r"\(HTTP 404\): 404 page not found \(the base URL .* does not end in /v1"):
+        client.complete(MESSAGES, role="generator")
+
+
+def test_giving_up_on_server_errors_keeps_the_servers_last_words(fake_openai):
+    for _ in range(2):
+        fake_openai.fail(500, message="CUDA out of memory")
+    with pytest.raises(LLMCallFailed, match=r"2 attempts: HTTP 500 \(CUDA out of memory\)"):
+        make_client(fake_openai, max_retries=1).complete(MESSAGES, role="generator")
+
+
+def test_a_server_that_stops_answering_is_not_waited_for_call_after_call(fake_openai, store):
+    """Each timed-out attempt doubled the timeout and every call began again: with the local preset's 300 s and 4
+    retries, a hung server kept a run silent for about 2.4 hours before the generator failed."""
+    for _ in range(3):
+        fake_openai.hang(5)
+    client = make_client(fake_openai, store, timeout_s=0.3, max_retries=4)
+    with pytest.raises(LLMCallFailed, match="failed after 2 attempts: timed out.*no more calls in this run"):
+        client.complete(MESSAGES, role="generator")
+    with pytest.raises(LLMCallFailed, match="the improver call was not sent"):
+        client.complete(MESSAGES, role="improver")
+    assert len(fake_openai.requests) == 2

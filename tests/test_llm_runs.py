@@ -367,3 +367,11 @@ def test_an_llm_only_run_on_a_dead_endpoint_fails_in_one_line_and_still_reports_
     assert out.returncode == 1 and summary is None
     assert "error: the generator call" in out.stderr and "connection failed" in out.stderr
     assert "3 HTTP attempts" in out.stderr and "failed attempts: 3 connection failed" in out.stderr
+    assert "no price is known" not in out.stderr  # no dollar limit was given
+
+
+def test_a_dollar_limit_on_a_model_without_a_price_is_said_to_never_stop_it(demo_ws):
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    _, out = evopool("run", "--workdir", demo_ws, "--agents", "llm", "--base-url", dead, "--generations", "1",
+                     "--model", "meta/llama-3.1-8b", "--max-usd", "0.5", EVOPOOL_LLM_RETRIES="0")
+    assert "--max-usd: no price is known for meta/llama-3.1-8b" in out.stderr and "--prices FILE" in out.stderr

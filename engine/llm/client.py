@@ -185,11 +185,20 @@ def _apply_param_fixes(request: dict, fixes: set[str]) -> None:
         request["max_completion_tokens"] = request.pop("max_tokens")
     if "no_temperature" in fixes:
         request.pop("temperature", None)
+    if "no_seed" in fixes:
+        request.pop("seed", None)
+
+
+# how servers word a parameter they do not take: OpenAI "Unsupported parameter", "... does not support ...",
+# "Unrecognized request argument supplied: seed", vLLM / pydantic "Extra inputs are not permitted"
+_REFUSES_PARAMETER = ("support", "unrecognized", "unknown", "not permitted", "not allowed", "unexpected")
 
 
 def _error_message(err: openai.APIStatusError) -> str:
-    """The server's own words (`{"error": {"message": ...}}`), without the SDK's "Error code" prefix."""
-    return _said(err.body) or err.message
+    """The server's own words (`{"error": {"message": ...}}`, or a plain-text body such as Ollama's "404 page not
+    found"), without the SDK's "Error code" prefix."""
+    text = err.response.text.strip() if isinstance(err.body, str) or err.body is None else ""
+    return _said(err.body) or " ".join(text.split())[:300] or err.message
 
 
 def _said(body: Any) -> str | None:
@@ -221,9 +230,27 @@ class _Call:
     sent: int = 0  # attempts sent for the current request (the budget reserved some before it)
     format_shape: str | None = None  # the `response_format` shape of the current request (adapt.FORMAT_SHAPES)
     position: int = 1  # 1 + the answers to other requests that came while the last attempt was in flight
+    last_said: str = ""  # the server's words with the last attempt that failed (its error message, or why)
 
 
 MAX_TIMEOUT_S = 600.0
+MAX_TIMEOUTS = 2  # attempts of one call that may time out: then the server is taken for one that does not answer
+
+
+def _not_a_completion(response: Any) -> str | None:
+    """Why a 200 answer is no chat completion, or None: a web page or proxy login the SDK hands back as text, or
+    an error body sent with 200 (OpenRouter and some gateways do)."""
+    if isinstance(response, str | bytes):
+        text = " ".join((response.decode("utf-8", "replace") if isinstance(response, bytes) else response).split())
+        return (f"the endpoint answered with a page, not a chat completion ({text[:120]!r}): is the base URL the "
+                "API's (it usually ends in /v1), not a web UI's or a proxy's?")
+    extra = getattr(response, "model_extra", None) or {}
+    error = extra.get("error") if isinstance(extra, Mapping) else None
+    if error:
+        return f"the endpoint answered 200 with an error: {_said({'error': error}) or error}"
+    if not hasattr(response, "choices"):
+        return f"the endpoint's answer is not a chat completion ({type(response).__name__})"
+    return None
 
 
 class _Slots:
@@ -268,6 +295,14 @@ class _FormatRejected(openai.OpenAIError):
     def __init__(self, shape: str | None, said: str):
         super().__init__(said)
         self.shape, self.said = shape, said
+
+
+class _Unanswered(openai.OpenAIError):
+    """MAX_TIMEOUTS attempts of a call timed out: no more (an OpenAIError, so openai does not retry it)."""
+
+
+class _Unusable(openai.OpenAIError):
+    """A 200 answer that is no chat completion (`_not_a_completion`)."""
 
 
 class _Cancelled(openai.OpenAIError):
@@ -360,6 +395,9 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
             raise _Cancelled("the LLM client was cancelled")
         if call is not None:
             call.sent += 1
+            if call.outcomes.count("timed out") >= MAX_TIMEOUTS:
+                # a server that never answers kept a run silent for hours: each retry doubled the timeout
+                raise _Unanswered(f"{MAX_TIMEOUTS} attempts timed out")
             if call.sent > 1 and not self._adapter.budget.try_attempt():
                 raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
         timeouts = getattr(request, "extensions", {}).get("timeout")
@@ -455,6 +493,7 @@ class OpenAICompatibleClient:
         self.latencies = adapt.LatencyWatch()
         self._adapt_lock = threading.Lock()
         self._param_fixes: set[str] = set()
+        self._unanswered: str | None = None  # why the server is taken for one that no longer answers
         self._key = config.resolved_api_key()
         self._current = threading.local()  # the `_Call` this thread is making
         self._http = _AttemptLoggingClient(self, config.max_parallel)
@@ -485,6 +524,9 @@ class OpenAICompatibleClient:
                 self.usage.add_call(cached=True)
                 # with its finish reason: a cut-off reply's repair prompt names the limit, as the first run's did
                 return LLMReply(cached[0], 0, 0, 0.0, 0.0, cached=True, finish_reason=cached[1])
+        if self._unanswered is not None:  # the server answered none of an earlier call's attempts in time
+            raise LLMCallFailed(f"{self._unanswered}; the {role} call was not sent (the server has stopped "
+                                "answering: check it, then run again)")
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
         call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
@@ -520,6 +562,17 @@ class OpenAICompatibleClient:
         except _Cancelled:
             self.usage.add_failed_call()
             raise LLMCallFailed(f"the {role} call was cancelled (the run no longer needs its answer)") from None
+        except _Unanswered:
+            self.usage.add_failed_call()
+            failed = self._gave_up(role, call)
+            self._unanswered = f"{failed}, each within its timeout"
+            raise LLMCallFailed(f"{self._unanswered}: no more attempts, and no more calls in this run (raise "
+                                "EVOPOOL_LLM_TIMEOUT for a server this slow)") from None
+        except _Unusable as err:
+            self.usage.add_failed_call()
+            said = self._scrub(str(err))
+            self._log(call.record, None, call.latency_s, error=said)
+            raise LLMCallFailed(f"the {role} call to {self.config.model}: {said}") from None
         except _RetryRefused:
             self.usage.add_failed_call()
             last = call.outcomes[-1] if call.outcomes else "no answer"
@@ -616,15 +669,20 @@ class OpenAICompatibleClient:
             return LLMAuthError(f"the endpoint refused the API key ({status}) — check OPENAI_API_KEY")
         if _retried_by_openai(status):
             return self._gave_up(role, call)
+        hint = ""
+        if status in (404, 405) and not str(self.config.base_url or "").rstrip("/").endswith("/v1"):
+            hint = (f" (the base URL {self.config.base_url} does not end in /v1, where OpenAI-compatible servers "
+                    "answer: Ollama, vLLM and llama.cpp take http://host:port/v1)")
         return LLMCallFailed(f"the endpoint rejected the request to {self.config.model} (HTTP {status}): "
-                             f"{self._scrub(_error_message(err))}")
+                             f"{self._scrub(_error_message(err))}{hint}")
 
     def _gave_up(self, role: str, call: _Call) -> LLMCallFailed:
         cfg, n = self.config, len(call.outcomes)
         where = cfg.base_url or "the OpenAI API"
         last = call.outcomes[-1] if call.outcomes else "no answer"
+        said = f" ({call.last_said[:200]})" if call.last_said and call.last_said != last else ""
         return LLMCallFailed(f"the {role} call to {cfg.model} at {where} failed after {n} attempt"
-                             f"{'s' if n != 1 else ''}: {last}")
+                             f"{'s' if n != 1 else ''}: {last}{said}")
 
     def _attempt_failed(self, call: _Call | None, started: float, outcome: str, detail: str) -> None:
         """Log one attempt that got no usable answer (called by the HTTP client, once per attempt)."""
@@ -632,20 +690,26 @@ class OpenAICompatibleClient:
             return
         self.usage.add_attempt(outcome)
         call.outcomes.append(outcome)
+        call.last_said = " ".join(self._scrub(detail).split())
         call.latency_s = time.monotonic() - started
         self._log(call.record, None, call.latency_s, error=f"{outcome}: {self._scrub(detail)}")
 
     def _adapt(self, request: dict, said: str) -> bool:
-        """Newer OpenAI models refuse `max_tokens` (wanting `max_completion_tokens`) or a custom temperature;
-        reshape the request once, and every later one, instead of failing."""
-        for fix, cue in (("max_completion_tokens", "max_completion_tokens"), ("no_temperature", "temperature")):
-            if cue in said and "support" in said.lower() and fix not in self._param_fixes:
+        """Newer OpenAI models refuse `max_tokens` (wanting `max_completion_tokens`) or a custom temperature, and
+        some servers any `seed`; reshape the request once, and every later one, instead of failing."""
+        refused = any(word in said.lower() for word in _REFUSES_PARAMETER)
+        for fix, cue in (("max_completion_tokens", "max_completion_tokens"), ("no_temperature", "temperature"),
+                         ("no_seed", "seed")):
+            if cue in said and refused and fix not in self._param_fixes:
                 self._param_fixes.add(fix)
                 _apply_param_fixes(request, {fix})
                 return True
         return False
 
     def _success(self, response: Any, call: _Call) -> LLMReply:
+        problem = _not_a_completion(response)
+        if problem is not None:
+            raise _Unusable(problem)
         record = call.record
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice and choice.message else None) or ""

@@ -57,12 +57,21 @@ class PriceTable:
             prices[model] = (float(pair[0]), float(pair[1]))
         return cls(prices)
 
+    def price(self, model: str) -> tuple[float, float] | None:
+        """USD per 1M tokens (in, out): the exact model name first, else the longest known prefix (dated snapshots
+        like gpt-4o-2024-08-06), each also without a router's provider prefix (`openai/gpt-4o-mini`, as
+        OpenRouter and LiteLLM name models); None when the table does not know the model."""
+        for name in dict.fromkeys((model, model.rsplit("/", 1)[-1])):
+            if name in self.prices:
+                return self.prices[name]
+            prefixes = [m for m in self.prices if name.startswith(m)]
+            if prefixes:
+                return self.prices[max(prefixes, key=len)]
+        return None
+
     def cost(self, model: str, tokens_in: int, tokens_out: int) -> float:
-        """Exact model name first, else the longest known prefix (dated snapshots like gpt-4o-2024-08-06)."""
-        price = self.prices.get(model)
-        if price is None:
-            prefixes = [m for m in self.prices if model.startswith(m)]
-            price = self.prices[max(prefixes, key=len)] if prefixes else (0.0, 0.0)
+        """What the tokens cost (0 for a model the table does not know: a local one, mostly)."""
+        price = self.price(model) or (0.0, 0.0)
         return (tokens_in * price[0] + tokens_out * price[1]) / 1_000_000
 
 

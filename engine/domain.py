@@ -131,6 +131,9 @@ class AnnotatorScore:
     faults: int = 0
 
 
+# the reason that carries a rejected candidate's first fault in its run (engine/evolve.py; engine/explain.py reads it)
+FIRST_FAULT = "first fault: "
+
 # the reasons the gate gives an annotator the expert locked (engine/gate.py): not written since complete_generation
 # dropped them, but older workspaces hold them (engine/store/pool.py's undo states read past them)
 REJECTED_EARLIER, APPROVED_EARLIER = "rejected by a human earlier", "approved by a human earlier"

@@ -11,16 +11,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
-from engine.domain import AGENT_ROLES, FITNESS, Annotator, Generation
+from engine.domain import AGENT_ROLES, FIRST_FAULT, FITNESS, Annotator, Generation
 from engine.events import EventKind, EventSink, quiet
 from engine.expert_rows import frame_inputs, rescore_on_fitness
-from engine.gate import GateConfig, run_gate
+from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
@@ -232,9 +233,12 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
     candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS, example_ids=fitness_ids).votes
     candidates, ran = [], {}  # ran: the rows each one's dev run covered (its faults are over all of dev)
+    first_faults: dict[str, str] = {}  # what went wrong first, for a candidate whose run faulted
     for j, annotator in enumerate(fresh):
         run = store.voted_splits(annotator.id)["dev"]
         ran[annotator.id] = int(run["n"])
+        if run["faults"] and run["first_error"]:
+            first_faults[annotator.id] = str(run["first_error"])
         score = score_annotator(annotator.id, candidate_votes[:, j], y_dev, faults=run["faults"])
         store.save_score(score)
         candidates.append((annotator, candidate_votes[:, j], score))
@@ -260,6 +264,7 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                                     store.vote_matrix(joined, FITNESS, example_ids=fitness_ids).votes])
     outcome = run_gate(judged_ids, judged_votes, context.scores, candidates, y_dev, n_classes, config.gate, locked,
                        evidence, ran)
+    outcome = with_first_faults(outcome, first_faults)
     for decision in outcome.decisions:
         on_event(EventKind.VERDICT, {"generation": number, "annotator_id": decision.annotator_id,
                              "verdict": decision.verdict, "reasons": list(decision.reasons)})
@@ -276,6 +281,15 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
                                      "accepted": sum(d.verdict == "accept" for d in outcome.decisions),
                                      "candidates": len(fresh), "seconds": round(seconds, 2)})
     return generation
+
+
+def with_first_faults(outcome: GateOutcome, first_faults: Mapping[str, str]) -> GateOutcome:
+    """A rejected candidate whose run faulted also says its first fault: "fires 0 < 5" hid an annotator that
+    returned `'spam'` for the label `SPAM` on every row it meant to vote (a review against a small model)."""
+    decisions = tuple(
+        dataclasses.replace(d, reasons=(*d.reasons, f"{FIRST_FAULT}{first_faults[d.annotator_id]}"))
+        if d.verdict == "reject" and d.annotator_id in first_faults else d for d in outcome.decisions)
+    return dataclasses.replace(outcome, decisions=decisions)
 
 
 def evolve(store: Store, proposer: Proposer, executor: Executor, generations: int,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from engine.domain import AnnotatorScore
+from engine.domain import FIRST_FAULT, AnnotatorScore
 from engine.markdown import escape_md
 from engine.score import lift
 
@@ -118,6 +118,8 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
         if found := _find(r"removing it raises pool dev macro-F1 " + NUMBER + " -> " + NUMBER, reasons):
             lines.append(f"Rejected: the pool is better without it (dev macro-F1 {found.group(1)} with it, "
                          f"{found.group(2)} without).")
+        if found := _find("^" + re.escape(FIRST_FAULT) + "(.+)", reasons):
+            lines.append(f"Its code went wrong on dev, first: {escape_md(found.group(1))}.")
         return lines or ["Rejected: " + escape_md("; ".join(reasons))]
     if _find(r"already in the pool", reasons):
         return ["Kept: it was already in the pool."]

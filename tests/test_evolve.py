@@ -481,3 +481,28 @@ def test_saving_an_edit_and_retiring_its_parent_is_one_write(demo_store, executo
     with pytest.raises(OSError):
         save_edit(demo_store, executor, demo_store.annotator(parent).source + "\nEDITED = True\n", parent, "x")
     assert demo_store.verdicts_version() == before and demo_store.pool_ids() == pool
+
+
+class _WithWrongLabel(OfflineProposer):
+    """The offline proposer, plus in generation 1 an annotator that returns a label the task does not have."""
+
+    def propose(self, role, context):
+        proposals = super().propose(role, context)
+        if role != "generator" or context.generation != 1:
+            return proposals
+        source = "def annotate(example):\n    return 'PROMOTION' if 'http' in example['text'] else None\n"
+        return [*proposals, Candidate(source=source, agent=role, name="wrong_label")]
+
+
+def test_a_rejected_candidate_says_its_first_fault(demo_store, executor):
+    """"fires 0 < 5" alone hid why: the run's first fault (here a label the task lacks) is in the reasons and in the
+    verdict's plain words (a review against a small local model)."""
+    from engine.review import explain_verdicts
+
+    evolve(demo_store, _WithWrongLabel(), executor, 1)
+    wrong = next(a.id for a in demo_store.annotators() if a.name == "wrong_label")
+    verdicts = demo_store.verdicts(wrong)
+    assert verdicts["verdict"].iloc[-1] == "reject"
+    assert any(r.startswith("first fault: returned 'PROMOTION', not a label") for r in verdicts["reasons"].iloc[-1])
+    words = " ".join(explain_verdicts(demo_store, verdicts.tail(1))[verdicts.index[-1]].lines)
+    assert "Its code went wrong on dev, first: returned \\'PROMOTION\\'\\, not a label" in words

@@ -268,3 +268,12 @@ def test_an_error_text_with_a_lone_surrogate_is_storable_and_object_is_a_builtin
     # DuckDB refused the raw surrogate, so the run's votes were never stored and every later run failed on them
     assert duckdb.connect().execute("SELECT ?", [bad.first_error]).fetchone()[0] == bad.first_error
     assert uses_object.faults == 0 and list(uses_object.votes) == [0, 0]  # `object` passed the checker, then failed
+
+
+def test_a_label_in_another_case_or_padded_names_it_unless_two_labels_fold_alike(executor):
+    """Small models write `return 'spam'` for the label SPAM: that names it (no other label folds to "spam"). Two
+    labels that differ only in case stay apart: a vote that folds to both is a fault."""
+    ann = annotator("return {'a': 'SPAM', 'b': ' Ham\\n', 'c': 'other'}[example['text']]")
+    (res,) = executor.run([ann], [{"text": t} for t in "abc"], ["ham", "spam", "Other", "OTHER"])
+    assert res.votes.tolist() == [1, 0, ABSTAIN]
+    assert res.faults == 1 and res.first_error.startswith("returned 'other', not a label")

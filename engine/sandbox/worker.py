@@ -184,6 +184,10 @@ class _Batch:
         self.offset = offset
         self.labels = labels
         self.label_index = {name: i for i, name in enumerate(labels)}
+        # a label written in other case or with spaces around it (`'spam'` for SPAM: small models often do) names
+        # it too, where no other label folds to the same (engine/export.py's runner reads votes the same way)
+        folded = collections.Counter(name.casefold() for name in labels)
+        self.folded_index = {name.casefold(): i for i, name in enumerate(labels) if folded[name.casefold()] == 1}
         self.examples = examples
 
 
@@ -228,6 +232,8 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
             if out is None:
                 continue
             index = label_index.get(out) if type(out) is str else None
+            if index is None and type(out) is str:
+                index = batch.folded_index.get(out.strip().casefold())
             if index is None:
                 faulted[i] = 1
                 first_error = first_error or f"returned {repr(out)[:60]}, not a label (example {batch.offset + i})"

@@ -293,4 +293,6 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
             "faults": score.faults, "first_error": preview.error,
             "contribution": None if preview.contribution is None else round(preview.contribution, 4),
             "pruned": pruned,
-            "pool_size": len(store.pool_ids())}
+            "pool_size": len(store.pool_ids()),
+            # the pool's dev macro-F1 as the gate weighed it (with the candidate, without what it prunes)
+            "dev_macro_f1": round(outcome.f1_after if accepted else outcome.f1_before, 4)}

@@ -110,6 +110,15 @@ def require_pool(store: Store) -> list[str]:
     return pool
 
 
+PICKER = "ws_picker"
+
+
+def _picked() -> None:
+    chosen = st.session_state.get(PICKER)
+    if chosen and chosen != state.workspace_name():
+        state.select_workspace(chosen)
+
+
 def sidebar() -> None:
     """Workspace picker, its facts, and the status of its jobs."""
     with st.sidebar:
@@ -119,12 +128,13 @@ def sidebar() -> None:
         if current and current not in names and workspace.exists(current):
             names.insert(0, current)
         if names:
-            index = names.index(current) if current in names else None
-            chosen = st.selectbox("Workspace", names, index=index, placeholder="Pick a workspace",
-                                  key=f"ws_picker_{current}")
-            if chosen and chosen != current:
-                state.select_workspace(chosen)
-                st.rerun()
+            # one picker whose value is set to the workspace open before it is drawn, and a pick that takes effect
+            # in its callback: a picker keyed per workspace kept a stale pick when a rerun was cut short (a job's
+            # refresh), and two such pickers sent the studio back and forth between two workspaces without end
+            shown = current if current in names else None
+            if st.session_state.get(PICKER) != shown:
+                st.session_state[PICKER] = shown
+            st.selectbox("Workspace", names, placeholder="Pick a workspace", key=PICKER, on_change=_picked)
         else:
             st.caption("No workspace yet: create one or load the demo on Project & data.")
         if current and workspace.exists(current):

@@ -479,6 +479,25 @@ def test_annotator_screen_shows_scores_code_lineage_and_where_it_fires(home):
     assert at.text_area(key=f"plain_{target}").value == store.annotator(target).source
 
 
+def test_a_stale_pick_in_the_workspace_picker_does_not_switch_workspaces(home):
+    """A picker keyed per workspace kept a stale pick when a rerun was cut short (a job's refresh every 1.5 s): open
+    A, its old picker still said B, so the studio switched to B, whose old picker said A, and so on without end (a
+    browser walk). One picker, set to the open workspace before it is drawn, cannot hold another's pick."""
+    for name in ("pick-a", "pick-b"):
+        seed(home, name, generations=0)
+    at = run("pick-a")
+    at.selectbox(key="ws_picker").set_value("pick-b").run()
+    assert at.session_state["workspace"] == "pick-b" and at.query_params["ws"] in ("pick-b", ["pick-b"])
+    at.selectbox(key="ws_picker").set_value("pick-a").run()
+    assert at.session_state["workspace"] == "pick-a"
+    at.session_state["ws_picker_pick-a"] = "pick-b"  # what a cut-short rerun left behind (either way of keying)
+    at.session_state["ws_picker"] = "pick-b"
+    for _ in range(3):
+        at.run()
+        assert not at.exception
+        assert at.session_state["workspace"] == "pick-a" and at.selectbox(key="ws_picker").value == "pick-a"
+
+
 def test_names_from_a_model_are_shown_as_text_not_as_links_or_images(home):
     """An LLM names its annotator with its docstring's first line: `![x](https://…) [sign in](https://…)` was
     rendered as a remote image and a link on other annotators' verdict cards ("too similar to …", "with …") and in

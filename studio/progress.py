@@ -141,15 +141,14 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
         st.error(f"The run failed: {view.error or (job.error if job else '')}")
     elif view.completed:
         last = view.completed[-1]
-        # the run's own figures; verdicts given since (approve, reject, undo, an edit) move the pool the metrics and
-        # the chart show, and rows labeled into dev since move its figure without a verdict: the line says both
-        # rather than disagree with the chart, and names both causes
-        _, fitness, _, sizes = queries.audit_by_generation(store)  # cached: the figures the chart draws
+        # the run's own figures; verdicts given since (approve, reject, undo, an edit) move the pool, and rows
+        # labeled into dev since move its figure without a verdict: the line says what they make it now, scored as
+        # the run scored it (the chart's fitness line keeps to the classes the audit rows hold: another figure)
         number = int(last["generation"])
-        pool_now, f1_now = sizes.get(number, last["pool_size"]), fitness.get(number, last["dev_macro_f1"])
+        pool_now, f1_now = len(store.pool_ids(number)), queries.generation_dev_f1(store, number)
         since = ("" if (pool_now, round(f1_now, 3)) == (last["pool_size"], round(last["dev_macro_f1"], 3)) else
-                 f" Since then, with the verdicts and dev labels given after it, the chart shows pool {pool_now}, "
-                 f"dev macro-F1 {f1_now:.3f}.")
+                 f" Since then, the verdicts and dev labels given after it make it pool {pool_now}, dev macro-F1 "
+                 f"{f1_now:.3f}.")
         st.success(f"Last run finished{' (stopped)' if view.finished == 'stopped' else ''}: generation "
                    f"{last['generation']} ended with pool {last['pool_size']}, dev macro-F1 "
                    f"{last['dev_macro_f1']:.3f}.{since}")

@@ -133,6 +133,19 @@ def audit_by_generation(store: Store) -> tuple[dict[int, float], dict[int, float
     return _audit_by_generation(state.workspace_name(), workspace.version(store))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _generation_dev_f1(name: str, version: tuple, number: int) -> float:
+    store = workspace.open_store(name)
+    votes = store.vote_matrix(store.pool_ids(number), FITNESS).votes
+    return score.pool_macro_f1(votes, store.gold(FITNESS), len(store.load_task().labels))
+
+
+def generation_dev_f1(store: Store, number: int) -> float:
+    """The pool of generation `number` as it stands now (verdicts since count), scored as the run scored it: majority
+    vote on all the fitness rows, every class (the chart's fitness line keeps to the classes the audit rows hold)."""
+    return _generation_dev_f1(state.workspace_name(), workspace.version(store), number)
+
+
 def splits_with_votes(store: Store, splits: tuple[str, ...] = ("dev", "pool")) -> list[str]:
     """Of `splits`, those on which every pool annotator has votes: dev once evolved, pool after labeling (test:
     only when asked for); none for an empty pool."""

@@ -453,7 +453,7 @@ def test_run_button_starts_a_background_generation(home):
     at.run()
     pool_now = len(store.pool_ids())
     assert metrics(at)["Pool size"] == str(pool_now)
-    assert (f"the chart shows pool {pool_now}, dev macro-F1 {current_dev_macro_f1(store):.3f}") in texts(at)
+    assert f"make it pool {pool_now}, dev macro-F1 {current_dev_macro_f1(store):.3f}" in texts(at)
 
 
 # ---- annotator ----------------------------------------------------------------------------------------
@@ -710,6 +710,36 @@ def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_r
     lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}
     assert lines["fitness macro-F1 (classes with audit rows)"]["y"] == pytest.approx([fitness])
     assert lines["audit macro-F1"]["y"] == pytest.approx([audit])
+
+
+def test_a_finished_run_is_not_said_to_have_changed_when_nothing_did(home, tmp_path):
+    """With a class the audit rows lack, the chart's fitness figure keeps to the other classes: the Evolve screen's
+    line compared the run's figure with it and said verdicts and dev labels had moved it (0.608 -> 0.585) straight
+    after a run in which nothing was given (a browser walk)."""
+    frame = pd.read_csv(DEMO)
+    dev_ham = frame.index[(frame["split"] == "dev") & (frame["label"] == "HAM")][:6]
+    frame.loc[dev_ham, "label"] = "MUSIC"  # a third class with 6 dev rows: none among the audit rows
+    path = tmp_path / "three.csv"
+    frame.to_csv(path, index=False)
+    store = Store.open(home / "three-run")
+    import_path(store, path, IngestOptions(audit_fraction=0.5))
+    at = run("three-run", "pages/evolve.py")
+    at.button(key="evolve_start").click().run()
+    job = REGISTRY.latest(home / "three-run", "evolve")
+    assert job is not None and job.wait(120) and job.status == "done", job and job.error
+    at.run()
+    _, fitness, partial, _ = queries_audit(store)
+    assert partial and fitness[1] != pytest.approx(current_dev_macro_f1(store))  # the two figures do differ here
+    assert "Last run finished" in texts(at) and "Since then" not in texts(at)
+
+
+def queries_audit(store: Store):
+    """The chart's figures, computed as studio.queries does (outside a Streamlit run)."""
+    labels, audit_gold, fitness_gold = store.load_task().labels, store.gold(AUDIT), store.gold(FITNESS)
+    audit, fitness, judged = score.audit_and_fitness_f1(store.vote_matrix(store.pool_ids(1), AUDIT).votes, audit_gold,
+                                                        store.vote_matrix(store.pool_ids(1), FITNESS).votes,
+                                                        fitness_gold, len(labels))
+    return {1: audit}, {1: fitness}, not judged.all(), {1: len(store.pool_ids(1))}
 
 
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):

@@ -160,8 +160,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         # an EvoPool file's classes, in order, are its p_* columns
         found = wrench_labels or model_classes(columns) or _labels_in(frame, label_col,
                                                                      separator if multi_label else None)
-        # read from the file again when what it finds changes (another file, label column or separator, a fixed cell)
-        widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)), ", ".join(found))
+        # read from the file again when what it finds changes (another file, label column or separator, a fixed cell),
+        # but an order the expert typed stays for the labels still found (a fixed file uploaded again)
+        box = st.session_state.get("map_labels")
+        typed = [label.strip() for label in str(box).split(",")] \
+            if box is not None and box != st.session_state.get(widgets.default_key("map_labels")) else []
+        ordered = [label for label in typed if label in found] + [label for label in found if label not in typed]
+        keep = not any("," in label for label in found)
+        widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)),
+                             ", ".join(ordered if keep else found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
         if found and not wrench_labels:
             counts = label_counts(frame, label_col, separator if multi_label else None)
@@ -224,11 +231,17 @@ def found_labels_note(counts: dict[str, int]) -> str:
 
 
 def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
+    """A description per label, typed in a table. What was typed is kept by label name (`state.IMPORT_DESCRIPTIONS`):
+    the table is drawn anew for another label set (a label renamed in the box, a fixed file uploaded again), and
+    every description typed was lost with it (a browser walk)."""
     if not labels:
         return {}
-    table = pd.DataFrame({"label": list(labels), "description": [""] * len(labels)})
+    typed: dict[str, str] = st.session_state.setdefault(state.IMPORT_DESCRIPTIONS, {})
+    table = pd.DataFrame({"label": list(labels), "description": [typed.get(label, "") for label in labels]})
     edited = st.data_editor(table, key=f"map_desc_{'|'.join(labels)}", hide_index=True, disabled=["label"])
-    return {r.label: r.description.strip() for r in edited.itertuples() if str(r.description).strip()}
+    for row in edited.itertuples():
+        typed[row.label] = "" if pd.isna(row.description) else str(row.description).strip()
+    return {label: typed[label] for label in labels if typed.get(label)}
 
 
 def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[str, ...] | None,

@@ -24,6 +24,7 @@ AGGREGATOR = "aggregator"
 EDIT_PREVIEW = "edit_preview"  # (annotator id, source, EditPreview)
 PLAIN_EDITOR = "plain_editor"
 IMPORT_ASKED = "import_asked"  # the file and settings the last import was started with (`importer.asked`)
+IMPORT_DESCRIPTIONS = "import_descriptions"  # {label: description} typed in the import form, whatever the label set
 LAST_VERDICT = "last_verdict"  # the annotator the expert last gave (or undid) a verdict on: its card stays open
 CODE_DRAFTS = "code_drafts"  # {annotator id: edited source}: an edit survives a visit to another screen
 DRAFT_RESETS = "draft_resets"  # {annotator id: n}: a discarded draft's editor starts afresh under a new key
@@ -91,8 +92,8 @@ def select_workspace(name: str | None) -> None:
         del st.query_params[QP_WORKSPACE]
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
-    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, KEPT, LAST_IMPORT, DESCRIBE_UNDO, DESCRIBE_OPEN,
-                RETURN_ASKED, ASKING + RETURN_CONFIRM):
+    for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, IMPORT_DESCRIPTIONS, KEPT, LAST_IMPORT,
+                DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED, ASKING + RETURN_CONFIRM):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

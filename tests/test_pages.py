@@ -224,6 +224,30 @@ def test_empty_home_offers_the_demo_and_one_click_loads_it(tmp_path, monkeypatch
     assert Store.open(tmp_path / "fresh" / "youtube-spam-demo").count_examples() == 2056
 
 
+def test_descriptions_and_an_order_typed_in_the_import_form_outlive_a_new_label_set(tmp_path, monkeypatch):
+    """The descriptions table was keyed by the label set, so editing the label box (as its caption suggests, to make
+    a typo a bad row) or uploading the fixed file wiped every description typed; the fixed file also reset the label
+    order typed to the file's (a browser walk)."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "desc"))
+    Store.open(tmp_path / "desc" / "mine")
+    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    with_typo = "\n".join(["id,text,label", *rows[:3], "r4,great video,SPAMM", *rows[4:]]) + "\n"
+    at = run("mine")
+    at.file_uploader(key="upload").upload("comments.csv", with_typo.encode(), "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "HAM, SPAM, SPAMM"
+    at.session_state["import_descriptions"] = {"SPAM": "promotes a channel", "HAM": "a real comment"}  # as typed
+    at.text_input(key="map_labels").input("SPAM, HAM, SPAMM").run()  # the expert's order (the first class first)
+    fixed = "\n".join(["id,text,label", *rows]) + "\n"
+    at.file_uploader(key="upload").upload("comments.csv", fixed.encode(), "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "SPAM, HAM"  # the order typed, without the typo's label
+    import_and_wait(at, tmp_path / "desc" / "mine")
+    task = Store.open(tmp_path / "desc" / "mine").load_task()
+    assert task.labels == ("SPAM", "HAM")
+    assert dict(task.label_descriptions) == {"SPAM": "promotes a channel", "HAM": "a real comment"}
+
+
 def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "mine")

@@ -248,6 +248,21 @@ def test_descriptions_and_an_order_typed_in_the_import_form_outlive_a_new_label_
     assert dict(task.label_descriptions) == {"SPAM": "promotes a channel", "HAM": "a real comment"}
 
 
+def test_the_import_report_is_not_shown_again_once_the_workspace_has_moved_on(tmp_path, monkeypatch):
+    """A reload (a new session) showed the import's green report again, with the split counts of then above metrics
+    that had moved since (rows labeled into dev): shown while the workspace holds what it says, not after."""
+    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    rows += [f"u{i},an unlabeled comment {i}," for i in range(10)]
+    at = upload_into_new_workspace(tmp_path / "rep", monkeypatch, "mine", "c.csv", ["id,text,label", *rows])
+    import_and_wait(at, tmp_path / "rep" / "mine")
+    assert "Imported 50 rows" in texts(at)
+    assert "Imported 50 rows" in texts(run("mine"))  # a reload at once: still what the workspace holds
+    store = Store.open(tmp_path / "rep" / "mine")
+    pool_row = store.example_ids("pool")[0]
+    store.move_to_dev([(pool_row, 0, None)], by="expert")
+    assert "Imported 50 rows" not in texts(run("mine"))
+
+
 def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "mine")

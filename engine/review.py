@@ -226,8 +226,8 @@ def idle_generations(generations: pd.DataFrame) -> int:
 
 
 IDLE_ADVICE = ("more generations alone will not grow the pool. What can: label more dev rows (most of all of the "
-               "classes with few), describe the labels (their words become cues), write an annotator yourself, or "
-               "let LLM agents propose")
+               "classes with few), describe the labels (their words become cues), write an annotator yourself "
+               "(Annotator screen: Write a new annotator; or `evopool pool add`), or let LLM agents propose")
 
 
 def class_rows(store: Store) -> dict[str, int]:
@@ -250,7 +250,7 @@ def thin_classes(store: Store, votes: np.ndarray | None = None,
     return [(labels[c], rows[labels[c]]) for c in voted if rows[labels[c]] < min_rows]
 
 def submit(store: Store, executor: Executor, source: str, name: str = "", approve_anyway: bool = False,
-           gate: GateConfig | None = None) -> dict:
+           gate: GateConfig | None = None, via: str = "evopool pool add") -> dict:
     """`evopool pool add`: check, run on the fitness rows in the sandbox, score, ask the gate for its verdict on
     this one candidate against the pool (with the pool-sample evidence a generation would weigh), and save it as the
     editor saves when the gate accepts or the expert overrides a rejection (`approve_anyway`); else nothing is
@@ -279,8 +279,8 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     added = accepted or approve_anyway
     pruned: list[str] = []
     if added:
-        note = ("evopool pool add: the gate accepted it" if accepted else
-                "evopool pool add --approve, over the gate's rejection: " + "; ".join(decision.reasons))
+        note = (f"{via}: the gate accepted it" if accepted else
+                f"{via}, added over the gate's rejection: " + "; ".join(decision.reasons))
         save_edit(store, executor, source, None, note, name=name)
     if accepted:  # the gate accepted it as a member's replacement (judged with that member gone): retire it
         members = set(store.pool_ids())

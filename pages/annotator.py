@@ -3,15 +3,17 @@ import streamlit as st
 
 from engine import explain, review
 from engine.sandbox.checks import CodeRejected
-from studio import annotator_ui, editor, queries, review_ui, state, widgets
+from studio import annotator_ui, editor, new_annotator_ui, queries, review_ui, state, widgets
 
 widgets.header("Annotator", "read, edit and re-score one annotator")
 store = widgets.require_data()
 table = queries.annotator_table(store)
 annotator_id = annotator_ui.pick(store, table)
 annotator = store.annotator(annotator_id) if annotator_id else None
+with st.expander("Write a new annotator", icon=":material/add:", expanded=annotator is None):
+    new_annotator_ui.new_annotator_form(store)
 if annotator is None:
-    st.info("No annotators yet: run a generation on **Evolve** first.")
+    st.info("No annotators yet: write one above, or run a generation on **Evolve**.")
     st.page_link("pages/evolve.py", label="Go to Evolve", icon=":material/science:")
     st.stop()
 

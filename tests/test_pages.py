@@ -573,6 +573,33 @@ def test_a_verdict_of_the_latest_generation_is_not_dated_against_an_older_pool(h
     assert "the gate's reasons as it decided in generation 1, against the pool of then" in texts(at)
 
 
+def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be_added_over_it(home):
+    """The Evolve screen advised writing an annotator yourself, but the studio could only edit existing ones (and
+    saving an edit retires its parent): a browser walk. The form runs a new one on dev and asks the gate."""
+    store = seed(home, "new-ann", generations=1)
+    before = set(store.pool_ids())
+    at = run("new-ann", "pages/annotator.py")
+    assert "def annotate(example):" in at.text_area(key="new_source").value  # a skeleton to fill in
+    at.text_area(key="new_source").input("import os\n\ndef annotate(example):\n    return None\n")
+    next(b for b in at.get("form_submit_button") if b.label == "Ask the gate").click().run()
+    assert not at.exception and any("Not run" in e.value and "os" in e.value for e in at.error)
+    assert set(store.pool_ids()) == before  # nothing saved
+    # a rule no better than chance: the gate turns it away, and the expert adds it over the gate with a reason
+    chance = "def annotate(example):\n    return 'HAM' if len(example['text']) % 2 else None\n"
+    at.text_area(key="new_source").input(chance)
+    at.text_input(key="new_name").input("HAM: odd lengths")
+    next(b for b in at.get("form_submit_button") if b.label == "Ask the gate").click().run()
+    assert any("The gate rejected it" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert set(store.pool_ids()) == before
+    at.text_input(key="new_override").input("a hunch worth a generation")
+    next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
+    assert not at.exception
+    (added,) = set(store.pool_ids()) - before
+    assert store.annotator(added).name == "HAM: odd lengths" and store.annotator(added).author == "human"
+    assert "a hunch worth a generation" in store.verdicts(added)["note"].iloc[-1]
+    assert at.query_params["annotator"] in (added, [added])  # it opens on the new one
+
+
 def test_editing_rescoring_and_saving_a_new_version(home):
     store = seed(home, "edit-me", generations=1)
     target = store.pool_ids()[0]

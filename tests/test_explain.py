@@ -94,3 +94,18 @@ def test_a_precision_weighed_with_the_unlabeled_samples_guesses_is_explained_wit
     assert "right on 0.75 of its 4 dev fires" in text and "agrees with about 0.05 of its votes" in text
     assert "under the 0.30 a generator must reach" in text
     assert "fires on only 4 dev rows" in text  # the other failure stays
+
+
+def test_an_accepted_verdict_names_the_bar_it_cleared_not_precise_enough():
+    """"Accepted: precise enough" read wrong for an annotator right on 16 of 46 rows (a browser walk): the words
+    give the bound and the bar, with the role's article."""
+    from engine.explain import why_the_verdict
+
+    reasons = ["viable: precision 0.35, lower bound 0.31 over 46 fires: 0.31 >= 0.25 (improver), fires 46 >= 5",
+               "marginal: pool dev macro-F1 0.600 without it, 0.620 with it"]
+    (line,) = why_the_verdict("accept", reasons, "gate", {})
+    assert line.startswith("Accepted: allowing for luck its precision is at least 0.31, over the 0.25 an improver "
+                           "must reach; the pool's dev macro-F1 is 0.620 with it")
+    assert "precise enough" not in line
+    (raw,) = why_the_verdict("accept", ["viable: precision 0.80 >= 0.30 (generator), fires 9 >= 5"], "gate", {})
+    assert raw == "Accepted: its precision is at least 0.80, over the 0.30 a generator must reach."

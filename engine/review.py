@@ -101,6 +101,11 @@ def displaced_by_undo(store: Store, annotator_id: str) -> tuple[str, str] | None
     return (restored, REPLACED_BY) if restored in pool else None
 
 
+def replaced_by(note: str) -> str | None:
+    """The edited version a retirement's note names (the version it replaced), else None."""
+    return _after(note, REPLACED_BY)
+
+
 def _after(note: str, prefix: str) -> str | None:
     """The id a retirement's note names after `prefix`, else None."""
     return (note[len(prefix):].strip() or None) if note.startswith(prefix) else None

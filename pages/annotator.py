@@ -23,9 +23,13 @@ votes = annotator_ui.dev_votes(store, annotator.id)
 saved_score = store.scores([annotator.id]).get(annotator.id)
 saved_contribution = annotator_ui.contribution(store, annotator.id, votes)
 
+last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
+# a version retired for its edit reads "replaced", not "reject": nobody rejected it (a browser walk)
+replaced_by = review.replaced_by(str(last_verdict["note"].iloc[0])) if not last_verdict.empty else None
 cols = st.columns(6)
-cols[0].metric("Verdict", info["verdict"],
-               help=f"decided by {info['decided_by'] or 'nobody yet'}")
+cols[0].metric("Verdict", "replaced" if info["verdict"] == "reject" and replaced_by else info["verdict"],
+               help=f"retired for its edited version {replaced_by[:8]}" if info["verdict"] == "reject" and replaced_by
+               else f"decided by {info['decided_by'] or 'nobody yet'}")
 cols[1].metric("Precision (dev)", queries.number(info["precision"], ".2f"))
 cols[2].metric("Coverage (dev)", queries.number(info["coverage"], ".3f"))
 cols[3].metric("Fires", int(info["fires"]))
@@ -33,7 +37,6 @@ cols[4].metric("Contribution", f"{saved_contribution:+.4f}", help="pool dev macr
 cols[5].metric("Generation", int(annotator.generation), help=f"{annotator.agent}, written by {annotator.provenance}")
 if annotator.rationale:
     st.caption(f"Why it was written: {queries.escape_md(annotator.rationale)}")
-last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
 if not last_verdict.empty:
     # the gate's reasons are dated: verdicts given since may have changed the pool the contribution reads
     review_ui.explanation(review.explain_verdicts(store, last_verdict)[last_verdict.index[0]],

@@ -630,6 +630,8 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert at.query_params["annotator"] == children[0].id
     family = table_with(at, "relation")
     assert family["relation"].tolist() == ["parent"] and family["name"].tolist() == [original.name]
+    parent = run("edit-me", "pages/annotator.py", annotator=target)  # retired for the edit, not rejected
+    assert metrics(parent)["Verdict"] == "replaced"
     history = table_with(at, "reason")
     assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "human"
 

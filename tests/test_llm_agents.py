@@ -125,6 +125,20 @@ def test_reply_check_and_extractor_agree_on_an_unclosed_fence():
     assert check_reply(FREE)[0][0][1] == check_source(FREE)  # bare code without a fence is accepted
 
 
+def test_an_example_block_or_a_self_test_beside_the_annotator_is_not_an_annotator_to_repair():
+    """A python-tagged `print(annotate(...))` block after the code, or an `if __name__ == "__main__":` self-test in
+    it, was checked as an annotator: the first cost a repair call per reply, the second sank the annotator (a review
+    against small local models)."""
+    usage = "Example usage:\n```python\nprint(annotate({'text': 'free prize'}))\n```\n"
+    good, errors = check_reply(fenced(FREE) + usage)
+    assert good == [("Here you go.", check_source(FREE))] and errors == []
+    tested = FREE + "\n\nif __name__ == '__main__':\n    print(annotate({'text': 'free'}))\n"
+    good, errors = check_reply(fenced(tested))
+    assert good == [("Here you go.", check_source(FREE))] and errors == []
+    # a reply of examples only is still told it has no annotator
+    assert check_reply(usage)[1] and not check_reply(usage)[0]
+
+
 # ---- prompts -----------------------------------------------------------------------------------
 def test_every_role_states_the_contract_and_quotes_no_holdout():
     pool = context_for([MEETING, CALL], generation=2)

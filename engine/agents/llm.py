@@ -14,6 +14,7 @@ are closed, so the server need not finish work nobody will read.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import threading
@@ -76,10 +77,14 @@ def check_reply(text: str, cut_off: bool = False) -> tuple[list[tuple[str, str]]
         blocks = split_reply(llm_spec.without_thoughts(text))
     except CodeRejected as err:
         return [], [err.reason + (_CUT_OFF if cut_off else "")]
+    # a block that defines no annotate beside one that does is an example of its use (`print(annotate(...))`), not
+    # an annotator: checking it cost a repair call per reply and a "rejected" line (a review against small models)
+    if any(_DEFINES_ANNOTATE.search(code) for _, code in blocks):
+        blocks = [(rationale, code) for rationale, code in blocks if _DEFINES_ANNOTATE.search(code)]
     good, errors = [], []
     for i, (rationale, code) in enumerate(blocks, start=1):
         try:
-            good.append((rationale, check_source(code)))
+            good.append((rationale, check_source(without_main_guard(code))))
         except CodeRejected as err:
             reason = f"block {i}: {err.reason}" if len(blocks) > 1 else err.reason
             errors.append(reason + (_CUT_OFF if cut_off and i == len(blocks) else ""))
@@ -87,6 +92,22 @@ def check_reply(text: str, cut_off: bool = False) -> tuple[list[tuple[str, str]]
 
 
 _CUT_OFF = " (the reply hit the max_tokens limit and was cut off: write shorter code)"
+_DEFINES_ANNOTATE = re.compile(r"^def\s+annotate\s*\(", re.MULTILINE)
+
+
+def without_main_guard(code: str) -> str:
+    """The code without its top-level `if __name__ == "__main__":` blocks: a model's self-test, which never runs in
+    the sandbox (the module is not __main__) but which the checker refuses, and so sank the annotator above it."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code  # the checker says what is wrong
+    guards = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+              and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"]
+    if not guards:
+        return code
+    dropped = {line for node in guards for line in range(node.lineno - 1, node.end_lineno or node.lineno)}
+    return "".join(line for i, line in enumerate(code.splitlines(keepends=True)) if i not in dropped)
 
 
 @dataclass(frozen=True)

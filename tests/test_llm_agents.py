@@ -506,3 +506,21 @@ def test_the_system_message_names_each_label_once_when_there_are_many(mode):
     assert "the 300 label names listed under Labels above" in content
     few = Task("sms", ("HAM", "SPAM"), {}, "")
     assert prompts.system_message(few, mode)["content"].count('"SPAM"') == 2  # few: the contract quotes them too
+
+
+def test_a_reply_cut_off_while_thinking_or_with_only_reasoning_gets_the_right_advice(server):
+    """"Write shorter code" was the advice for a reply cut off inside <think>, before any code, and a reply whose
+    answer was empty beside the model's reasoning (reasoning_content) said only "no code block found"."""
+    thinking = "<think>The label SPAM means ... let me list cue words: free, win, prize, and"
+    (error,) = check_reply(thinking, cut_off=True)[1]
+    assert "still thinking" in error and "EVOPOOL_MAX_TOKENS" in error and "shorter code" not in error
+    server.raw(200, json.dumps({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": None,
+                                 "reasoning_content": "Let me think: " + FREE}}]}),
+        "application/json")
+    reply = client_for(server).complete([{"role": "user", "content": "Write one."}], role="generator")
+    assert reply.reasoning_only and reply.text == ""
+    (error,) = check_reply(reply.text, reasoning_only=reply.reasoning_only)[1]
+    assert "only the model's reasoning" in error

@@ -89,6 +89,13 @@ def without_thoughts(text: str) -> str:
     return text[: opened.start()] if opened else text
 
 
+def still_thinking(text: str) -> bool:
+    """Whether the reply ends inside a thought it never closed (cut off while thinking: no answer yet)."""
+    text = _THOUGHTS.sub("", text)
+    closes = list(_THOUGHT_CLOSE.finditer(text))
+    return bool(_THOUGHT_OPEN.search(text[closes[-1].end():] if closes else text))
+
+
 def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_off: bool = False
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the

@@ -149,6 +149,7 @@ class LLMReply:
     cost_usd: float
     cached: bool = False
     finish_reason: str | None = None  # "length": the reply hit max_tokens
+    reasoning_only: bool = False  # no answer, only the model's reasoning (`reasoning_content`): it never finished
 
 
 class LLMClient(Protocol):
@@ -713,6 +714,8 @@ class OpenAICompatibleClient:
         record = call.record
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice and choice.message else None) or ""
+        extra = (getattr(choice.message, "model_extra", None) or {}) if choice and choice.message else {}
+        reasoning_only = not text.strip() and bool(extra.get("reasoning_content") or extra.get("reasoning"))
         usage = getattr(response, "usage", None)
         tokens_in = getattr(usage, "prompt_tokens", None) or estimate_tokens(record["request"])
         tokens_out = getattr(usage, "completion_tokens", None) or estimate_tokens(text)
@@ -722,7 +725,8 @@ class OpenAICompatibleClient:
         self.usage.add_reply(tokens_in, tokens_out, cost)
         finish = getattr(choice, "finish_reason", None) if choice else None
         self._log(record, text, call.latency_s, tokens_in, tokens_out, cost, finish_reason=finish)
-        return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost, finish_reason=finish)
+        return LLMReply(text, tokens_in, tokens_out, call.latency_s, cost, finish_reason=finish,
+                        reasoning_only=reasoning_only)
 
     def _log(self, record: dict, reply: str | None, latency: float, tokens_in: int = 0, tokens_out: int = 0,
              cost: float = 0.0, error: str | None = None, finish_reason: str | None = None) -> None:

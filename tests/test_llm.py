@@ -448,3 +448,21 @@ def test_a_server_that_stops_answering_is_not_waited_for_call_after_call(fake_op
     with pytest.raises(LLMCallFailed, match="the improver call was not sent"):
         client.complete(MESSAGES, role="improver")
     assert len(fake_openai.requests) == 2
+
+
+def test_a_long_wait_before_a_retry_is_said_and_a_context_overflow_names_the_setting(fake_openai, monkeypatch):
+    """A 429 with Retry-After: 120 was honoured in silence (minutes that looked like a hang); a context-length
+    refusal did not name the setting that makes the request smaller."""
+    import engine.llm.client as client_module
+
+    monkeypatch.setattr(client_module, "LONG_WAIT_S", 1.0)  # a test-sized "long" wait
+    fake_openai.fail(429, headers={"Retry-After": "1"})
+    fake_openai.reply("done")
+    client = make_client(fake_openai)
+    said: list[str] = []
+    client.on_note = said.append
+    assert client.complete(MESSAGES, role="generator").text == "done"
+    assert any("asked to wait 1 s before the next attempt (Retry-After)" in note for note in said), said
+    fake_openai.fail(400, message="This model's maximum context length is 4096 tokens. However, you requested 5000")
+    with pytest.raises(LLMCallFailed, match="lower EVOPOOL_MAX_TOKENS"):
+        make_client(fake_openai, max_retries=0).complete(MESSAGES, role="generator", seed=9)

@@ -235,6 +235,7 @@ class _Call:
 
 
 MAX_TIMEOUT_S = 600.0
+LONG_WAIT_S = 10.0  # a wait before a retry at least this long is said (openai's own backoff stays under it)
 MAX_TIMEOUTS = 2  # attempts of one call that may time out: then the server is taken for one that does not answer
 
 
@@ -449,7 +450,11 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
 
     def wait_before_retry(self, seconds: float) -> None:
         """Sleep `seconds` before openai's next attempt, or less when the client is cancelled meanwhile (the
-        attempt is then refused at once in `send`)."""
+        attempt is then refused at once in `send`). A long wait (a server's Retry-After) is said first: minutes of
+        silence looked like a hang."""
+        if seconds >= LONG_WAIT_S and self._adapter.on_note is not None:
+            self._adapter.on_note(f"the server asked to wait {seconds:.0f} s before the next attempt (Retry-After): "
+                                  "waiting")
         self._cancel_event.wait(max(seconds, 0.0))
 
     def cancel(self) -> int:
@@ -670,7 +675,10 @@ class OpenAICompatibleClient:
             return LLMAuthError(f"the endpoint refused the API key ({status}) — check OPENAI_API_KEY")
         if _retried_by_openai(status):
             return self._gave_up(role, call)
-        hint = ""
+        hint, said = "", _error_message(err).lower()
+        if status == 400 and "context" in said and any(w in said for w in ("length", "window", "token")):
+            hint = (f" (the prompt and the reply's max_tokens ({self.config.max_tokens}) exceed the model's context: "
+                    "lower EVOPOOL_MAX_TOKENS, or use a model with a longer context)")
         if status in (404, 405) and not str(self.config.base_url or "").rstrip("/").endswith("/v1"):
             hint = (f" (the base URL {self.config.base_url} does not end in /v1, where OpenAI-compatible servers "
                     "answer: Ollama, vLLM and llama.cpp take http://host:port/v1)")

@@ -108,8 +108,13 @@ def start_cards() -> None:
             else:
                 workspace.open_store(new_name)
                 state.select_workspace(new_name)
+                st.session_state.pop("new_ws", None)  # the box is for the next one (it kept this name)
                 st.rerun()
         st.caption(f"Workspaces live in `{workspace.home()}`.")
+
+
+ROW_NUMBERS = ("*row* counts the data rows, 1 being the first under the header (a file's *line* number, as a broken "
+               "quote is named by, is one more in a CSV)")
 
 
 def _guess(columns: list[str], *names: str) -> int | None:
@@ -271,6 +276,7 @@ def plan_summary(frame: pd.DataFrame, opts: IngestOptions, wrench_labels: tuple[
                       "or skipped."))
         st.dataframe(bad_rows_table(rows, frame, opts.id_column), hide_index=True,
                      height=min(300, 38 + 35 * min(len(rows), 200)))
+        st.caption(ROW_NUMBERS)
     return bool(rows)
 
 

@@ -396,6 +396,7 @@ def test_create_workspace_refuses_a_bad_name(tmp_path, monkeypatch):
     at.text_input(key="new_ws").input("trial-1").run()
     at.button(key="create_ws").click().run()
     assert at.query_params["ws"] == "trial-1" and (tmp_path / "names" / "trial-1" / "workspace.duckdb").exists()
+    assert at.text_input(key="new_ws").value == ""  # the box is for the next one
 
 
 # ---- evolve -------------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_every_rejection_reaches_the_agents_and_a_prompt_quotes_the_last_few(tmp
     import_path(store, demo_csv, IngestOptions())
     with SandboxExecutor() as executor:
         evolve(store, OfflineProposer(), executor, 2)
-    members = store.pool_ids()
+    members = [a.id for a in store.annotators()]  # every one proposed: the pool alone may hold fewer than 21
     assert len(members) > 20
     for member in members:
         review.reject(store, member, "not what I mean by spam")

@@ -428,6 +428,10 @@ def test_a_plain_text_404_says_the_servers_words_and_where_the_api_usually_is(fa
     client = make_client(fake_openai, base_url=fake_openai.base_url.removesuffix("/v1"), max_retries=0)
     with pytest.raises(LLMCallFailed, match=r"\(HTTP 404\): 404 page not found \(the base URL .* does not end in /v1"):
         client.complete(MESSAGES, role="generator")
+    fake_openai.fail(404, message="The model `gpt-4o-mni` does not exist")  # a JSON error names its own cause
+    with pytest.raises(LLMCallFailed) as info:
+        client.complete(MESSAGES, role="generator", seed=2)
+    assert "does not exist" in str(info.value) and "/v1" not in str(info.value)
 
 
 def test_giving_up_on_server_errors_keeps_the_servers_last_words(fake_openai):
@@ -448,6 +452,15 @@ def test_a_server_that_stops_answering_is_not_waited_for_call_after_call(fake_op
     with pytest.raises(LLMCallFailed, match="the improver call was not sent"):
         client.complete(MESSAGES, role="improver")
     assert len(fake_openai.requests) == 2
+    # retries that run out on timeouts alone (EVOPOOL_LLM_RETRIES=1: two attempts) stop the run's calls too
+    fake_openai.hang(5)
+    fake_openai.hang(5)
+    fewer = make_client(fake_openai, timeout_s=0.3, max_retries=1)
+    with pytest.raises(LLMCallFailed, match="none answered within its timeout"):
+        fewer.complete(MESSAGES, role="generator", seed=1)
+    with pytest.raises(LLMCallFailed, match="was not sent"):
+        fewer.complete(MESSAGES, role="improver", seed=1)
+    assert len(fake_openai.requests) == 4
 
 
 def test_a_long_wait_before_a_retry_is_said_and_a_context_overflow_names_the_setting(fake_openai, monkeypatch):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from engine.agents import prompts
+from engine.agents import llm_spec, prompts
 from engine.agents.base import ExpertFeedback, ProposalContext
 from engine.agents.choice import AGENT_CHOICES, make_proposer
 from engine.agents.llm import LLMProposer, check_reply
@@ -524,3 +524,10 @@ def test_a_reply_cut_off_while_thinking_or_with_only_reasoning_gets_the_right_ad
     assert reply.reasoning_only and reply.text == ""
     (error,) = check_reply(reply.text, reasoning_only=reply.reasoning_only)[1]
     assert "only the model's reasoning" in error
+    (error,) = check_reply("", cut_off=True, reasoning_only=True)[1]  # reasoning cut off by the limit
+    assert "only the model's reasoning" in error and "shorter code" not in error
+    # spec mode says the same, not "give fewer objects"
+    task = Task("spam", ("HAM", "SPAM"), {}, "")
+    (error,) = llm_spec.parse_specs(thinking, task, cut_off=True)[1]
+    assert "still thinking" in error and "fewer objects" not in error
+    assert "only the model's reasoning" in llm_spec.parse_specs("", task, reasoning_only=True)[1][0]

@@ -79,9 +79,7 @@ def check_reply(text: str, cut_off: bool = False, reasoning_only: bool = False
         blocks = split_reply(llm_spec.without_thoughts(text))
     except CodeRejected as err:
         # "write shorter code" was wrong advice where no code was written: the model was still thinking
-        if cut_off and llm_spec.still_thinking(text):
-            return [], [err.reason + _CUT_OFF_THINKING]
-        return [], [err.reason + (_CUT_OFF if cut_off else _REASONING_ONLY if reasoning_only else "")]
+        return [], [err.reason + llm_spec.why_no_answer(text, cut_off, reasoning_only, _CUT_OFF)]
     # a block that defines no annotate beside one that does is an example of its use (`print(annotate(...))`), not
     # an annotator: checking it cost a repair call per reply and a "rejected" line (a review against small models)
     if any(_DEFINES_ANNOTATE.search(code) for _, code in blocks):
@@ -97,10 +95,6 @@ def check_reply(text: str, cut_off: bool = False, reasoning_only: bool = False
 
 
 _CUT_OFF = " (the reply hit the max_tokens limit and was cut off: write shorter code)"
-_CUT_OFF_THINKING = (" (the reply hit the max_tokens limit while the model was still thinking, before any code: raise "
-                     "EVOPOOL_MAX_TOKENS, or turn the model's thinking off)")
-_REASONING_ONLY = (" (the server sent only the model's reasoning, no answer: it stopped while thinking; raise "
-                   "EVOPOOL_MAX_TOKENS, or turn the model's thinking off)")
 _DEFINES_ANNOTATE = re.compile(r"^def\s+annotate\s*\(", re.MULTILINE)
 
 
@@ -337,7 +331,8 @@ class LLMProposer:
     def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
         """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
         if job.mode == "spec" and job.task is not None:
-            return llm_spec.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length")
+            return llm_spec.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length",
+                                        reasoning_only=reply.reasoning_only)
         return check_reply(reply.text, cut_off=reply.finish_reason == "length", reasoning_only=reply.reasoning_only)
 
     def _track_mode(self, job: _Job, outcome: _Outcome) -> None:

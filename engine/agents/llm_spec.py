@@ -96,20 +96,37 @@ def still_thinking(text: str) -> bool:
     return bool(_THOUGHT_OPEN.search(text[closes[-1].end():] if closes else text))
 
 
-def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_off: bool = False
-                ) -> tuple[list[tuple[str, str]], list[str]]:
+THINKING_CUT_OFF = (" (the reply hit the max_tokens limit while the model was still thinking, before any answer: "
+                    "raise EVOPOOL_MAX_TOKENS, or turn the model's thinking off)")
+REASONING_ONLY = (" (the server sent only the model's reasoning, no answer: it stopped while thinking; raise "
+                  "EVOPOOL_MAX_TOKENS, or turn the model's thinking off)")
+
+
+def why_no_answer(text: str, cut_off: bool, reasoning_only: bool, cut_off_hint: str) -> str:
+    """What to add to "no answer found": the model never got past its thinking (cut off inside <think>, or only
+    reasoning_content came back), where "write less" (`cut_off_hint`) would be the wrong advice; else that."""
+    if reasoning_only:
+        return REASONING_ONLY
+    if cut_off and still_thinking(text):
+        return THINKING_CUT_OFF
+    return cut_off_hint if cut_off else ""
+
+
+def parse_specs(text: str, task: Task, views: Sequence[str] | None = None, cut_off: bool = False,
+                reasoning_only: bool = False) -> tuple[list[tuple[str, str]], list[str]]:
     """([(rationale, rendered source)], [error per rejected object]) for one structured reply; `views`: the
     views a spec may name (none or empty: `views_for(task)`); `cut_off`: the reply hit the max_tokens limit,
     then named as the likely cause of its last error.
 
     The answer is what the fenced blocks hold, when any holds a spec (the prose around them may quote an example
     object; some models fence each spec apart); the whole reply outside thoughts, else."""
-    text = without_thoughts(text)
-    objects = [found for block in fenced_blocks(text) for found in _objects(block.body)]
-    objects = objects or _objects(text)
+    answer = without_thoughts(text)
+    objects = [found for block in fenced_blocks(answer) for found in _objects(block.body)]
+    objects = objects or _objects(answer)
     hint = CUT_OFF if cut_off else ""
     if not objects:
-        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects' + hint]
+        return [], ['no JSON object found: answer with a ```json list of {"label", "cues", "view"} objects'
+                    + why_no_answer(text, cut_off, reasoning_only, CUT_OFF)]
     good, errors = [], []
     for i, obj in enumerate(objects, start=1):
         try:

@@ -570,10 +570,7 @@ class OpenAICompatibleClient:
             raise LLMCallFailed(f"the {role} call was cancelled (the run no longer needs its answer)") from None
         except _Unanswered:
             self.usage.add_failed_call()
-            failed = self._gave_up(role, call)
-            self._unanswered = f"{failed}, each within its timeout"
-            raise LLMCallFailed(f"{self._unanswered}: no more attempts, and no more calls in this run (raise "
-                                "EVOPOOL_LLM_TIMEOUT for a server this slow)") from None
+            raise self._stop_asking(role, call) from None
         except _Unusable as err:
             self.usage.add_failed_call()
             said = self._scrub(str(err))
@@ -589,6 +586,8 @@ class OpenAICompatibleClient:
             raise self._failure(err, role, call) from None
         except openai.APIConnectionError:  # includes APITimeoutError
             self.usage.add_failed_call()
+            if call.outcomes.count("timed out") >= MAX_TIMEOUTS:  # the retries ran out on timeouts alone
+                raise self._stop_asking(role, call) from None
             raise self._gave_up(role, call) from None
         except openai.APIError as err:  # e.g. a reply that is not a chat completion
             self.usage.add_failed_call()
@@ -679,11 +678,19 @@ class OpenAICompatibleClient:
         if status == 400 and "context" in said and any(w in said for w in ("length", "window", "token")):
             hint = (f" (the prompt and the reply's max_tokens ({self.config.max_tokens}) exceed the model's context: "
                     "lower EVOPOOL_MAX_TOKENS, or use a model with a longer context)")
-        if status in (404, 405) and not str(self.config.base_url or "").rstrip("/").endswith("/v1"):
+        base = str(self.config.base_url or "")  # no base URL: the OpenAI API itself, whose 404s name the model
+        if status in (404, 405) and base and not base.rstrip("/").endswith("/v1") and _said(err.body) is None:
             hint = (f" (the base URL {self.config.base_url} does not end in /v1, where OpenAI-compatible servers "
                     "answer: Ollama, vLLM and llama.cpp take http://host:port/v1)")
         return LLMCallFailed(f"the endpoint rejected the request to {self.config.model} (HTTP {status}): "
                              f"{self._scrub(_error_message(err))}{hint}")
+
+    def _stop_asking(self, role: str, call: _Call) -> LLMCallFailed:
+        """MAX_TIMEOUTS attempts of this call timed out: the server is taken for one that no longer answers, and
+        the run's later calls are not sent."""
+        self._unanswered = f"{self._gave_up(role, call)}; none answered within its timeout"
+        return LLMCallFailed(f"{self._unanswered}: no more attempts, and no more calls in this run (raise "
+                             "EVOPOOL_LLM_TIMEOUT for a server this slow)")
 
     def _gave_up(self, role: str, call: _Call) -> LLMCallFailed:
         cfg, n = self.config, len(call.outcomes)

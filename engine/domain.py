@@ -131,6 +131,9 @@ class AnnotatorScore:
     faults: int = 0
 
 
+# the note of a version retired for its edit (engine/review.py writes it; engine/explain.py reads it)
+REPLACED_BY = "replaced by edited version "
+
 # the reason that carries a rejected candidate's first fault in its run (engine/evolve.py; engine/explain.py reads it)
 FIRST_FAULT = "first fault: "
 

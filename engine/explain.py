@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from engine.domain import FIRST_FAULT, AnnotatorScore
+from engine.domain import FIRST_FAULT, REPLACED_BY, AnnotatorScore
 from engine.markdown import escape_md
 from engine.score import lift
 
@@ -73,8 +73,13 @@ def what_it_does(score: AnnotatorScore, label: str, n_dev: int, chance: float) -
     return lines, False, times
 
 
-def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names: Mapping[str, str]) -> list[str]:
-    """Which check decided, in words, with the gate's own numbers."""
+def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names: Mapping[str, str],
+                    note: str = "") -> list[str]:
+    """Which check decided, in words, with the gate's own numbers (`note`: an expert verdict's own words)."""
+    if decided_by == "human" and verdict == "reject" and note.startswith(REPLACED_BY):
+        edit = note[len(REPLACED_BY):].strip()
+        return [f"Retired when its edited version {_named(edit, names)} took its place (nobody rejected it); its "
+                "**Restore this version** button swaps them back."]
     if decided_by == "human":
         return ["You (the expert) " + ("approved it: it stays in the pool whatever the gate says."
                                       if verdict == "approve" else "rejected it: the gate will not let it back.")]
@@ -101,7 +106,10 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
                 if rows else ""
             lines.append(f"Rejected: it fires on only {found.group(1)} dev rows; the gate needs "
                          f"{found.group(2)}{small} to judge a precision.")
-        if _find(r"no better than chance", reasons):
+        if found := _find(r"no better than chance: precision lower bound " + NUMBER + " <= " + NUMBER, reasons):
+            lines.append(f"Rejected: allowing for luck, its precision may be as low as {found.group(1)}, no better "
+                         f"than chance ({found.group(2)}, the share of dev its classes hold).")
+        elif _find(r"no better than chance", reasons):
             lines.append("Rejected: its precision is no better than chance.")
         if found := _find(r"lower bound " + NUMBER + r" over " + NUMBER + r" fires: \S+ < " + NUMBER
                           + r" \((\w+)\)", reasons):
@@ -138,7 +146,7 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
                      f"({gain:+.3f})")
     # the bar it cleared, not "precise enough": at 0.35 no expert would call it that (a browser walk)
     cleared = _find(r"^viable: .*?" + NUMBER + r" >= " + NUMBER + r" \((\w+)\)", reasons)
-    luck = "allowing for luck " if _find(r"^viable: .*lower bound", reasons) else ""
+    luck = "allowing for luck, " if _find(r"^viable: .*lower bound", reasons) else ""
     bar = (f"Accepted: {luck}its precision is at least {cleared.group(1)}, over the {cleared.group(2)} "
            f"{_a(cleared.group(3))} must reach" if cleared else "Accepted: over the gate's precision bar")
     return [bar + ("; " + "; ".join(parts) if parts else "") + "."]
@@ -155,7 +163,7 @@ def too_few_rows(label: str, rows: int) -> str:
 
 def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,
             chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None,
-            class_rows: int | None = None) -> Explanation:
+            class_rows: int | None = None, note: str = "") -> Explanation:
     """The whole explanation of one verdict, in markdown (`chance`: see engine.score.chance_precision;
     `class_rows`: the fitness rows of its class, said when too few to judge it). `label` and `names` are shown as
     given: escape them first (engine.markdown.escape_md), as review.explain_verdicts does."""
@@ -165,5 +173,5 @@ def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, 
         lines, at_chance, times = what_it_does(score, label, n_dev, chance)
         if label and class_rows is not None and class_rows < THIN_CLASS_ROWS:
             lines.append(too_few_rows(label, class_rows))
-    lines += why_the_verdict(verdict, reasons, decided_by, names or {})
+    lines += why_the_verdict(verdict, reasons, decided_by, names or {}, note)
     return Explanation(tuple(lines), at_chance, chance, times)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.domain import ABSTAIN, FITNESS, Annotator, AnnotatorScore, Candidate, restored_by_undo
+from engine.domain import ABSTAIN, FITNESS, REPLACED_BY, Annotator, AnnotatorScore, Candidate, restored_by_undo
 from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
 from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
@@ -49,7 +49,6 @@ def reject(store: Store, annotator_id: str, note: str) -> None:
 
 # the notes of the two retirements that keep one version of an edited annotator in the pool, then the other's id:
 # `save_edit` retires the parent for its edit; an undo that restores a version retires the one it was retired for
-REPLACED_BY = "replaced by edited version "
 RESTORED_OVER = "retired for the version it replaced, restored by an undo: "
 
 
@@ -211,9 +210,9 @@ def explain_verdicts(store: Store, verdicts: pd.DataFrame) -> dict[int, Explanat
     for index, row in verdicts.iterrows():
         a = row["annotator_id"]
         s = scores[a] if scores[a].fires else store.scores([a]).get(a)
-        label = escape_md(task.labels[s.label]) if s is not None and s.label != ABSTAIN else ""
-        out[index] = explain(row["verdict"], list(row["reasons"]), s, label, len(y), chance[a],
-                             row["decided_by"], names, rows_of.get(label))
+        label = task.labels[s.label] if s is not None and s.label != ABSTAIN else ""
+        out[index] = explain(row["verdict"], list(row["reasons"]), s, escape_md(label), len(y), chance[a],
+                             row["decided_by"], names, rows_of.get(label), str(row.get("note") or ""))
     return out
 
 

@@ -104,8 +104,21 @@ def test_an_accepted_verdict_names_the_bar_it_cleared_not_precise_enough():
     reasons = ["viable: precision 0.35, lower bound 0.31 over 46 fires: 0.31 >= 0.25 (improver), fires 46 >= 5",
                "marginal: pool dev macro-F1 0.600 without it, 0.620 with it"]
     (line,) = why_the_verdict("accept", reasons, "gate", {})
-    assert line.startswith("Accepted: allowing for luck its precision is at least 0.31, over the 0.25 an improver "
+    assert line.startswith("Accepted: allowing for luck, its precision is at least 0.31, over the 0.25 an improver "
                            "must reach; the pool's dev macro-F1 is 0.620 with it")
     assert "precise enough" not in line
     (raw,) = why_the_verdict("accept", ["viable: precision 0.80 >= 0.30 (generator), fires 9 >= 5"], "gate", {})
     assert raw == "Accepted: its precision is at least 0.80, over the 0.30 a generator must reach."
+
+
+def test_a_rejection_at_chance_on_the_bound_and_a_version_retired_for_its_edit_read_right():
+    from engine.domain import REPLACED_BY
+    from engine.explain import why_the_verdict
+
+    (line,) = why_the_verdict("reject", ["no better than chance: precision lower bound 0.52 <= 0.53, the share of dev "
+                                         "its classes hold"], "gate", {})
+    assert line == ("Rejected: allowing for luck, its precision may be as low as 0.52, no better than chance (0.53, "
+                    "the share of dev its classes hold).")
+    # retired by an edit: nobody rejected it (it read "You (the expert) rejected it: the gate will not let it back.")
+    (line,) = why_the_verdict("reject", [], "human", {"e1": "SPAM: wider"}, f"{REPLACED_BY}e1")
+    assert line.startswith("Retired when its edited version SPAM: wider took its place (nobody rejected it)")

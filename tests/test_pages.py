@@ -632,7 +632,7 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     family = table_with(at, "relation")
     assert family["relation"].tolist() == ["parent"] and family["name"].tolist() == [original.name]
     parent = run("edit-me", "pages/annotator.py", annotator=target)  # retired for the edit, not rejected
-    assert metrics(parent)["Verdict"] == "replaced"
+    assert metrics(parent)["Verdict"] == "replaced" and "Retired when its edited version" in texts(parent)
     history = table_with(at, "reason")
     assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "human"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS, REPLACED_BY, Annotator, AnnotatorScore, Candidate, restored_by_undo
-from engine.evolve import build_context, ensure_votes, next_generation_config, pool_evidence
+from engine.evolve import build_context, current_dev_macro_f1, ensure_votes, next_generation_config, pool_evidence
 from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
@@ -298,5 +298,6 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
             "contribution": None if preview.contribution is None else round(preview.contribution, 4),
             "pruned": pruned,
             "pool_size": len(store.pool_ids()),
-            # the pool's dev macro-F1 as the gate weighed it (with the candidate, without what it prunes)
-            "dev_macro_f1": round(outcome.f1_after if accepted else outcome.f1_before, 4)}
+            # the pool's dev macro-F1 as the gate weighed it (with the candidate, without what it prunes), or as the
+            # pool stands now when the expert added it over the gate (or nothing joined)
+            "dev_macro_f1": round(outcome.f1_after if accepted else current_dev_macro_f1(store), 4)}

@@ -123,8 +123,9 @@ else:
             st.rerun()
     for rank, spot in enumerate(spots[:5], start=1):
         top = task.labels[spot.top_label] if spot.top_label >= 0 else "no class"
-        with st.expander(f"{rank}. {', '.join(spot.terms)} · {spot.size:,} rows · {spot.no_vote_share:.0%} no vote · "
-                         f"{spot.conflict_share:.0%} conflicting · most voted: {top}"):
+        with st.expander(f"{rank}. {queries.escape_md(', '.join(spot.terms))} · {spot.size:,} rows · "
+                         f"{spot.no_vote_share:.0%} no vote · {spot.conflict_share:.0%} conflicting · most voted: "
+                         f"{queries.escape_md(top)}"):
             st.dataframe(pd.DataFrame({"id": [row_ids[i] for i in spot.example_rows],
                                        "text": [row_texts[i] for i in spot.example_rows]}), hide_index=True)
             if st.button("Aim the next generation here", key=f"focus_{spot.cluster}", icon=":material/my_location:",

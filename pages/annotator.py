@@ -101,7 +101,7 @@ with code_col:
                                               else "; the old version was not in it and stays out."))
                         st.rerun()
                     except CodeRejected as err:
-                        st.error(f"Not saved: {err.reason}")
+                        st.error(f"Not saved: {queries.escape_md(err.reason)}")
     elif changed:
         st.caption("You changed the code: **Re-score on dev** to compare it with the saved version.")
 

@@ -44,7 +44,7 @@ if not store.has_data():
         st.error(str(err))
     if frame is not None:
         st.subheader("Preview")
-        st.caption(f"{len(frame):,} rows · columns: {', '.join(map(str, frame.columns))}")
+        st.caption(f"{len(frame):,} rows · columns: {queries.escape_md(', '.join(map(str, frame.columns)))}")
         st.dataframe(frame.head(20), hide_index=True, height=280)
         importer.read_problems_table(problems, "cannot be read")
         st.subheader("Columns and task")

@@ -228,8 +228,8 @@ def label_counts(frame: pd.DataFrame, column: str | None, separator: str | None 
 def found_labels_note(counts: dict[str, int]) -> str:
     """The labels the box was filled with, with their rows: a typo or a stray label holds a row or two, and read
     as a set it looked confirmed (a browser walk)."""
-    shown = " · ".join(f"{label} {counts[label]:,}" for label in sorted(counts))
-    rare = sorted(label for label, n in counts.items() if 0 < n <= 2)
+    shown = " · ".join(f"{escape_md(label)} {counts[label]:,}" for label in sorted(counts))
+    rare = sorted(escape_md(label) for label, n in counts.items() if 0 < n <= 2)
     return (f"Found in the file (rows each): {shown}."
             + (f" Held by only one or two rows: {', '.join(rare)}; a typo? Remove a label from the box to make its "
                "rows bad rows (listed below), or keep it as a class." if rare else ""))
@@ -375,8 +375,8 @@ def show_problems(store: Store, now: str | None = None, listed: bool = False) ->
     fatal, rows = _whole_file(err.problems)
     problems = [(p.place, p.reason) for p in rows]
     said = str(err).splitlines()[0].removesuffix("; nothing was imported")  # said once, first
-    st.error(f"Nothing was imported: {said}."
-             + "".join(f"  \nThe file as a whole: {reason}." for reason in fatal))
+    st.error(f"Nothing was imported: {escape_md(said)}."
+             + "".join(f"  \nThe file as a whole: {escape_md(reason)}." for reason in fatal))
     if problems:
         if not listed:  # the plan above lists them, with their ids, for the form the import failed with
             table = pd.DataFrame(problems, columns=["row", "problem"])
@@ -388,7 +388,7 @@ def show_problems(store: Store, now: str | None = None, listed: bool = False) ->
 def show_report(report: ImportReport) -> None:
     st.success(f"Imported {report.n_rows:,} rows into splits "
                + ", ".join(f"{k}: {v:,}" for k, v in report.split_counts.items())
-               + f" · labels {', '.join(report.labels)}")
+               + f" · labels {escape_md(', '.join(report.labels))}")
     for note in report.notes:
         st.caption(note)
     if report.skipped:

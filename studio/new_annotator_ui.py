@@ -15,16 +15,16 @@ from engine.markdown import code_span, escape_md
 from engine.store.workspace import Store
 from studio import editor, state
 
-NEW_RESULT = "new_annotator_result"  # (source, name, review.submit's answer) of the last submission
+NEW_RESULT = state.NEW_ANNOTATOR  # (source, name, review.submit's answer): dropped when another workspace opens
 NEW_SOURCE, NEW_NAME, NEW_OVERRIDE = "new_source", "new_name", "new_override"
 
 
 def starter(task: Task) -> str:
     """A skeleton naming the task's first label and text field, for the expert to fill in."""
     label = task.labels[0] if task.labels else "LABEL"
-    return (f'def annotate(example):\n    """{label}: what this rule looks for."""\n'
+    return ('def annotate(example):\n    """What this rule looks for."""\n'  # a label may hold any quote: repr only
             '    text = example["text"].lower()\n'
-            f'    if "a word of {label.lower()}" in text:\n'
+            f'    if {"a word of " + label.lower()!r} in text:\n'
             f'        return {label!r}\n'
             '    return None  # abstain\n')
 
@@ -58,7 +58,8 @@ def _answer(store: Store, source: str, name: str, answer: dict) -> None:
         st.info(reasons)
         return
     figures = (f"precision {answer['precision']:.2f} over {answer['fires']} dev fires"
-               + (f", faults on {answer['faults']} rows" if answer.get("faults") else ""))
+               + (f", faults on {answer['faults']} rows, first: {escape_md(answer.get('first_error') or '')}"
+                  if answer.get("faults") else ""))
     if answer["added"]:
         pruned = len(answer.get("pruned") or [])
         st.success(f"The gate accepted **{escape_md(answer['name'])}** ({figures}) and it joined the pool"

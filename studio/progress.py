@@ -138,7 +138,7 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
         st.warning("The last run was interrupted (the studio stopped while it ran). Complete generations are "
                    "kept; press Run to go on.")
     elif view.finished == "failed" or (job is not None and job.status == "failed"):
-        st.error(f"The run failed: {view.error or (job.error if job else '')}")
+        st.error(f"The run failed: {queries.escape_md(view.error or (job.error if job else ''))}")
     elif view.completed:
         last = view.completed[-1]
         # the run's own figures; verdicts given since (approve, reject, undo, an edit) move the pool, and rows

@@ -53,7 +53,8 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi
         return
     row = wrong.iloc[picked.selection.rows[0]]
     like = similar_rows(store, row["text"], likeness=queries.pool_likeness(store))
-    st.markdown(f"**Unlabeled rows like `{row['id']}`** (gold *{row['gold']}*, labeled *{row['predicted']}*)")
+    st.markdown(f"**Unlabeled rows like {queries.code_span(row['id'])}** (gold *{queries.escape_md(row['gold'])}*, "
+                f"labeled *{queries.escape_md(row['predicted'])}*)")
     if like.empty:
         st.caption("No unlabeled row shares its words.")
         return
@@ -86,6 +87,7 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
     rows = rows_of_class(store, chosen, saved=None if result is None else (result.example_ids, result.probs),
                          likeness=queries.pool_likeness(store) if result is None else None)
     label = queries.escape_md(labels[chosen])  # shown in markdown captions
+    raw_label = labels[chosen]
     if rows.empty:
         st.caption("Every row of this workspace is labeled: there are no unlabeled rows to find. (Rows come in with "
                    "a new workspace; `evopool label` labels new data with this pool.)"
@@ -101,7 +103,7 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
                    "what it is: a row of another class is worth labeling too.")
     listed = hashlib.sha1("\n".join(map(str, rows["id"])).encode()).hexdigest()[:12]
     _label_form(store, rows, labels, multi_label, form_key="label_class_rows", editor_key=f"class_rows_{listed}",
-                who_key=state.GROW_CLASS_WHO, submit="Add these rows to dev", note=f"found as likely {label}")
+                who_key=state.GROW_CLASS_WHO, submit="Add these rows to dev", note=f"found as likely {raw_label}")
 
 
 def _label_form(store: Store, rows: pd.DataFrame, labels: tuple[str, ...], multi_label: bool, *, form_key: str,

@@ -25,6 +25,8 @@ EDIT_PREVIEW = "edit_preview"  # (annotator id, source, EditPreview)
 PLAIN_EDITOR = "plain_editor"
 IMPORT_ASKED = "import_asked"  # the file and settings the last import was started with (`importer.asked`)
 IMPORT_DESCRIPTIONS = "import_descriptions"  # {label: description} typed in the import form, whatever the label set
+WORKSPACE_PICKER = "ws_picker"  # the sidebar's workspace picker widget (set to the open workspace before it is drawn)
+NEW_ANNOTATOR = "new_annotator_result"  # (source, name, review.submit's answer): the last new annotator submitted
 LAST_VERDICT = "last_verdict"  # the annotator the expert last gave (or undid) a verdict on: its card stays open
 CODE_DRAFTS = "code_drafts"  # {annotator id: edited source}: an edit survives a visit to another screen
 DRAFT_RESETS = "draft_resets"  # {annotator id: n}: a discarded draft's editor starts afresh under a new key
@@ -93,7 +95,7 @@ def select_workspace(name: str | None) -> None:
     new_describe_boxes()  # another workspace's drafts go
     # ...and a confirmation asked there (rows to return are that workspace's rows)
     for key in (ANNOTATOR, EDIT_PREVIEW, CODE_DRAFTS, IMPORT_ASKED, IMPORT_DESCRIPTIONS, KEPT, LAST_IMPORT,
-                DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED, ASKING + RETURN_CONFIRM):
+                DESCRIBE_UNDO, DESCRIBE_OPEN, RETURN_ASKED, ASKING + RETURN_CONFIRM, NEW_ANNOTATOR):
         st.session_state.pop(key, None)
     if QP_ANNOTATOR in st.query_params:
         del st.query_params[QP_ANNOTATOR]

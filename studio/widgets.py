@@ -110,7 +110,7 @@ def require_pool(store: Store) -> list[str]:
     return pool
 
 
-PICKER = "ws_picker"
+PICKER = state.WORKSPACE_PICKER
 
 
 def _picked() -> None:
@@ -147,7 +147,8 @@ def sidebar() -> None:
                 st.error(str(err))
                 return
             if facts["rows"]:
-                st.caption(f"{facts['task']} · {facts['rows']:,} rows · labels {', '.join(facts['labels'])}  \n"
+                st.caption(f"{queries.escape_md(facts['task'])} · {facts['rows']:,} rows · labels "
+                           f"{queries.escape_md(', '.join(facts['labels']))}  \n"
                            f"generation {facts['generation']} · {facts['pool']} annotator"
                            f"{'' if facts['pool'] == 1 else 's'} in the pool")
             _job_status(current)

@@ -24,6 +24,7 @@ from engine.domain import AUDIT, FITNESS, SoftLabels
 from engine.evolve import current_dev_macro_f1, evolve
 from engine.ingest.importer import IngestOptions, import_path
 from engine.jobs import REGISTRY, start_labels
+from engine.markdown import escape_md
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.saved_labels import load_labels
 from engine.store.workspace import Store
@@ -285,7 +286,7 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert sum("problem" in d.value.columns for d in at.dataframe) == 1  # listed once (the plan's, with ids)
     assert "empty text" in problems["problem"].iloc[0]
     assert "'MAYBE' is not in the label set" in problems["problem"].iloc[1]
-    assert "Nothing was imported: comments.csv: 2 problem(s)." in texts(at)
+    assert f"Nothing was imported: {escape_md('comments.csv: 2 problem(s)')}." in texts(at)  # file names are data
     assert texts(at).count("nothing was imported") == 0  # said once, not twice
     assert not Store.open(tmp_path / "imp" / "mine").has_data()
 
@@ -574,6 +575,17 @@ def test_a_verdict_of_the_latest_generation_is_not_dated_against_an_older_pool(h
     assert "the gate's reasons as it decided in generation 1, against the pool of then" in texts(at)
 
 
+def test_the_new_annotator_skeleton_parses_whatever_quotes_a_label_holds():
+    import ast
+
+    from engine.domain import Task
+    from studio.new_annotator_ui import starter
+
+    for label in ('say "hi"', "it's", "back\\slash"):
+        tree = ast.parse(starter(Task("t", (label, "other"), {}, "")))
+        assert any(isinstance(n, ast.Constant) and n.value == label for n in ast.walk(tree))
+
+
 def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be_added_over_it(home):
     """The Evolve screen advised writing an annotator yourself, but the studio could only edit existing ones (and
     saving an edit retires its parent): a browser walk. The form runs a new one on dev and asks the gate."""
@@ -592,6 +604,12 @@ def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be
     next(b for b in at.get("form_submit_button") if b.label == "Ask the gate").click().run()
     assert any("The gate rejected it" in w.value for w in at.warning), [w.value for w in at.warning]
     assert set(store.pool_ids()) == before
+    # the answer is this workspace's: in another one it is gone (its "Add it over the gate" would add this code there)
+    other = run(SEEDED, "pages/annotator.py")
+    other.session_state["new_annotator_result"] = at.session_state["new_annotator_result"]
+    other.selectbox(key="ws_picker").set_value("new-ann").run()
+    other.selectbox(key="ws_picker").set_value(SEEDED).run()
+    assert not any("The gate rejected it" in w.value for w in other.warning)
     at.text_input(key="new_override").input("a hunch worth a generation")
     next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
     assert not at.exception

@@ -69,7 +69,9 @@ class GateConfig:
     marginal_epsilon: float = 0.001
     harm_tolerance: float = 0.02
     precision_z: float = 0.5  # viability reads the Wilson lower bound of precision at this z (0: the raw figure)
-    min_lift: float = 1.0  # raw precision must exceed this times chance (its voted classes' share of dev); 0: off
+    # precision (its lower bound when precision_z > 0) must exceed this times chance (its voted classes' share of
+    # dev); 0: off
+    min_lift: float = 1.0
     # fewer fires (but at least this many) for an annotator whose biggest voted class dev holds fewer than min_fires
     # rows of (`engine.score.fires_needed`); 0: min_fires for every class
     small_class_fires: int = 3

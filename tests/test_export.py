@@ -12,7 +12,7 @@ from engine import review
 from engine.agents.offline import OfflineProposer
 from engine.domain import SoftLabels
 from engine.evolve import evolve
-from engine.export import write_export
+from engine.export import pool_as_python, write_export
 from engine.ingest.importer import IngestOptions, import_path
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -172,3 +172,40 @@ def test_the_pool_file_goes_nowhere_the_export_or_the_workspace_or_a_stranger_is
     earlier = tmp_path / "pool.py"
     earlier.write_text(pool_as_python(store))
     check_pool_destination(store, earlier, out)  # an earlier pool file is replaced
+
+
+def test_a_vote_names_the_same_label_in_the_sandbox_the_compiled_path_the_specs_and_the_exported_runner():
+    """The rule (a label, or the one label it folds to: `'spam'` for SPAM) lives in LabelIndex; the exported pool's
+    runner keeps a copy (it runs without EvoPool) and the compiled path applies it to a template's label: all agree."""
+    from engine.agents.compiled import compile_annotator, scan
+    from engine.agents.llm_spec import _label
+    from engine.agents.templates import AnnotatorSpec, render
+    from engine.domain import Task
+    from engine.sandbox.checks import LabelIndex
+
+    labels = ("HAM", "SPAM", "Other", "OTHER", "naïve")
+    votes = ["SPAM", "spam", " Ham\n", "other", "OTHER", "NAÏVE", "nope", 1, None]
+
+    class _Store:
+        def load_task(self):
+            return Task("t", labels, {}, "")
+
+        def pool_ids(self):
+            return []
+
+        def annotators(self, ids):
+            return []
+
+    runner: dict = {"__name__": "loaded"}
+    exec(compile(pool_as_python(_Store()), "pool.py", "exec"), runner)  # noqa: S102 - our own export, loaded
+    index = LabelIndex(labels)
+    expected = [index.of(v) for v in votes]
+    assert expected == [1, 1, 0, None, 3, 4, None, None, None]
+    assert [runner["_as_label"](v) for v in votes] == [None if i is None else labels[i] for i in expected]
+    for vote, i in zip(votes, expected, strict=True):
+        if isinstance(vote, str) and vote.strip() and i is not None:
+            assert _label(vote, Task("t", labels, {}, "")) == labels[i]
+    compiled = compile_annotator(render(AnnotatorSpec("cue", "spam", "sentence", ("free",))))
+    assert compiled is not None
+    (result,) = scan([compiled], [{"text": "free prize"}, {"text": "hello"}], list(labels))
+    assert result.votes.tolist() == [1, -1] and result.faults == 0

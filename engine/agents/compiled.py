@@ -34,7 +34,7 @@ from engine.agents import offline_surface as surface
 from engine.agents.templates import AnnotatorSpec, parse_spec, render
 from engine.agents.word_index import Runs, ViewWords
 from engine.domain import ABSTAIN
-from engine.sandbox.checks import MAX_SOURCE_CHARS, check_source
+from engine.sandbox.checks import MAX_SOURCE_CHARS, LabelIndex, check_source
 from engine.sandbox.executor import jsonable
 from engine.text_views import LEAD, LOWER_TO_ASCII, NEAR, SPAN_VIEWS, WINDOW, normalise_all, span_pieces, window
 
@@ -345,13 +345,13 @@ def scan(pool: Sequence[CompiledAnnotator], examples: Sequence[dict], labels: Se
     row, worded as the sandbox words it (`offset`: the index of `examples[0]` in the whole run)."""
     views = views or Views(examples)
     views.prepare([key for compiled in pool for key in cue_sets(compiled.spec)])
-    label_index = {name: i for i, name in enumerate(str(label) for label in labels)}
+    label_index = LabelIndex(labels)  # as the sandbox reads a vote
     out = []
     for compiled in pool:
         started = time.perf_counter()
         mask = fired(compiled, views)
         votes = np.full(len(examples), ABSTAIN, dtype=np.int64)
-        index = label_index.get(compiled.spec.label)
+        index = label_index.of(compiled.spec.label)
         faults, first_error = 0, None
         if index is not None:
             votes[mask] = index

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.domain import Task
-from engine.sandbox.checks import fenced_blocks
+from engine.sandbox.checks import LabelIndex, fenced_blocks
 from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8
@@ -167,13 +167,10 @@ def _label(value: Any, task: Task) -> str:
     """The task's label `value` names: exactly, else the only one equal to it ignoring case and spaces (with labels
     "A" and "a", "a" is "a", never "A")."""
     named = "" if value is None else str(value)  # a label 0 is "0", not missing
-    if named in task.labels:
-        return named
-    loose = [label for label in task.labels if label.strip().lower() == named.strip().lower()]
-    found = loose[0] if len(loose) == 1 else None
-    if found is None:
+    index = LabelIndex(task.labels).of(named)  # as the sandbox reads a vote
+    if index is None:
         raise ValueError(f'"label" {value!r} is not one of {", ".join(map(json.dumps, task.labels))}')
-    return found
+    return task.labels[index]
 
 
 def _view(value: Any, allowed: tuple[str, ...]) -> str:

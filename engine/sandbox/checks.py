@@ -15,6 +15,7 @@ import math
 import re
 import string
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -436,3 +437,21 @@ def _docstring_title(tree: ast.Module) -> str:
                 if text_line.strip():
                     return text_line.strip()[:80]
     return ""
+
+
+class LabelIndex:
+    """Which label a vote names: the label itself, or, written in another case or with spaces around it, the one
+    label that folds to it (`'spam'` for SPAM: small models often write it so; with labels "A" and "a" neither folded
+    form names one). The sandbox, the compiled path and the LLM's specs read votes alike through it; the exported
+    pool's runner keeps a copy of the rule (it runs without EvoPool), which tests/test_export checks against it."""
+
+    def __init__(self, labels: Sequence[str]):
+        self.exact = {str(label): i for i, label in enumerate(labels)}
+        folds = collections.Counter(str(label).casefold() for label in labels)
+        self.folded = {str(label).casefold(): i for i, label in enumerate(labels) if folds[str(label).casefold()] == 1}
+
+    def of(self, vote: object) -> int | None:
+        if type(vote) is not str:
+            return None
+        index = self.exact.get(vote)
+        return index if index is not None else self.folded.get(vote.strip().casefold())

@@ -44,7 +44,7 @@ import unicodedata
 from typing import Any
 
 from engine.sandbox import confine, seccomp
-from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
+from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, LabelIndex, check_source
 from engine.sandbox.wire import (
     AWAITING_NONCE,
     AWAITING_SOURCE,
@@ -183,11 +183,7 @@ class _Batch:
     def __init__(self, offset: int, labels: list[str], examples: list[dict]):
         self.offset = offset
         self.labels = labels
-        self.label_index = {name: i for i, name in enumerate(labels)}
-        # a label written in other case or with spaces around it (`'spam'` for SPAM: small models often do) names
-        # it too, where no other label folds to the same (engine/export.py's runner reads votes the same way)
-        folded = collections.Counter(name.casefold() for name in labels)
-        self.folded_index = {name.casefold(): i for i, name in enumerate(labels) if folded[name.casefold()] == 1}
+        self.label_index = LabelIndex(labels)  # a label, or one written in another case (`'spam'` for SPAM)
         self.examples = examples
 
 
@@ -231,9 +227,7 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
                 continue
             if out is None:
                 continue
-            index = label_index.get(out) if type(out) is str else None
-            if index is None and type(out) is str:
-                index = batch.folded_index.get(out.strip().casefold())
+            index = label_index.of(out)
             if index is None:
                 faulted[i] = 1
                 first_error = first_error or f"returned {repr(out)[:60]}, not a label (example {batch.offset + i})"

@@ -250,6 +250,20 @@ def test_a_template_carrying_a_hostile_cue_is_not_compiled(cues):
         assert not compiles(source)  # ... but only the sandbox may run it
 
 
+def test_a_template_whose_cues_hold_too_many_words_runs_in_the_sandbox():
+    """The scan runs in the app process with no CPU budget: 3 x 380 cues of 40 words passed every per-cue limit and
+    held it 18 s a 65,536-row chunk (a red-team review). Past MAX_SPEC_WORDS over the whole spec it is the sandbox's."""
+    from engine.agents.compiled import MAX_SPEC_WORDS
+
+    long_cue = " ".join(["w"] * 37)  # with " x<i>": 38 words in at most 80 characters
+    per_tuple = tuple(f"{long_cue} x{i}" for i in range(380))
+    assert compiles(render(AnnotatorSpec("cue", "spam", "sentence", ("free", "check out"), ("video",))))
+    assert not compiles(render(AnnotatorSpec("cue", "spam", "sentence", per_tuple, per_tuple, per_tuple)))
+    at_limit = tuple(f"w{i}" for i in range(MAX_SPEC_WORDS // 2))
+    assert compiles(render(AnnotatorSpec("cue", "spam", "sentence", at_limit, at_limit)))
+    assert not compiles(render(AnnotatorSpec("cue", "spam", "sentence", at_limit, (*at_limit, "one more"))))
+
+
 def test_edited_or_foreign_sources_are_not_compiled():
     spec = AnnotatorSpec("cue", "spam", "sentence", ("free", "check*"))
     source = render(spec)

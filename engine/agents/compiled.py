@@ -41,6 +41,10 @@ from engine.text_views import LEAD, LOWER_TO_ASCII, NEAR, SPAN_VIEWS, WINDOW, no
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
 MAX_CUES = 512  # per tuple; the miners keep a handful
 MAX_CUE_CHARS = 80
+# words over all of a spec's cues, `also` and `unless`: the scan costs a test per cue word and runs in the app
+# process with no CPU budget, so 3 x 380 cues of 40 words held it for 18 s a 65,536-row chunk (a red-team review);
+# the offline agents' largest specs hold a few dozen words. A larger one runs in the sandbox, under its budget
+MAX_SPEC_WORDS = 1000
 WINDOWED = ("lead", "before", "after", "near")  # views that keep some of their words, or none (text_views.window)
 
 
@@ -59,7 +63,9 @@ def _safe_spec(spec: AnnotatorSpec) -> bool:
     if spec.kind == "surface":
         return (spec.feature in surface.MEASURES and spec.op in (">=", "<=")
                 and math.isfinite(spec.threshold))
-    return spec.kind == "cue" and bool(spec.cues) and all(_safe_cues(c) for c in (spec.cues, spec.also, spec.unless))
+    tuples = (spec.cues, spec.also, spec.unless)
+    return (spec.kind == "cue" and bool(spec.cues) and all(_safe_cues(c) for c in tuples)
+            and sum(len(cue.split()) for cues in tuples for cue in cues) <= MAX_SPEC_WORDS)
 
 
 def compile_annotator(source: str) -> CompiledAnnotator | None:

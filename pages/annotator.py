@@ -47,7 +47,7 @@ for label, rows in review.thin_classes(store, votes):
 code_col, side_col = st.columns([3, 2])
 with code_col:
     st.subheader("Code")
-    source = editor.code_editor(annotator.source, key=annotator.id)
+    source = editor.code_editor(annotator.source, key=annotator.id, store=store)
     editor.containment_note()
     changed = source.strip() != annotator.source.strip()
     # never disabled: a plain text box sends its text with the click, so a button enabled by the text took a first
@@ -93,7 +93,7 @@ with code_col:
                         with editor.sandbox() as executor:
                             saved = review.save_edit(store, executor, source, annotator.id,
                                                      note.strip() or "edited by hand", name=new_name.strip())
-                        editor.drop_draft(annotator.id)  # saved: the old version opens as it is
+                        editor.drop_draft(annotator.id, store)  # saved: the old version opens as it is
                         state.select_annotator(saved.id)
                         state.flash(f"Saved as a new version {saved.id[:8]} (parent {annotator.id[:8]}); it is in the "
                                     "pool" + (" and the old version was retired (its \"Restore this version\" button "

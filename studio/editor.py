@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 import streamlit as st
 
 from engine.sandbox.executor import SandboxExecutor
+from engine.store.workspace import Store
 from studio import queries, state
 from studio.sandboxes import SandboxLeases
 
@@ -52,11 +53,19 @@ def containment_note() -> None:
             st.caption(f"**{name}**: {queries.escape_md(status)}")
 
 
-def code_editor(source: str, key: str) -> str:
+def code_editor(source: str, key: str, store: Store | None = None) -> str:
     """Edit annotator code with Python highlighting; a plain text area on request (or without the component).
     The edit is kept per `key` (the annotator's id) in the session, not only in the widget, which Streamlit
-    forgets when the expert opens another screen: coming back shows the draft, and its re-score, again."""
+    forgets when the expert opens another screen: coming back shows the draft, and its re-score, again. With a
+    `store`, it is also kept in the workspace, so a reload (a new session) finds it too."""
     drafts: dict[str, str] = state.get(state.CODE_DRAFTS) or {}
+    kept = store.draft(key) if store is not None and key not in drafts else None
+    if kept is not None and kept[0].strip() != source.strip():
+        drafts = {**drafts, key: kept[0]}  # an edit left unsaved in an earlier session
+        state.put(state.CODE_DRAFTS, drafts)
+        st.info(f"An unsaved edit of this annotator, from {kept[1]:%Y-%m-%d %H:%M} UTC, is back in the editor (the "
+                "workspace kept it): re-score and save it as a new version, or **Discard the edit**.",
+                icon=":material/history:")
     shown = drafts.get(key, source)
     chosen = st.toggle("Plain text editor", key=state.PLAIN_EDITOR, value=bool(state.kept(state.PLAIN_EDITOR)),
                        help="use a plain text box instead of the code editor (for screen readers, or to paste "
@@ -74,17 +83,22 @@ def code_editor(source: str, key: str) -> str:
         edited = shown if value is None else str(value)
     if edited.strip() != source.strip():
         state.put(state.CODE_DRAFTS, {**drafts, key: edited})
+        if store is not None and (store.draft(key) or ("",))[0] != edited:
+            store.save_draft(key, edited)
         if st.button("Discard the edit", icon=":material/restart_alt:", key=f"discard_{key}",
                      help="back to the saved code (the edit is not kept anywhere)"):
-            drop_draft(key)
+            drop_draft(key, store)
             st.rerun()
     elif key in drafts:
-        drop_draft(key)
+        drop_draft(key, store)
     return edited
 
 
-def drop_draft(key: str) -> None:
-    """Forget the edit kept for `key`: the editor shows the saved code again (after a save, or on request)."""
+def drop_draft(key: str, store: Store | None = None) -> None:
+    """Forget the edit kept for `key` (in the workspace too, with a `store`): the editor shows the saved code again
+    (after a save, or on request)."""
+    if store is not None:
+        store.drop_draft(key)
     drafts = dict(state.get(state.CODE_DRAFTS) or {})
     drafts.pop(key, None)
     state.put(state.CODE_DRAFTS, drafts)

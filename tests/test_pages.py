@@ -692,6 +692,26 @@ def test_an_edit_and_its_rescore_survive_a_visit_to_another_screen_and_can_be_di
     assert "Saved version vs your edit" not in texts(at)
 
 
+def test_an_unsaved_edit_survives_a_reload_and_discarding_it_forgets_it_there_too(home):
+    """Drafts lived in the browser session: a reload (a new session) silently dropped an edit that had been re-scored
+    (a browser walk). The workspace keeps it until it is saved or discarded."""
+    store = seed(home, "edit-reload", generations=1)
+    target = store.pool_ids()[0]
+    original = store.annotator(target)
+    edited = original.source + "\nREVIEWED_BY = 'expert'\n"
+    at = run("edit-reload", "pages/annotator.py", annotator=target)
+    at.toggle(key="plain_editor").set_value(True).run()
+    at.text_area(key=f"plain_{target}").input(edited).run()
+    again = run("edit-reload", "pages/annotator.py", annotator=target)  # a reload: a new session
+    assert "An unsaved edit of this annotator" in texts(again)
+    again.toggle(key="plain_editor").set_value(True).run()
+    assert next(t for t in again.text_area if t.key.startswith(f"plain_{target}")).value == edited
+    again.button(key=f"discard_{target}").click().run()
+    assert store.draft(target) is None
+    fresh = run("edit-reload", "pages/annotator.py", annotator=target)
+    assert "An unsaved edit" not in texts(fresh)
+
+
 def test_the_aggregator_and_the_generation_chosen_survive_a_visit_to_another_screen(home):
     """Streamlit forgets a widget a run does not draw: back from another screen, the Labels screen showed (and would
     download) auto's labels instead of the aggregator chosen, and Evolve an empty generation (a browser walk)."""

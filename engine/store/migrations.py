@@ -129,4 +129,10 @@ MIGRATIONS: list[tuple[str, str | Callable[[Any], None]]] = [
         # prompt blames the limit only then, and must match to be served from the cache). NULL on older rows
         "ALTER TABLE llm_calls ADD COLUMN finish_reason VARCHAR;",
     ),
+    (
+        "010_code_drafts",
+        # an annotator's unsaved edit in the studio, kept in the workspace so a reload (a new browser session) does
+        # not lose it; gone when saved as a version or discarded
+        "CREATE TABLE code_drafts (annotator_id VARCHAR PRIMARY KEY, source VARCHAR, saved_at TIMESTAMP);",
+    ),
 ]

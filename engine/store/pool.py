@@ -11,6 +11,7 @@ generation's verdicts and its `complete` status are written in one transaction.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Callable, Sequence
 
 import numpy as np
@@ -252,6 +253,18 @@ class PoolMixin:
     def verdicts_version(self) -> int:
         """The number of the last verdict recorded (0 before any): changes with every verdict."""
         return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts")[0][0])
+
+    def save_draft(self, annotator_id: str, source: str) -> None:
+        """Keep an unsaved edit of `annotator_id` in the workspace (one per annotator: the latest)."""
+        self._q("INSERT OR REPLACE INTO code_drafts VALUES (?, ?, ?)", [annotator_id, source, utc_now()])
+
+    def draft(self, annotator_id: str) -> tuple[str, datetime] | None:
+        """(source, when kept) of the unsaved edit of `annotator_id`, or None."""
+        rows = self._q("SELECT source, saved_at FROM code_drafts WHERE annotator_id = ?", [annotator_id])
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def drop_draft(self, annotator_id: str) -> None:
+        self._q("DELETE FROM code_drafts WHERE annotator_id = ?", [annotator_id])
 
     def last_gate_verdict(self, generation: int) -> int:
         """The number (seq) of the gate's last verdict in `generation` (0 when it gave none)."""

@@ -6,12 +6,22 @@ respect it (the gate never prunes a human-approved annotator nor re-admits a hum
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from engine.domain import ABSTAIN, FITNESS, REPLACED_BY, Annotator, AnnotatorScore, Candidate, restored_by_undo
+from engine.domain import (
+    ABSTAIN,
+    FITNESS,
+    REPLACED_BY,
+    Annotator,
+    AnnotatorScore,
+    Candidate,
+    GateDecision,
+    restored_by_undo,
+)
 from engine.evolve import build_context, current_dev_macro_f1, ensure_votes, next_generation_config, pool_evidence
 from engine.expert_rows import frame_inputs
 from engine.explain import THIN_CLASS_ROWS, Explanation, explain
@@ -166,8 +176,10 @@ def preview_edit(store: Store, executor: Executor, source: str, parent_id: str |
 
 
 def save_edit(store: Store, executor: Executor, source: str, parent_id: str | None, note: str,
-              name: str = "") -> Annotator:
-    """Save edited code as a new human-authored version, approve it, and retire its parent.
+              name: str = "", gate: Sequence[GateDecision] = ()) -> Annotator:
+    """Save edited code as a new human-authored version, approve it, and retire its parent. With `gate` (the gate's
+    accept of it, and the prunes that come with it: `submit`), the gate's verdicts are recorded instead of the
+    expert's approval: accepted by the gate, it is not locked in, and later gates weigh it as any member.
 
     Raises CodeRejected when the code fails its checks; nothing is saved then.
     """
@@ -185,7 +197,10 @@ def save_edit(store: Store, executor: Executor, source: str, parent_id: str | No
     store.save_score(score_annotator(annotator.id, votes, store.gold(FITNESS), faults=run["faults"]))
     # one write, as an undo's restore is: a generation reading between two saw the version and its edit side by side
     with store.transaction():
-        approve(store, annotator.id, note or "edited by hand")
+        if gate:
+            store.record_gate_decisions(gate)
+        else:
+            approve(store, annotator.id, note or "edited by hand")
         if parent is not None and parent.id in store.pool_ids():
             reject(store, parent.id, f"{REPLACED_BY}{annotator.id}")
     return annotator
@@ -282,15 +297,16 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     accepted = decision.verdict in ("accept", "approve")
     added = accepted or approve_anyway
     pruned: list[str] = []
-    if added:
-        note = (f"{via}: the gate accepted it" if accepted else
-                f"{via}, added over the gate's rejection: " + "; ".join(decision.reasons))
-        save_edit(store, executor, source, None, note, name=name)
-    if accepted:  # the gate accepted it as a member's replacement (judged with that member gone): retire it
+    if accepted:
+        # the gate's verdict, not the expert's approval (which would lock it in: a browser walk), and the members it
+        # replaces (judged with them gone) leave in the same write
         members = set(store.pool_ids())
         prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in members]
-        store.record_gate_prunes(prunes)
+        save_edit(store, executor, source, None, f"{via}: the gate accepted it", name=name, gate=[decision, *prunes])
         pruned = [d.annotator_id for d in prunes]
+    elif approve_anyway:
+        save_edit(store, executor, source, None,
+                  f"{via}, added over the gate's rejection: " + "; ".join(decision.reasons), name=name)
     return {"added": added, "verdict": decision.verdict, "reasons": list(decision.reasons),
             "approved_over_gate": added and not accepted, "id": annotator.id, "name": annotator.name,
             "precision": round(score.precision, 4), "coverage": round(score.coverage, 4), "fires": score.fires,

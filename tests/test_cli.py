@@ -349,7 +349,10 @@ def test_pool_add_submits_an_expert_file_like_the_editor(tmp_path, demo_csv, cap
     members = store.annotators(store.pool_ids())
     assert sorted(a.name for a in members) == sorted(["free prize", result_name(weak)])
     assert {a.author for a in members} == {"human"}
-    assert all(v[1] == "human" for v in store.latest_verdicts().values())
+    latest = store.latest_verdicts()
+    by_name = {a.name: latest[a.id] for a in members}
+    # the gate's accept stays the gate's (not locked in); only the one added over the gate is the expert's approval
+    assert by_name == {"free prize": ("accept", "gate"), result_name(weak): ("approve", "human")}
 
 
 def result_name(path: Path) -> str:
@@ -428,6 +431,9 @@ def test_pool_add_of_a_members_replacement_retires_the_member_the_gate_prunes(tm
     assert result["id"] in pool and not set(result["pruned"]) & set(pool)
     latest = store.latest_verdicts()
     assert all(latest[member] == ("prune", "gate") for member in result["pruned"])
+    # the gate's verdict, with its reasons, not the expert's approval that would lock it in (a browser walk)
+    assert latest[result["id"]] == ("accept", "gate") and result["id"] not in store.human_locked()
+    assert any(r.startswith("viable") for r in store.verdicts(result["id"])["reasons"].iloc[-1])
     assert result["pool_size"] == len(pool)
     assert current_dev_macro_f1(store) == pytest.approx(result["dev_macro_f1"], abs=1e-4)
 

@@ -233,13 +233,14 @@ class PoolMixin:
             [d.annotator_id, generation, d.verdict, json.dumps(list(d.reasons)), d.decided_by, d.note, utc_now()],
         )
 
-    def record_gate_prunes(self, decisions: Sequence[GateDecision]) -> None:
-        """The gate's prunes decided outside a generation (`evopool pool add` of a member's better replacement),
-        recorded as of the last complete generation, as a human verdict then is."""
-        prunes = [d for d in decisions if d.verdict == "prune" and d.decided_by == "gate"]
-        with self.transaction():
-            for d in prunes:
-                self._insert_verdict(d, self.last_complete_generation())
+    def record_gate_decisions(self, decisions: Sequence[GateDecision]) -> None:
+        """The gate's accepts and prunes decided outside a generation (`evopool pool add`, the studio's new
+        annotator: a newcomer and the members it replaces), recorded as of the last complete generation, as a human
+        verdict then is. Call within `transaction()` with whatever else they come with (the newcomer's save)."""
+        generation = self.last_complete_generation()
+        for d in decisions:
+            if d.verdict in ("accept", "prune") and d.decided_by == "gate":
+                self._insert_verdict(d, generation)
 
     def record_human_verdict(self, annotator_id: str, verdict: str, note: str) -> None:
         """An expert's approve / reject: stored, and respected by every later generation."""

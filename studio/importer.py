@@ -98,6 +98,8 @@ def start_cards() -> None:
             st.rerun()
     with new:
         st.subheader("Start a project")
+        if st.session_state.pop("new_ws_created", False):  # set to "" before it is drawn: the browser kept the name
+            st.session_state["new_ws"] = ""
         new_name = st.text_input("New workspace name", placeholder="e.g. adverse-events-2024", key="new_ws")
         if st.button("Create workspace", icon=":material/create_new_folder:", key="create_ws"):
             problem = workspace.check_name(new_name)
@@ -108,7 +110,7 @@ def start_cards() -> None:
             else:
                 workspace.open_store(new_name)
                 state.select_workspace(new_name)
-                st.session_state.pop("new_ws", None)  # the box is for the next one (it kept this name)
+                st.session_state["new_ws_created"] = True  # the box is for the next one (it kept this name)
                 st.rerun()
         st.caption(f"Workspaces live in `{workspace.home()}`.")
 
@@ -136,8 +138,12 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
     columns = [str(c) for c in frame.columns]
     left, right = st.columns(2)
     with left:
-        widgets.default_from("map_task_name", dataset, dataset)
+        # what the expert typed outlives the file: a run that swaps the upload draws no form, and Streamlit drops the
+        # state of the widgets it did not draw (a fixed file uploaded again emptied the name and the instructions)
+        widgets.default_from("map_task_name", dataset, state.kept("map_task_name") or dataset)
         task_name = st.text_input("Task name", key="map_task_name", help="shown in every screen's banner")
+        if task_name != st.session_state.get(widgets.default_key("map_task_name")):
+            state.keep("map_task_name", task_name)
         chosen = choose_text_column(frame)
         text_col = st.selectbox("Text column", columns, index=columns.index(chosen) if chosen in columns else 0,
                                 key="map_text", help="the text the annotators read; chosen by content (the column "
@@ -166,15 +172,15 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         found = wrench_labels or model_classes(columns) or _labels_in(frame, label_col,
                                                                      separator if multi_label else None)
         # read from the file again when what it finds changes (another file, label column or separator, a fixed cell),
-        # but an order the expert typed stays for the labels still found (a fixed file uploaded again)
-        box = st.session_state.get("map_labels")
-        typed = [label.strip() for label in str(box).split(",")] \
-            if box is not None and box != st.session_state.get(widgets.default_key("map_labels")) else []
+        # but an order the expert typed stays for the labels still found (a fixed file uploaded again, and again)
+        typed = state.kept("map_labels") or []
         ordered = [label for label in typed if label in found] + [label for label in found if label not in typed]
         keep = not any("," in label for label in found)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)),
                              ", ".join(ordered if keep else found))
         label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
+        if label_text != st.session_state.get(widgets.default_key("map_labels")):
+            state.keep("map_labels", [label.strip() for label in label_text.split(",") if label.strip()])
         if found and not wrench_labels:
             counts = label_counts(frame, label_col, separator if multi_label else None)
             st.caption(found_labels_note({**{label: 0 for label in found}, **counts}))
@@ -193,8 +199,10 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
             help="dev rows held back from the agents and the gate, so choosing the aggregator on them is honest "
                  "(none when it would come to fewer than 50 rows)")
     descriptions = _descriptions(labels)
-    instructions = st.text_area("Task instructions (what the agents read)", key="map_instructions",
+    instructions = st.text_area("Task instructions (what the agents read)", value=state.kept("map_instructions", ""),
+                                key="map_instructions",
                                 placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
+    state.keep("map_instructions", instructions)
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
     # untouched, the import reads the labels from the file as this form did, and names any that differ only in
     # case or spacing ('None' / 'none'); a typed set is taken as given

@@ -240,12 +240,18 @@ def test_descriptions_and_an_order_typed_in_the_import_form_outlive_a_new_label_
     at.session_state["import_descriptions"] = {"SPAM": "promotes a channel", "HAM": "a real comment"}  # as typed
     at.text_input(key="map_labels").input("SPAM, HAM, SPAMM").run()  # the expert's order (the first class first)
     fixed = "\n".join(["id,text,label", *rows]) + "\n"
-    at.file_uploader(key="upload").upload("comments.csv", fixed.encode(), "text/csv")
-    at.run()
+    at.text_input(key="map_task_name").input("Comment triage")
+    at.text_area(key="map_instructions").input("SPAM promotes; HAM is a real comment.").run()
+    for data in (fixed, with_typo, fixed):  # fixed, broken again, fixed again: what was typed stays each time
+        at.file_uploader(key="upload").upload("comments.csv", data.encode(), "text/csv")
+        at.run()
+        assert at.text_input(key="map_task_name").value == "Comment triage"
+        assert at.text_area(key="map_instructions").value == "SPAM promotes; HAM is a real comment."
     assert at.text_input(key="map_labels").value == "SPAM, HAM"  # the order typed, without the typo's label
     import_and_wait(at, tmp_path / "desc" / "mine")
     task = Store.open(tmp_path / "desc" / "mine").load_task()
-    assert task.labels == ("SPAM", "HAM")
+    assert task.labels == ("SPAM", "HAM") and task.name == "Comment triage"
+    assert task.instructions == "SPAM promotes; HAM is a real comment."
     assert dict(task.label_descriptions) == {"SPAM": "promotes a channel", "HAM": "a real comment"}
 
 

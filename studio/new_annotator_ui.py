@@ -71,11 +71,19 @@ def _answer(store: Store, source: str, name: str, answer: dict) -> None:
             st.rerun()
         return
     st.warning(f"The gate rejected it ({figures}): {reasons}")
+    # code that only faults would sit in the pool labeling nothing: adding it takes a second yes, as saving an edit does
+    broken = not answer.get("fires") and bool(answer.get("faults"))
     with st.form("new_override_form", border=False):
         note = st.text_input("Add it anyway: your reason (logged)", key=NEW_OVERRIDE)
+        anyway = broken and st.checkbox(f"Add it although it faults on {answer['faults']:,} dev rows and votes on none",
+                                        key="new_broken")
         if st.form_submit_button("Add it over the gate"):
             if not note.strip():
                 st.error("Give a reason: it is logged with the annotator.")
+                return
+            if broken and not anyway:
+                st.error("Not added: it faults and never votes. Fix the fault (above), or tick the box to add it "
+                         "anyway.")
                 return
             with editor.sandbox() as executor:
                 added = review.submit(store, executor, source, name=name, approve_anyway=True,

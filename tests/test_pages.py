@@ -623,6 +623,17 @@ def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be
     assert store.annotator(added).name == "HAM: odd lengths" and store.annotator(added).author == "human"
     assert "a hunch worth a generation" in store.verdicts(added)["note"].iloc[-1]
     assert at.query_params["annotator"] in (added, [added])  # it opens on the new one
+    # code that only faults takes a second yes before it joins (as saving such an edit does)
+    spin = "def annotate(example):\n    return example['no such field']\n"
+    at.text_area(key="new_source").input(spin)
+    next(b for b in at.get("form_submit_button") if b.label == "Ask the gate").click().run()
+    at.text_input(key="new_override").input("trust me")
+    next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
+    assert any("faults and never votes" in e.value for e in at.error)
+    assert len(store.pool_ids()) == len(before) + 1  # not added
+    at.checkbox(key="new_broken").check()
+    next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
+    assert len(store.pool_ids()) == len(before) + 2
 
 
 def test_editing_rescoring_and_saving_a_new_version(home):

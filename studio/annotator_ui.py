@@ -22,7 +22,8 @@ def pick(store: Store, table: pd.DataFrame) -> str | None:
         return None
     ordered = pd.concat([table[table["in_pool"]], table[~table["in_pool"]]])
     ids = ordered["id"].tolist()
-    labels = {r.id: f"{'● ' if r.in_pool else '○ '}{r.name} · {r.verdict} · gen {r.generation} · {r.id[:8]}"
+    labels = {r.id: f"{'● ' if r.in_pool else '○ '}{r.name} · {'replaced' if r.replaced else r.verdict} · "
+                    f"gen {r.generation} · {r.id[:8]}"
               for r in ordered.itertuples()}
     current = state.annotator_id()
     if current not in ids:  # none chosen yet: keep the one shown, so a verdict that reorders the list keeps it here

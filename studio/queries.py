@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import score
-from engine.domain import ABSTAIN, AUDIT, FITNESS
+from engine.domain import ABSTAIN, AUDIT, FITNESS, REPLACED_BY
 from engine.expert_rows import PoolLikeness
 from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' markdown helpers, kept under queries
 from engine.store.workspace import Store
@@ -50,6 +50,8 @@ def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
     labels = store.load_task().labels
     pool = set(store.pool_ids())
     latest = store.latest_verdicts()
+    log = store.verdicts()
+    last_note = log.groupby("annotator_id")["note"].last() if not log.empty else pd.Series(dtype=object)
     scores = store.scores()
     rows = []
     for a in store.annotators():
@@ -59,13 +61,15 @@ def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
             "id": a.id, "name": a.name, "agent": a.agent, "author": a.author, "written_by": a.provenance,
             "generation": a.generation,
             "in_pool": a.id in pool, "verdict": verdict, "decided_by": by,
+            # retired for its edit: a reject nobody gave (the picker says "replaced")
+            "replaced": verdict == "reject" and str(last_note.get(a.id) or "").startswith(REPLACED_BY),
             "label": labels[s.label] if s and s.label != ABSTAIN else "",
             "precision": s.precision if s else np.nan, "coverage": s.coverage if s else np.nan,
             "fires": s.fires if s else 0, "faults": s.faults if s else 0,
             "parents": len(a.parent_ids),
         })
     table = pd.DataFrame(rows, columns=["id", "name", "agent", "author", "written_by", "generation", "in_pool",
-                                        "verdict",
+                                        "verdict", "replaced",
                                         "decided_by", "label", "precision", "coverage", "fires", "faults",
                                         "parents"])
     return unique_names(table)

@@ -9,6 +9,7 @@ from engine import review
 from engine.agents.templates import parse_spec
 from engine.domain import FITNESS, Annotator, AnnotatorScore
 from engine.evolve import ensure_votes
+from engine.sandbox.checks import docstring_title
 from engine.score import pool_macro_f1
 from engine.store.workspace import Store
 from studio import editor, queries, state
@@ -115,9 +116,14 @@ def lineage(store: Store, annotator: Annotator) -> pd.DataFrame:
 def edit_name(source: str, parent: Annotator) -> str:
     """The name an edited version starts with: the parent's while the edit checks what the parent's name says,
     else what an unedited template of the edit would be called ("SPAM: check*, subscribe* [sentence]"), so two
-    versions that check different cues do not share a name. Free-form code keeps the parent's name."""
+    versions that check different cues do not share a name. Free-form code keeps the parent's name unless its
+    docstring's first line, which names it, was changed ("ABBR: ..." for an edit that now votes ABBR kept the
+    parent's "HUM: ..." before: a browser walk)."""
     edited, original = parse_spec(source), parse_spec(parent.source)
-    if edited is None or (original is not None and edited.title() == original.title()):
+    if edited is None:
+        title = docstring_title(source)
+        return title if title and title != docstring_title(parent.source) else parent.name
+    if original is not None and edited.title() == original.title():
         return parent.name
     return edited.title()
 

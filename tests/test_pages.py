@@ -758,6 +758,9 @@ def test_an_edited_version_is_named_after_the_cues_it_now_checks():
     assert edit_name(narrower, parent) == "SPAM: check*, subscribe* [sentence]"
     assert edit_name(parent.source + "\nREVIEWED_BY = 'expert'\n", parent) == parent.name  # the same cues
     assert edit_name("def annotate(example):\n    return None\n", parent) == parent.name  # free-form code
+    # free-form code whose docstring now names another label is called by it, not by the parent's label
+    relabeled = 'def annotate(example):\n    """ABBR: asks what an abbreviation stands for"""\n    return None\n'
+    assert edit_name(relabeled, parent) == "ABBR: asks what an abbreviation stands for"
 
 
 def test_an_edit_that_only_faults_takes_a_second_yes_to_replace_a_working_version(home):

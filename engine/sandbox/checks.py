@@ -428,6 +428,15 @@ def clean_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def docstring_title(source: str) -> str:
+    """The name `make_annotator` reads from a source's `annotate` docstring ("" when it has none or does not
+    parse)."""
+    try:
+        return _docstring_title(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+
+
 def _docstring_title(tree: ast.Module) -> str:
     """First non-empty line of `annotate`'s docstring, trimmed to a short name."""
     for stmt in tree.body:

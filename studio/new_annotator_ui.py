@@ -11,6 +11,7 @@ import streamlit as st
 
 from engine import review
 from engine.domain import Task
+from engine.explain import why_the_verdict
 from engine.markdown import code_span, escape_md
 from engine.store.workspace import Store
 from studio import editor, state
@@ -70,7 +71,12 @@ def _answer(store: Store, source: str, name: str, answer: dict) -> None:
             state.select_annotator(answer["id"])
             st.rerun()
         return
-    st.warning(f"The gate rejected it ({figures}): {reasons}")
+    # the check that failed, in plain words (the raw reasons listed every check, the passing ones first)
+    names = {a.id: escape_md(a.name or a.id[:8]) for a in store.annotators()}
+    words = " ".join(why_the_verdict(answer["verdict"], answer.get("reasons") or [], "gate", names))
+    st.warning(f"The gate rejected it ({figures}). {words}")
+    with st.expander("The gate's reasons, as it gave them"):
+        st.markdown(reasons)
     # code that only faults would sit in the pool labeling nothing: adding it takes a second yes, as saving an edit does
     broken = not answer.get("fires") and bool(answer.get("faults"))
     with st.form("new_override_form", border=False):

@@ -609,6 +609,8 @@ def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be
     at.text_input(key="new_name").input("HAM: odd lengths")
     next(b for b in at.get("form_submit_button") if b.label == "Ask the gate").click().run()
     assert any("The gate rejected it" in w.value for w in at.warning), [w.value for w in at.warning]
+    rejected = next(w.value for w in at.warning if "The gate rejected it" in w.value)
+    assert "Rejected:" in rejected and "viable:" not in rejected  # the failing check in words, not every check
     assert set(store.pool_ids()) == before
     # the answer is this workspace's: in another one it is gone (its "Add it over the gate" would add this code there)
     other = run(SEEDED, "pages/annotator.py")

@@ -41,7 +41,9 @@ if store.count_examples(AUDIT):  # the honest figure beside the one the pool was
         unjudged = [task.labels[c] for c in np.flatnonzero(~judged)]
     same = (f" Both over the {k - len(unjudged)} classes the audit rows hold: none of {', '.join(unjudged)}, so "
             "the audit rows cannot judge those." if unjudged else "")
-    cols[3].metric("Pool audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} vs fitness",
+    # over fewer classes, the fitness figure here is not the dev macro-F1 the other screens show: the delta says so
+    versus = f"vs fitness on {k - len(unjudged)} of {k} classes" if unjudged else "vs fitness"
+    cols[3].metric("Pool audit macro-F1", f"{audit_f1:.3f}", f"{audit_f1 - fitness_f1:+.3f} {versus}",
                    help=f"the pool's {rule} on the audit rows; {fitness_f1:.3f} on the fitness rows the agents and "
                         "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
                         f"of the fitness figure is selection.{same}")

@@ -834,7 +834,7 @@ def test_audit_figure_and_fitness_figure_are_compared_on_the_classes_the_audit_r
     assert not judged[music]
     at = run("three", "pages/analytics.py")
     metric = next(m for m in at.metric if m.label == "Pool audit macro-F1")
-    assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    assert metric.value == f"{audit:.3f}" and metric.delta == f"{audit - fitness:+.3f} vs fitness on 2 of 3 classes"
     assert "none of MUSIC" in metric.proto.help and f"{fitness:.3f} on the fitness rows" in metric.proto.help
     # the timeline beside it draws the same comparison, generation by generation
     lines = {t.get("name"): t for c in charts(at) if "Generations" in c["layout"]["title"]["text"] for t in c["data"]}

@@ -1573,9 +1573,8 @@ def test_no_undo_is_offered_for_an_annotator_the_expert_wrote(home):
     offered one that could only fail); the opposite verdict is there."""
     store = seed(home, "own-annotator", generations=1)
     source = 'def annotate(example):\n    return "SPAM" if "check out" in example["text"].lower() else None\n'
-    with SandboxExecutor() as executor:
-        added = review.submit(store, executor, source, "check_out_phrase", approve_anyway=True)
-    mine = added["id"]
+    with SandboxExecutor() as executor:  # saved as the editor saves: the expert's own approval
+        mine = review.save_edit(store, executor, source, None, "my own rule", name="check_out_phrase").id
     assert store.latest_verdicts()[mine][1] == "human" and store.undoable(mine) is None
     at = run("own-annotator", "pages/annotator.py", annotator=mine)
     assert at.selectbox(key="pick_annotator").value == mine

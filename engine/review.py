@@ -302,7 +302,11 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
         # replaces (judged with them gone) leave in the same write
         members = set(store.pool_ids())
         prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in members]
-        save_edit(store, executor, source, None, f"{via}: the gate accepted it", name=name, gate=[decision, *prunes])
+        # each row says where it came from: no generation's gate gave it
+        said = f"{via}: the gate accepted it"
+        save_edit(store, executor, source, None, said, name=name,
+                  gate=[dataclasses.replace(decision, note=said),
+                        *(dataclasses.replace(d, note=f"{via}: the gate's newcomer replaces it") for d in prunes)])
         pruned = [d.annotator_id for d in prunes]
     elif approve_anyway:
         save_edit(store, executor, source, None,

@@ -579,6 +579,16 @@ def test_a_verdict_of_the_latest_generation_is_not_dated_against_an_older_pool(h
     review.reject(store, other, "too broad")  # a verdict after the gate's: the pool moved
     at = run("latest", "pages/annotator.py", annotator=target)
     assert "the gate's reasons as it decided in generation 1, against the pool of then" in texts(at)
+    # a gate verdict given outside a generation (a pool add's prune, dated to generation 1) is no verdict of that
+    # generation's gate: the pool has still moved since (a review)
+    from engine.domain import GateDecision
+
+    before = store.last_gate_verdict(1)
+    with store.transaction():
+        store.record_gate_decisions([GateDecision(other, "prune", ("covered by x: 0.9",), "gate", "pool add")])
+    assert store.last_gate_verdict(1) == before
+    at = run("latest", "pages/annotator.py", annotator=target)
+    assert "the gate's reasons as it decided in generation 1, against the pool of then" in texts(at)
 
 
 def test_the_new_annotator_skeleton_parses_whatever_quotes_a_label_holds():

@@ -268,9 +268,12 @@ class PoolMixin:
         self._q("DELETE FROM code_drafts WHERE annotator_id = ?", [annotator_id])
 
     def last_gate_verdict(self, generation: int) -> int:
-        """The number (seq) of the gate's last verdict in `generation` (0 when it gave none)."""
-        return int(self._q("SELECT coalesce(max(seq), 0) FROM verdicts WHERE decided_by = 'gate' AND generation = ?",
-                           [generation])[0][0])
+        """The number (seq) of the last verdict the gate gave while `generation` ran (0 when it gave none): not one
+        dated to it from outside a generation (`record_gate_decisions`: a pool add), which came later."""
+        return int(self._q(
+            "SELECT coalesce(max(v.seq), 0) FROM verdicts v JOIN generations g ON g.number = v.generation "
+            "WHERE v.decided_by = 'gate' AND v.generation = ? AND v.recorded_at <= g.finished_at",
+            [generation])[0][0])
 
     def gate_generations(self) -> set[int]:
         """The generations in which the gate gave at least one verdict."""

@@ -140,10 +140,13 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
     with left:
         # what the expert typed outlives the file: a run that swaps the upload draws no form, and Streamlit drops the
         # state of the widgets it did not draw (a fixed file uploaded again emptied the name and the instructions)
-        widgets.default_from("map_task_name", dataset, state.kept("map_task_name") or dataset)
-        task_name = st.text_input("Task name", key="map_task_name", help="shown in every screen's banner")
-        if task_name != st.session_state.get(widgets.default_key("map_task_name")):
-            state.keep("map_task_name", task_name)
+        # (a name typed is kept for that file: another file opens with its own name)
+        typed_name = state.kept("map_task_name")
+        widgets.default_from("map_task_name", dataset,
+                             typed_name[1] if typed_name and typed_name[0] == dataset and typed_name[1] else dataset)
+        task_name = st.text_input("Task name", key="map_task_name", help="shown in every screen's banner",
+                                  on_change=lambda: state.keep("map_task_name",
+                                                               (dataset, st.session_state["map_task_name"])))
         chosen = choose_text_column(frame)
         text_col = st.selectbox("Text column", columns, index=columns.index(chosen) if chosen in columns else 0,
                                 key="map_text", help="the text the annotators read; chosen by content (the column "
@@ -178,9 +181,11 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         keep = not any("," in label for label in found)
         widgets.default_from("map_labels", (dataset, label_col, multi_label, separator, tuple(found)),
                              ", ".join(ordered if keep else found))
-        label_text = st.text_input("Label set (comma separated, in order)", key="map_labels")
-        if label_text != st.session_state.get(widgets.default_key("map_labels")):
-            state.keep("map_labels", [label.strip() for label in label_text.split(",") if label.strip()])
+        # every edit the expert makes is kept (a callback: typing the default back is an edit too)
+        label_text = st.text_input("Label set (comma separated, in order)", key="map_labels",
+                                   on_change=lambda: state.keep("map_labels", [
+                                       label.strip() for label in st.session_state["map_labels"].split(",")
+                                       if label.strip()]))
         if found and not wrench_labels:
             counts = label_counts(frame, label_col, separator if multi_label else None)
             st.caption(found_labels_note({**{label: 0 for label in found}, **counts}))
@@ -201,8 +206,8 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
     descriptions = _descriptions(labels)
     instructions = st.text_area("Task instructions (what the agents read)", value=state.kept("map_instructions", ""),
                                 key="map_instructions",
-                                placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…")
-    state.keep("map_instructions", instructions)
+                                placeholder="e.g. Label each comment SPAM if it promotes a channel or a link…",
+                                on_change=lambda: state.keep("map_instructions", st.session_state["map_instructions"]))
     skip = st.checkbox("Import the good rows and skip the bad ones", key=state.SKIP_BAD_ROWS)
     # untouched, the import reads the labels from the file as this form did, and names any that differ only in
     # case or spacing ('None' / 'none'); a typed set is taken as given

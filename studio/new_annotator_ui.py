@@ -82,7 +82,7 @@ def _answer(store: Store, source: str, name: str, answer: dict) -> None:
     with st.form("new_override_form", border=False):
         note = st.text_input("Add it anyway: your reason (logged)", key=NEW_OVERRIDE)
         anyway = broken and st.checkbox(f"Add it although it faults on {answer['faults']:,} dev rows and votes on none",
-                                        key="new_broken")
+                                        key=f"new_broken_{answer['id']}")  # a tick for this code only
         if st.form_submit_button("Add it over the gate"):
             if not note.strip():
                 st.error("Give a reason: it is logged with the annotator.")
@@ -96,5 +96,7 @@ def _answer(store: Store, source: str, name: str, answer: dict) -> None:
                                       via=f"the studio's new-annotator form ({note.strip()})")
             state.pop(NEW_RESULT)
             state.select_annotator(added["id"])
-            state.flash(f"Added {escape_md(added['name'])} to the pool over the gate's rejection.")
+            state.flash(f"Added {escape_md(added['name'])} to the pool"
+                        + (" over the gate's rejection." if added.get("approved_over_gate") else
+                           ": the gate accepted it this time (the pool had changed)."))
             st.rerun()

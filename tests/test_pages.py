@@ -270,6 +270,26 @@ def test_the_import_report_is_not_shown_again_once_the_workspace_has_moved_on(tm
     assert "Imported 50 rows" not in texts(run("mine"))
 
 
+def test_an_order_typed_back_to_the_files_and_a_name_for_another_file_are_not_kept(tmp_path, monkeypatch):
+    """Only edits differing from the default were kept: an order typed back to the file's came back as the one
+    abandoned, and a task name typed for one file followed another file (a review)."""
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "back"))
+    Store.open(tmp_path / "back" / "mine")
+    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    with_typo = "\n".join(["id,text,label", *rows[:3], "r4,great video,SPAMM", *rows[4:]]) + "\n"
+    at = run("mine")
+    at.file_uploader(key="upload").upload("comments.csv", with_typo.encode(), "text/csv")
+    at.run()
+    at.text_input(key="map_labels").input("SPAM, HAM, SPAMM").run()
+    at.text_input(key="map_labels").input("HAM, SPAM, SPAMM").run()  # back to the file's order
+    at.text_input(key="map_task_name").input("Comment triage").run()
+    fixed = "\n".join(["id,text,label", *rows]) + "\n"
+    at.file_uploader(key="upload").upload("tweets.csv", fixed.encode(), "text/csv")
+    at.run()
+    assert at.text_input(key="map_labels").value == "HAM, SPAM"
+    assert at.text_input(key="map_task_name").value == "tweets"  # another file: its own name
+
+
 def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "imp"))
     Store.open(tmp_path / "imp" / "mine")
@@ -643,7 +663,7 @@ def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be
     next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
     assert any("faults and never votes" in e.value for e in at.error)
     assert len(store.pool_ids()) == len(before) + 1  # not added
-    at.checkbox(key="new_broken").check()
+    at.checkbox(key=next(c.key for c in at.checkbox if c.key.startswith("new_broken_"))).check()
     next(b for b in at.get("form_submit_button") if b.label == "Add it over the gate").click().run()
     assert len(store.pool_ids()) == len(before) + 2
 

@@ -230,6 +230,9 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
         store.stop_generation(number, "starved", str(starved))
         on_event(EventKind.STOPPED, {"generation": number, "reason": str(starved)})
         raise
+    except Exception as err:  # an agent that failed for good (an LLM call after its retries): said, not left running
+        store.stop_generation(number, "failed", f"{type(err).__name__}: {err}"[:500])
+        raise
     ensure_votes(store, executor, [a.id for a in fresh], "dev", on_event)
     candidate_votes = store.vote_matrix([a.id for a in fresh], FITNESS, example_ids=fitness_ids).votes
     candidates, ran = [], {}  # ran: the rows each one's dev run covered (its faults are over all of dev)

@@ -506,3 +506,28 @@ def test_a_rejected_candidate_says_its_first_fault(demo_store, executor):
     assert any(r.startswith("first fault: returned 'PROMOTION', not a label") for r in verdicts["reasons"].iloc[-1])
     words = " ".join(explain_verdicts(demo_store, verdicts.tail(1))[verdicts.index[-1]].lines)
     assert "Its code went wrong on dev, first: returned \\'PROMOTION\\'\\, not a label" in words
+
+
+class _FailsForGood(OfflineProposer):
+    """An agent whose calls fail for good after the first role succeeded (an LLM server gone mid-generation)."""
+
+    def propose(self, role, context):
+        if role == "improver":
+            from engine.llm.client import LLMCallFailed
+
+            raise LLMCallFailed("the improver call failed after 5 attempts: HTTP 500")
+        return super().propose(role, context)
+
+
+def test_a_generation_whose_agent_fails_for_good_is_recorded_failed_not_left_running(demo_store, executor):
+    """It stayed "running", which reads as a run still going or one the studio was stopped in (a review against a
+    server that failed mid-generation). A rerun redoes it."""
+    from engine.llm.client import LLMCallFailed
+
+    with pytest.raises(LLMCallFailed):
+        evolve(demo_store, _FailsForGood(), executor, 1)
+    row = demo_store.generations().iloc[-1]
+    assert row["status"] == "failed" and "HTTP 500" in row["note"]
+    assert demo_store.last_complete_generation() == 0
+    evolve(demo_store, OfflineProposer(), executor, 1)
+    assert demo_store.last_complete_generation() == 1

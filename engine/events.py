@@ -41,3 +41,8 @@ EventSink = Callable[[EventKind, dict[str, Any]], None]
 
 def quiet(kind: EventKind, payload: dict[str, Any]) -> None:
     """The default event sink: drop events."""
+
+
+class RunStopped(Exception):
+    """Raised through an event sink when the expert asked a run to stop at once (engine.jobs.JobStopped): a stop,
+    not a failure, so the generation it cut short stays to be redone."""

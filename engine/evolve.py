@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
 from engine.domain import AGENT_ROLES, FIRST_FAULT, FITNESS, Annotator, Generation
-from engine.events import EventKind, EventSink, quiet
+from engine.events import EventKind, EventSink, RunStopped, quiet
 from engine.expert_rows import frame_inputs, rescore_on_fitness
 from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.pseudo_labels import pseudo_label
@@ -230,6 +230,8 @@ def run_generation(store: Store, proposer: Proposer, executor: Executor, number:
         store.stop_generation(number, "starved", str(starved))
         on_event(EventKind.STOPPED, {"generation": number, "reason": str(starved)})
         raise
+    except RunStopped:
+        raise  # stopped at once by the expert: not a failure, redone by the next run
     except Exception as err:  # an agent that failed for good (an LLM call after its retries): said, not left running
         store.stop_generation(number, "failed", f"{type(err).__name__}: {err}"[:500])
         raise

@@ -23,7 +23,7 @@ import pandas as pd
 
 from engine.agents.choice import DEFAULT_AGENTS, make_proposer
 from engine.aggregators.registry import DEFAULT_AGGREGATOR
-from engine.events import EventKind
+from engine.events import EventKind, RunStopped
 from engine.store.saved_labels import pool_key, save_labels
 from engine.store.sql import utc_now
 from engine.store.workspace import Store
@@ -31,7 +31,7 @@ from engine.store.workspace import Store
 RUNNING, DONE, STOPPED, FAILED = "running", "done", "stopped", "failed"
 
 
-class JobStopped(Exception):
+class JobStopped(RunStopped):
     """Raised inside a job's event sink when the expert asked to stop at once."""
 
 
@@ -90,6 +90,13 @@ class JobContext:
     def __init__(self, job: Job, store: Store):
         self.job = job
         self.store = store
+        self.stage = (0.0, 0.0)  # the share of the bar the current stage's counted work fills (`begin_stage`)
+
+    def begin_stage(self, low: float, high: float, message: str) -> None:
+        """A stage of the job that fills the bar from `low` to `high` as its counted work (rows embedded, run in the
+        sandbox) is done."""
+        self.stage = (low, high)
+        self.set_progress(low, message)
 
     def emit(self, kind: EventKind, payload: dict[str, Any]) -> None:
         """Record one progress event; raise JobStopped when the expert asked to stop at once."""
@@ -98,7 +105,11 @@ class JobContext:
             self.set_progress(message=f"generation {payload.get('generation')} complete")
         elif kind in (EventKind.EMBEDDING, EventKind.EXECUTE_PROGRESS) and "total" in payload:
             what = "embedding texts" if kind == EventKind.EMBEDDING else f"sandbox on {payload.get('split', 'rows')}"
-            self.set_progress(message=f"{what}: {payload['done']:,} / {payload['total']:,}")
+            # the bar follows the count within the current stage (it sat at 5% for a minute of embedding); a new
+            # pass counting from 0 again does not move it back
+            low, high = self.stage
+            share = low + (high - low) * min(1.0, payload["done"] / max(1, payload["total"]))
+            self.set_progress(max(self.job.progress, share), f"{what}: {payload['done']:,} / {payload['total']:,}")
         elif kind in (EventKind.AGENT_STARTED, EventKind.EXECUTING, EventKind.GENERATION_STARTED,
                       EventKind.AGGREGATING):
             detail = payload.get("agent") or payload.get("aggregator") or payload.get("split") or ""
@@ -279,11 +290,11 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
             raise ValueError("the pool is empty: evolve at least one generation first")
         key, pool = pool_key(store), store.pool_ids()
         with (executor_factory or _sandbox)() as executor:
-            ctx.set_progress(0.05, f"labeling every row with {aggregator}")
+            ctx.begin_stage(0.02, 0.7 if compare else 0.98, f"labeling every row with {aggregator}")
             result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)
             comparison = None
             if compare:
-                ctx.set_progress(0.7, "comparing aggregators on dev (out-of-fold)")
+                ctx.begin_stage(0.7, 0.98, "comparing aggregators on dev (out-of-fold)")
                 comparison = labeling.compare_aggregators(store, executor, on_event=ctx.emit)
         return save_labels(ctx.job.workdir, aggregator, result, comparison, key, pool)
 

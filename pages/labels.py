@@ -49,7 +49,9 @@ def labels_progress() -> None:
         refresh_app()
     latest = current or REGISTRY.latest(workdir, "labels")
     if latest is not None and latest.running:
-        st.progress(min(1.0, latest.progress), text=f"{latest.message or 'working'}…")
+        # named: the steps of auto's comparison ("aggregating mv") read as if another aggregator were being computed
+        st.progress(min(1.0, latest.progress), text=f"Soft labels with {latest.params.get('aggregator', '')}: "
+                                                    f"{latest.message or 'working'}…")
     elif latest is not None and latest.status == "failed":
         st.error(f"Computing soft labels failed: {escape_md(latest.error)}")
 
@@ -58,7 +60,8 @@ labels_progress()
 refresh_app.drawn()
 corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
-    st.info("No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
+    st.info("No soft labels for this aggregator yet: they are being computed (above)." if job is not None else
+            "No soft labels for this aggregator yet: press **Compute soft labels** (it runs in the background; "
             "you can keep working on other screens).")
     regression_ui.label_rows_for_dev(store, task.labels, task.multi_label, None)  # a thin class grows without them
     regression_ui.expert_rows_table(store, task.labels)  # rows labeled into dev can go back without soft labels

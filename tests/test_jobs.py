@@ -281,3 +281,22 @@ def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch, wren
     assert shares == sorted(shares) and len(set(shares)) >= 3  # it moves forward, stage by stage
     assert any(what.startswith(f"checking {len(frame):,} rows of ") for _, what in seen)
     assert any(what.startswith("writing ") for _, what in seen)
+
+
+def test_the_bar_follows_the_counted_work_of_a_stage_and_never_goes_back(tmp_path):
+    """Computing soft labels sat at 5% for a minute while its text counted 4,000 rows embedded, then jumped to 70%
+    (a browser walk): counted work now fills the stage's share of the bar."""
+    from engine.jobs import Job, JobContext
+    from engine.store.workspace import Store
+
+    store = Store.open(tmp_path / "ws")
+    ctx = JobContext(Job("j1", "labels", tmp_path / "ws", {}), store)
+    ctx.begin_stage(0.1, 0.5, "labeling")
+    ctx.emit(EventKind.EMBEDDING, {"done": 50, "total": 100})
+    assert ctx.job.progress == pytest.approx(0.3) and ctx.job.message == "embedding texts: 50 / 100"
+    ctx.emit(EventKind.EXECUTE_PROGRESS, {"done": 10, "total": 100, "split": "pool"})  # a new pass from 0
+    assert ctx.job.progress == pytest.approx(0.3)
+    ctx.emit(EventKind.EXECUTE_PROGRESS, {"done": 100, "total": 100, "split": "pool"})
+    assert ctx.job.progress == pytest.approx(0.5)
+    ctx.begin_stage(0.5, 0.9, "comparing")
+    assert ctx.job.progress == pytest.approx(0.5) and ctx.job.message == "comparing"

@@ -125,7 +125,8 @@ else:
             st.rerun()
     for rank, spot in enumerate(spots[:5], start=1):
         top = task.labels[spot.top_label] if spot.top_label >= 0 else "no class"
-        with st.expander(f"{rank}. {queries.escape_md(', '.join(spot.terms))} · {spot.size:,} rows · "
+        rows = f"{spot.size:,} row{'' if spot.size == 1 else 's'}"
+        with st.expander(f"{rank}. {queries.escape_md(', '.join(spot.terms))} · {rows} · "
                          f"{spot.no_vote_share:.0%} no vote · {spot.conflict_share:.0%} conflicting · most voted: "
                          f"{queries.escape_md(top)}"):
             st.dataframe(pd.DataFrame({"id": [row_ids[i] for i in spot.example_rows],

@@ -141,7 +141,9 @@ cols[3].download_button("Hugging Face dataset (.zip)",
                               "ClassLabel. Unzip, then datasets.load_from_disk(folder)") if hf_ready else
                         export_hf.HF_MISSING)
 cols[4].download_button("The pool as Python (.py)", lambda: export.pool_as_python(store), file_name=f"{name}_pool.py",
-                        mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py")
+                        mime="text/x-python", on_click="ignore", icon=":material/code:", key="download_py",
+                        help="today's pool as runnable code; it labels by majority vote, not with these soft labels, "
+                             "and after a verdict it is not the pool that made them")
 cols[5].download_button("Manifest (.json)", lambda: labels_ui.manifest_json(store, result, frame, spreadsheet),
                         file_name=f"{name}-labels.manifest.json", mime="application/json", on_click="ignore",
                         icon=":material/receipt_long:", key="download_manifest",

@@ -289,6 +289,9 @@ def test_stale_labels_say_whether_the_pool_or_the_rows_changed(tmp_path):
     store.add_examples("more", "memory", pd.DataFrame({"id": ["e"], "text": ["v"], "fields": [{}], "split": ["pool"],
                                                        "label": [None]}))
     assert stale_reason(store, pool, key).startswith("The rows changed")
+    since_rows = pool_key(store)
     store.record_human_verdict("id1", "reject", "drop")
-    assert stale_reason(store, pool, key) == "The pool changed"
+    assert stale_reason(store, pool, since_rows) == "The pool changed"
+    # both changed since `key`: both are named (the pool alone was, a browser walk)
+    assert stale_reason(store, pool, key).startswith("The pool changed, and the rows changed")
     assert stale_reason(store, (), key) == "The pool or the rows changed"  # saved before the pool was recorded

@@ -55,9 +55,9 @@ def pool_key(store: Store) -> str:
     return _key(store, store.expert_label_pairs())
 
 
-def _key(store: Store, moved: list) -> str:
-    text = json.dumps([sorted(store.pool_ids()), store.count_examples(), store.count_examples("dev")]
-                      + ([moved] if moved else []))
+def _key(store: Store, moved: list, pool: Sequence[str] | None = None) -> str:
+    text = json.dumps([sorted(store.pool_ids() if pool is None else pool), store.count_examples(),
+                       store.count_examples("dev")] + ([moved] if moved else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -74,9 +74,13 @@ def stale_reason(store: Store, saved_pool: Sequence[str], key: str) -> str | Non
         return None
     if not saved_pool:
         return "The pool or the rows changed"
+    rows = "The rows changed (rows labeled into dev, relabeled or returned to the pool, or rows imported)"
     if sorted(saved_pool) != sorted(store.pool_ids()):
-        return "The pool changed"
-    return "The rows changed (rows labeled into dev, relabeled or returned to the pool, or rows imported)"
+        # both, when the key differs with the saved pool put back (it named the pool alone: a browser walk)
+        same_rows = key in (_key(store, store.expert_label_pairs(), saved_pool),
+                            _key(store, [pair[0] for pair in store.expert_label_pairs()], saved_pool))
+        return "The pool changed" if same_rows else "The pool changed, and " + rows[0].lower() + rows[1:]
+    return rows
 
 
 def _labels_base(workdir: Path, aggregator: str) -> Path:

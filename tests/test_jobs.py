@@ -179,6 +179,7 @@ def test_saved_soft_labels_round_trip_and_know_their_pool(workdir):
     assert saved.dev_scores == DevScores(macro_f1=0.75)
     assert saved.comparison["aggregator"].tolist() == ["mv", "ds"]
     assert saved.pool_key == key
+    assert saved.created_at.endswith("+00:00")  # the manifest's computed_at: UTC, said
     assert load_labels(workdir, "ds") is None
     # a reader between a recompute's two writes, or of a half-written file, gets nothing rather than a wrong pair
     labels_dir = Path(workdir) / "labels"

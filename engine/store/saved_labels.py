@@ -15,6 +15,7 @@ import uuid
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,6 @@ import pandas as pd
 
 from engine.atomic import write_atomically
 from engine.domain import DevScores
-from engine.store.sql import utc_now
 from engine.store.workspace import Store
 
 LABELS_DIR = "labels"
@@ -101,7 +101,8 @@ def save_labels(workdir: str | Path, aggregator: str, result: Any, comparison: A
     meta = {"aggregator": aggregator, "resolved": soft.aggregator, "pool_key": key, "pool_ids": list(pool),
             "dev_scores": result.dev_scores.to_dict(),
             "comparison": _records(comparison),
-            "created_at": utc_now().isoformat(timespec="seconds"), "batch": batch}
+            # with its zone, like the manifest's other times (a reader cannot tell naive UTC from local time)
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "batch": batch}
     # the .json first: the studio caches on the .npz's time, so the pair it caches is the finished one
     write_atomically(base.with_suffix(".json"), json.dumps(meta, default=_json_default).encode("utf-8"))
     write_atomically(base.with_suffix(".npz"), arrays.getvalue())

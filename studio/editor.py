@@ -82,9 +82,9 @@ def code_editor(source: str, key: str, store: Store | None = None) -> str:
                        max_lines=40, font_size=14, tab_size=4, wrap=True, show_gutter=True, key=f"ace_{key}{fresh}")
         edited = shown if value is None else str(value)
     if edited.strip() != source.strip():
-        state.put(state.CODE_DRAFTS, {**drafts, key: edited})
-        if store is not None and (store.draft(key) or ("",))[0] != edited:
+        if store is not None and drafts.get(key) != edited:  # written when it changes, not read back every run
             store.save_draft(key, edited)
+        state.put(state.CODE_DRAFTS, {**drafts, key: edited})
         if st.button("Discard the edit", icon=":material/restart_alt:", key=f"discard_{key}",
                      help="back to the saved code (the edit is not kept anywhere)"):
             drop_draft(key, store)

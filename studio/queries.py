@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import score
-from engine.domain import ABSTAIN, AUDIT, FITNESS, REPLACED_BY
+from engine import review, score
+from engine.domain import ABSTAIN, AUDIT, FITNESS
 from engine.expert_rows import PoolLikeness
 from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' markdown helpers, kept under queries
 from engine.store.workspace import Store
@@ -62,7 +62,7 @@ def _annotator_table(name: str, version: tuple) -> pd.DataFrame:
             "generation": a.generation,
             "in_pool": a.id in pool, "verdict": verdict, "decided_by": by,
             # retired for its edit: a reject nobody gave (the picker says "replaced")
-            "replaced": verdict == "reject" and str(last_note.get(a.id) or "").startswith(REPLACED_BY),
+            "replaced": verdict == "reject" and review.replaced_by(str(last_note.get(a.id) or "")) is not None,
             "label": labels[s.label] if s and s.label != ABSTAIN else "",
             "precision": s.precision if s else np.nan, "coverage": s.coverage if s else np.nan,
             "fires": s.fires if s else 0, "faults": s.faults if s else 0,

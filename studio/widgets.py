@@ -238,13 +238,8 @@ def default_from(key: str, source: object, default: str) -> None:
     file's label set, another workspace's folder). Call before the box, and create the box without `value=`."""
     mark = f"{key}__default_from"
     if key not in st.session_state or st.session_state.get(mark) != source:
-        st.session_state[key] = st.session_state[default_key(key)] = default
+        st.session_state[key] = default
         st.session_state[mark] = source
-
-
-def default_key(key: str) -> str:
-    """Where `default_from` keeps the default it last gave the box `key`: the box differs from it once edited."""
-    return f"{key}__default"
 
 
 def name_a_few(names: list[str], limit: int, noun: str = "") -> str:

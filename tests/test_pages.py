@@ -225,24 +225,25 @@ def test_empty_home_offers_the_demo_and_one_click_loads_it(tmp_path, monkeypatch
     assert Store.open(tmp_path / "fresh" / "youtube-spam-demo").count_examples() == 2056
 
 
+def comments_with_a_typo() -> tuple[list[str], list[str]]:
+    """40 labeled comment rows, and the CSV lines of them with row 4 labeled SPAMM (a typo of SPAM)."""
+    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
+    return rows, ["id,text,label", *rows[:3], "r4,great video,SPAMM", *rows[4:]]
+
+
 def test_descriptions_and_an_order_typed_in_the_import_form_outlive_a_new_label_set(tmp_path, monkeypatch):
     """The descriptions table was keyed by the label set, so editing the label box (as its caption suggests, to make
     a typo a bad row) or uploading the fixed file wiped every description typed; the fixed file also reset the label
     order typed to the file's (a browser walk)."""
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "desc"))
-    Store.open(tmp_path / "desc" / "mine")
-    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
-    with_typo = "\n".join(["id,text,label", *rows[:3], "r4,great video,SPAMM", *rows[4:]]) + "\n"
-    at = run("mine")
-    at.file_uploader(key="upload").upload("comments.csv", with_typo.encode(), "text/csv")
-    at.run()
+    rows, with_typo = comments_with_a_typo()
+    at = upload_into_new_workspace(tmp_path / "desc", monkeypatch, "mine", "comments.csv", with_typo)
     assert at.text_input(key="map_labels").value == "HAM, SPAM, SPAMM"
     at.session_state["import_descriptions"] = {"SPAM": "promotes a channel", "HAM": "a real comment"}  # as typed
     at.text_input(key="map_labels").input("SPAM, HAM, SPAMM").run()  # the expert's order (the first class first)
     fixed = "\n".join(["id,text,label", *rows]) + "\n"
     at.text_input(key="map_task_name").input("Comment triage")
     at.text_area(key="map_instructions").input("SPAM promotes; HAM is a real comment.").run()
-    for data in (fixed, with_typo, fixed):  # fixed, broken again, fixed again: what was typed stays each time
+    for data in (fixed, "\n".join(with_typo) + "\n", fixed):  # fixed, broken again, fixed: what was typed stays
         at.file_uploader(key="upload").upload("comments.csv", data.encode(), "text/csv")
         at.run()
         assert at.text_input(key="map_task_name").value == "Comment triage"
@@ -273,13 +274,8 @@ def test_the_import_report_is_not_shown_again_once_the_workspace_has_moved_on(tm
 def test_an_order_typed_back_to_the_files_and_a_name_for_another_file_are_not_kept(tmp_path, monkeypatch):
     """Only edits differing from the default were kept: an order typed back to the file's came back as the one
     abandoned, and a task name typed for one file followed another file (a review)."""
-    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "back"))
-    Store.open(tmp_path / "back" / "mine")
-    rows = [f"r{i},comment number {i},{'SPAM' if i % 2 else 'HAM'}" for i in range(1, 41)]
-    with_typo = "\n".join(["id,text,label", *rows[:3], "r4,great video,SPAMM", *rows[4:]]) + "\n"
-    at = run("mine")
-    at.file_uploader(key="upload").upload("comments.csv", with_typo.encode(), "text/csv")
-    at.run()
+    rows, with_typo = comments_with_a_typo()
+    at = upload_into_new_workspace(tmp_path / "back", monkeypatch, "mine", "comments.csv", with_typo)
     at.text_input(key="map_labels").input("SPAM, HAM, SPAMM").run()
     at.text_input(key="map_labels").input("HAM, SPAM, SPAMM").run()  # back to the file's order
     at.text_input(key="map_task_name").input("Comment triage").run()
@@ -888,18 +884,12 @@ def test_a_finished_run_is_not_said_to_have_changed_when_nothing_did(home, tmp_p
     job = REGISTRY.latest(home / "three-run", "evolve")
     assert job is not None and job.wait(120) and job.status == "done", job and job.error
     at.run()
-    _, fitness, partial, _ = queries_audit(store)
-    assert partial and fitness[1] != pytest.approx(current_dev_macro_f1(store))  # the two figures do differ here
+    # the chart's fitness figure, over the classes the audit rows hold, differs here from the run's
+    _, fitness, judged = score.audit_and_fitness_f1(
+        store.vote_matrix(store.pool_ids(1), AUDIT).votes, store.gold(AUDIT),
+        store.vote_matrix(store.pool_ids(1), FITNESS).votes, store.gold(FITNESS), len(store.load_task().labels))
+    assert not judged.all() and fitness != pytest.approx(current_dev_macro_f1(store))
     assert "Last run finished" in texts(at) and "Since then" not in texts(at)
-
-
-def queries_audit(store: Store):
-    """The chart's figures, computed as studio.queries does (outside a Streamlit run)."""
-    labels, audit_gold, fitness_gold = store.load_task().labels, store.gold(AUDIT), store.gold(FITNESS)
-    audit, fitness, judged = score.audit_and_fitness_f1(store.vote_matrix(store.pool_ids(1), AUDIT).votes, audit_gold,
-                                                        store.vote_matrix(store.pool_ids(1), FITNESS).votes,
-                                                        fitness_gold, len(labels))
-    return {1: audit}, {1: fitness}, not judged.all(), {1: len(store.pool_ids(1))}
 
 
 def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):

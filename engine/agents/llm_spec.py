@@ -81,19 +81,23 @@ def without_thoughts(text: str) -> str:
     """A reply without the drafts a reasoning model thinks aloud (`<think>...</think>`, when the server has no
     reasoning parser to take them out): they hold cues and code it rejected, which are not its answer. A reply cut
     off while thinking has no answer; one whose template opened the thought has only its closing tag."""
-    text = _THOUGHTS.sub("", text)
-    closes = list(_THOUGHT_CLOSE.finditer(text))
-    if closes:
-        text = text[closes[-1].end():]
-    opened = _THOUGHT_OPEN.search(text)
+    text, opened = _past_thoughts(text)
     return text[: opened.start()] if opened else text
 
 
 def still_thinking(text: str) -> bool:
     """Whether the reply ends inside a thought it never closed (cut off while thinking: no answer yet)."""
+    return _past_thoughts(text)[1] is not None
+
+
+def _past_thoughts(text: str) -> tuple[str, re.Match | None]:
+    """The reply after its closed thoughts (and after a lone closing tag), and the thought it opened and never
+    closed there, if any."""
     text = _THOUGHTS.sub("", text)
     closes = list(_THOUGHT_CLOSE.finditer(text))
-    return bool(_THOUGHT_OPEN.search(text[closes[-1].end():] if closes else text))
+    if closes:
+        text = text[closes[-1].end():]
+    return text, _THOUGHT_OPEN.search(text)
 
 
 THINKING_CUT_OFF = (" (the reply hit the max_tokens limit while the model was still thinking, before any answer: "

@@ -198,6 +198,10 @@ def run_dataset(name: str, workdir: Path, generations: int, seed: int, aggregato
             if aggregator_entry(agg).chooses:
                 row[f"{agg}_chose"] = result.get("chosen", "")
                 row[f"{agg}_uses_pool"] = result.get("uses_pool")
+            # the figure the studio shows beside the truth: chosen and measured on dev rows, no test label read
+            row[f"{agg}_estimate"] = result.get("estimate")
+            row[f"{agg}_interval"] = result.get("interval")
+            row[f"{agg}_judged_on"] = result.get("judged_on")
             if agg == "mv":
                 row["mv_coverage"] = result["coverage"]
         t = time.monotonic()

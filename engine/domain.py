@@ -201,6 +201,48 @@ class AutoChoice:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """What the labels are expected to score on new rows (macro-F1), with a `level` interval, from rows that
+    neither fitted nor chose what they judge (engine/estimate.py). Classes with fewer than a handful of judged rows
+    (`thin`) or none (`unjudged`) cannot be judged: the interval counts that, and the studio names them."""
+
+    macro_f1: float
+    low: float
+    high: float
+    n_rows: int  # rows the estimate was measured on
+    judged_on: str  # "dev": all dev rows (the labels read no selected votes); "audit": rows the pool never saw
+    thin: tuple[int, ...] = ()  # class ids with too few judged rows to judge
+    unjudged: tuple[int, ...] = ()  # class ids with no judged row at all
+    level: float = 0.9
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate": self.macro_f1, "interval": [self.low, self.high], "level": self.level,
+                "n_rows": self.n_rows, "judged_on": self.judged_on, "thin_classes": list(self.thin),
+                "unjudged_classes": list(self.unjudged)}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> Estimate | None:
+        if not values or values.get("estimate") is None:
+            return None
+        low, high = values["interval"]
+        return cls(float(values["estimate"]), float(low), float(high), int(values["n_rows"]),
+                   str(values["judged_on"]), tuple(values.get("thin_classes", ())),
+                   tuple(values.get("unjudged_classes", ())), float(values.get("level", 0.9)))
+
+    def sentence(self, labels: tuple[str, ...]) -> str:
+        """The headline an expert reads: the figure, its interval, its rows, and the classes it cannot judge."""
+        rows = "audit rows (held back from the agents and the gate)" if self.judged_on == AUDIT else "dev rows"
+        text = (f"expected macro-F1 {self.macro_f1:.2f}, {self.level:.0%} interval {self.low:.2f}–{self.high:.2f}, "
+                f"from {self.n_rows:,} {rows}")
+        weak = [labels[c] for c in sorted((*self.unjudged, *self.thin)) if c < len(labels)]
+        if weak:
+            shown = ", ".join(weak[:6]) + (f" and {len(weak) - 6} more" if len(weak) > 6 else "")
+            text += (f"; {shown} {'has' if len(weak) == 1 else 'have'} too few rows to judge (counted in the "
+                     "interval)")
+        return text
+
+
+@dataclass(frozen=True)
 class DevScores:
     """A labeling's out-of-fold figures on the dev rows (and the audit rows among them), and auto's choice.
 
@@ -220,6 +262,7 @@ class DevScores:
     n_audit: int | None = None
     choice: AutoChoice | None = None
     uses_pool: bool | None = None  # whether the labels read the pool's votes (a student's teacher included)
+    estimate: Estimate | None = None  # the one figure to bet on: chosen and measured on different rows
 
     _FIGURES = ("macro_f1", "accuracy", "micro_f1", "exact_match", "ece", "n", "threshold", "audit_macro_f1",
                 "n_audit")
@@ -234,6 +277,8 @@ class DevScores:
                 out["left_out"] = list(self.choice.left_out)
         if self.uses_pool is not None:
             out["uses_pool"] = self.uses_pool
+        if self.estimate is not None:
+            out.update(self.estimate.to_dict())
         return out
 
     @classmethod
@@ -243,4 +288,4 @@ class DevScores:
         if "chosen" in values:
             choice = AutoChoice(values["chosen"], values.get("chosen_on"), tuple(values.get("left_out", ())))
         return cls(**{key: values[key] for key in cls._FIGURES if key in values}, choice=choice,
-                   uses_pool=values.get("uses_pool"))
+                   uses_pool=values.get("uses_pool"), estimate=Estimate.from_dict(values))

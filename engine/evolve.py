@@ -18,14 +18,15 @@ from typing import Callable
 import numpy as np
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
-from engine.domain import AGENT_ROLES, FIRST_FAULT, FITNESS, Annotator, Generation
+from engine.domain import AGENT_ROLES, AUDIT, FIRST_FAULT, FITNESS, Annotator, Estimate, Generation
+from engine.estimate import estimate_macro_f1
 from engine.events import EventKind, EventSink, RunStopped, quiet
 from engine.expert_rows import frame_inputs, rescore_on_fitness
 from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
-from engine.score import pool_macro_f1, score_annotator
+from engine.score import majority_vote, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 
@@ -322,3 +323,15 @@ def current_dev_macro_f1(store: Store) -> float:
     ids = store.pool_ids()
     votes = store.vote_matrix(ids, FITNESS).votes
     return pool_macro_f1(votes, store.gold(FITNESS), len(store.load_task().labels))
+
+
+def pool_audit_estimate(store: Store, number: int | None = None) -> Estimate | None:
+    """The pool's majority vote (a row nobody votes on is wrong) on the audit rows the agents and the gate never saw,
+    with its interval: what the fitness figure, measured where the gate chose the pool, cannot say. None without
+    audit rows or on a multi-label task. `number`: the pool of that generation (default: as it stands)."""
+    task = store.load_task()
+    if task.multi_label or not store.count_examples(AUDIT):
+        return None
+    votes = store.vote_matrix(store.pool_ids(number), AUDIT).votes
+    k = len(task.labels)
+    return estimate_macro_f1(store.gold(AUDIT), majority_vote(votes, k), k, AUDIT)

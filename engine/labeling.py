@@ -27,11 +27,12 @@ from engine.aggregators.registry import (
     predict_labels,
 )
 from engine.aggregators.student import auto_unlabeled_sample
-from engine.domain import ABSTAIN, AutoChoice, DevScores, SoftLabels, Task
+from engine.domain import ABSTAIN, AUDIT, AutoChoice, DevScores, Estimate, SoftLabels, Task
+from engine.estimate import estimate_macro_f1
 from engine.events import EventKind, EventSink, quiet
 from engine.evolve import ensure_votes
 from engine.sandbox.executor import Executor
-from engine.score import accuracy, exact_match, macro_f1, multilabel_f1
+from engine.score import accuracy, exact_match, macro_f1, majority_vote, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import masked_views, relation_context, task_views
 
@@ -205,6 +206,17 @@ def student_unlabeled_rows(frame: pd.DataFrame, chooses: bool, seed: int, n_clas
     return unl[auto_unlabeled_sample(len(unl), seed, n_classes)]
 
 
+def fixed_model_estimate(y: np.ndarray, predicted: np.ndarray, n_classes: int, audit: np.ndarray,
+                         on_selected_votes: bool, seed: int = 0) -> Estimate | None:
+    """The estimate of an aggregator that chooses nothing, from its out-of-fold dev predictions: on every dev row,
+    or, when it reads votes the pool was chosen for on these rows, on the audit rows alone (None without them)."""
+    if not on_selected_votes:
+        return estimate_macro_f1(y, predicted, n_classes, "dev", seed)
+    if not audit.any():
+        return None
+    return estimate_macro_f1(y[audit], predicted[audit], n_classes, AUDIT, seed)
+
+
 def labeling_inputs(store: Store, executor: Executor, splits: tuple[str, ...] | None, aggregator: str,
                     on_event: EventSink = quiet, kinds: tuple[str, ...] | None = None):
     """The rows of `splits` (None: all) as a frame in import order, the pool's votes on them and the text features
@@ -282,11 +294,14 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
             dev_scores = dataclasses.replace(
                 dev_scores, audit_macro_f1=round(macro_f1(y_dev[audit], hard[dev][audit], n_classes), 4),
                 n_audit=int(audit.sum()))
-    if hasattr(model, "chosen_"):  # judged_on_: "audit" rows, or all "dev" rows when too few audit rows
-        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_,
-                                                                       tuple(model.left_out_)))
-    dev_scores = dataclasses.replace(
-        dev_scores, uses_pool=bool(getattr(model, "uses_votes_", aggregator_entry(aggregator).reads_votes)))
+    uses_pool = bool(getattr(model, "uses_votes_", aggregator_entry(aggregator).reads_votes)) and votes.shape[1] > 0
+    if hasattr(model, "chosen_"):  # judged_on_: where what reads the pool was judged ("audit" rows, or "dev")
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_),
+                                         estimate=model.estimate_)
+    elif oof is not None:
+        dev_scores = dataclasses.replace(dev_scores, estimate=fixed_model_estimate(
+            y_dev, oof.argmax(axis=1), n_classes, audit, uses_pool and votes_selected, seed))
+    dev_scores = dataclasses.replace(dev_scores, uses_pool=uses_pool)
     if wanted is not None and len(ids) != sum(store.count_examples(s) for s in wanted):
         keep = np.flatnonzero(frame["split"].isin(wanted).to_numpy())  # drop the rows only the student read
         probs, hard, n_votes = probs[keep], hard[keep], n_votes[keep]
@@ -372,7 +387,7 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
     else:
         figures = {"macro_f1": round(macro_f1(y, hard, len(task.labels)), 4), "accuracy": round(accuracy(y, hard), 4),
                    "coverage": coverage, "labeled": round(float((hard != ABSTAIN).mean()), 4)}
-    return {
+    out = {
         "split": split,
         "aggregator": aggregator,
         **figures,
@@ -380,8 +395,27 @@ def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: 
         "pool_size": len(store.pool_ids()),
         "generation": store.last_complete_generation(),
         **{key: value for key, value in result.dev_scores.to_dict().items()
-           if key in ("chosen", "chosen_on", "left_out", "uses_pool")},
+           if key in ("chosen", "chosen_on", "uses_pool", "estimate", "interval", "judged_on", "n_rows",
+                      "thin_classes", "unjudged_classes")},
     }
+    if not task.multi_label:
+        out["pool_majority_vote"] = pool_majority_vote(store, y, [result.soft.example_ids[i] for i in rows],
+                                                       len(task.labels))
+        if out.get("uses_pool") is False:
+            out["note"] = ("these labels read no votes: the pool did not shape them (the model chosen learned from "
+                           "the text alone); pool_majority_vote is the pool's own figure")
+    return out
+
+
+def pool_majority_vote(store: Store, y: np.ndarray, example_ids: list[str], n_classes: int) -> dict | None:
+    """The pool's own figure on these rows: its majority vote's macro-F1 (a row nobody votes on is wrong) and the
+    share of rows it covers; None for an empty pool."""
+    pool = store.pool_ids()
+    if not pool:
+        return None
+    votes = store.vote_matrix(pool, example_ids=example_ids).votes
+    return {"macro_f1": round(macro_f1(y, majority_vote(votes, n_classes), n_classes), 4),
+            "coverage": round(float((votes != ABSTAIN).any(axis=1).mean()), 4) if len(votes) else 0.0}
 
 
 # what the studio's comparison fits: all but `auto-pool`, a second full `auto` (students included) whose dev figure,

@@ -80,19 +80,15 @@ if task.multi_label:  # a class is predicted where its probability reaches the t
     result = labels_ui.at_threshold(store, result, threshold)
 
 # ---- scores and plots ------------------------------------------------------------------------------
-labels_ui.summary_metrics(result)
+labels_ui.summary_metrics(result, task.labels)
 if not result.comparison.empty:
-    st.subheader("Aggregators compared on dev (out-of-fold)")
+    st.subheader("Aggregators compared: expected macro-F1, each from rows that neither fitted nor chose it")
     verdict = labels_ui.pool_verdict(result.comparison)
     if verdict is not None:
         (st.success if verdict[0] else st.info)(verdict[1])
-    wide = st.column_config.TextColumn(width="large")  # model names and lists: cut short at the default width
+    wide = st.column_config.TextColumn(width="large")  # model names: cut short at the default width
     st.dataframe(labels_ui.comparison_table(result.comparison), hide_index=True,
-                 column_config={"auto chose": wide, "auto chose on": wide, "auto's view": wide,
-                                "auto left out (the pool was chosen on these rows)": wide})
-    why = labels_ui.student_note(result.comparison)
-    if why:
-        st.caption(why)
+                 column_config={"auto chose": wide, "estimated on": wide})
 dev_probs, dev_gold = labels_ui.dev_parts(store, result)
 plots = labels_ui.plot_inputs(result, dev_probs, dev_gold, len(task.labels))
 a, b, c = st.columns(3)

@@ -11,13 +11,10 @@ import streamlit as st
 from engine import export, score
 from engine.aggregators.choice_names import (
     STUDENT,
-    VOTE_STUDENT,
     describe_choice,
-    ingredient_name,
-    is_student,
     reads_votes_at_prediction,
 )
-from engine.aggregators.registry import DESCRIPTIONS, aggregator_entry, predict_labels
+from engine.aggregators.registry import predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
 from engine.store.saved_labels import SavedLabels, load_labels
@@ -152,40 +149,34 @@ def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]
 
 
 def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
-    """compare_aggregators' rows with readable headers, best dev macro-F1 first."""
-    names = {"aggregator": "aggregator", "macro_f1": "dev macro-F1 (out-of-fold)", "accuracy": "dev accuracy",
+    """compare_aggregators' rows with readable headers, the best expected macro-F1 first. The expected figure is
+    each aggregator's estimate from rows that neither fitted nor chose it (engine/estimate.py), the one every screen
+    shows; the dev and audit columns beside it are the raw out-of-fold figures."""
+    table = comparison.copy()
+    if "interval" in table:
+        table["interval"] = table["interval"].map(
+            lambda v: f"{v[0]:.3f}–{v[1]:.3f}" if isinstance(v, (list, tuple, np.ndarray)) and len(v) == 2 else "")
+    if "judged_on" in table:
+        table["judged_on"] = table["judged_on"].map(
+            lambda v: {"audit": "audit rows", "dev": "all dev rows"}.get(v, "") if isinstance(v, str) else "")
+    if "estimate" in table and "aggregator" in table:  # why a row has no estimate, on the row
+        table["judged_on"] = [on if isinstance(est, float) and est == est else
+                              "none: reads votes chosen on dev, and no audit rows" for est, on in
+                              zip(table["estimate"], table.get("judged_on", [""] * len(table)), strict=True)]
+    names = {"aggregator": "aggregator", "estimate": "expected macro-F1", "interval": "90% interval",
+             "judged_on": "estimated on", "macro_f1": "dev macro-F1 (out-of-fold)", "accuracy": "dev accuracy",
              "ece": "calibration error (ECE)", "n": "dev rows", "chosen": "auto chose",
              "audit_macro_f1": "audit-row macro-F1 (out-of-fold)", "n_audit": "audit rows",
-             "chosen_on": "auto chose on", "uses_pool": "uses the pool's votes",
-             "left_out": "auto left out (the pool was chosen on these rows)"}
-    left_out = _left_out_by_auto(comparison)
-    table = comparison.rename(columns=names)
-    # a row auto left out holds the inflated figure of votes chosen on these very rows: said on the row, and
-    # listed after the rows auto weighed (it ranked first and made auto's choice look like a loss)
-    table.insert(1, "auto's view", ["left out: reads votes the pool was chosen on, so its figure is inflated"
-                                    if ingredient_name(str(a)) in left_out else "" for a in table["aggregator"]]
-                 if "aggregator" in table else "")
-    for column in ("auto chose", "auto chose on", names["left_out"]):
-        if column in table:
-            table[column] = table[column].map(_cell)
+             "uses_pool": "uses the pool's votes"}
+    table = table[[c for c in names if c in table]].rename(columns=names)
+    if "auto chose" in table:
+        table["auto chose"] = table["auto chose"].map(_cell)
     if names["uses_pool"] in table:
         table[names["uses_pool"]] = table[names["uses_pool"]].map(
             lambda v: "" if v is None or v != v else ("yes" if v else "no"))
-    key = "audit-row macro-F1 (out-of-fold)" if "audit-row macro-F1 (out-of-fold)" in table else (
-        "dev macro-F1 (out-of-fold)")  # audit rows are the honest ranking where there are some
-    if key not in table:
-        return table
-    weighed = table["auto's view"] == ""
-    return pd.concat([table[weighed].sort_values(key, ascending=False, kind="stable"),
-                      table[~weighed].sort_values(key, ascending=False, kind="stable")])
-
-
-def _left_out_by_auto(comparison: pd.DataFrame) -> set[str]:
-    """The ingredients auto left out, as the comparison's `auto` row lists them (auto's names: `ingredient_name`)."""
-    if not {"aggregator", "left_out"} <= set(comparison.columns):
-        return set()
-    return {str(name) for value in comparison.loc[comparison["aggregator"] == "auto", "left_out"]
-            if isinstance(value, (list, tuple, np.ndarray)) for name in value}
+    table = table.dropna(axis=1, how="all")  # no empty columns
+    key = next((names[k] for k in ("estimate", "audit_macro_f1", "macro_f1") if names[k] in table), None)
+    return table if key is None else table.sort_values(key, ascending=False, kind="stable", na_position="last")
 
 
 def _cell(value: object) -> str:
@@ -197,65 +188,40 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def student_note(comparison: pd.DataFrame) -> str | None:
-    """Why auto's dev figure can sit below a model it weighed (its choice is a student it kept over a teacher that
-    scored higher on dev), or None when it does not."""
-    if comparison.empty or not {"aggregator", "macro_f1"} <= set(comparison.columns):
-        return None
-    rows = comparison.set_index("aggregator")
-    if "auto" not in rows.index:
-        return None
-    chosen = str(rows.loc["auto"].get("chosen", "") or "")
-    skipped = {"auto", "auto-text", "auto-pool", *_left_out_by_auto(comparison)}
-    weighed = rows[[ingredient_name(str(a)) not in skipped for a in rows.index]]["macro_f1"].dropna()
-    students = is_student(chosen) or (chosen.startswith("avg(") and STUDENT in chosen)  # one, or a mean of some
-    if not students or weighed.empty or float(weighed.max()) <= float(rows.loc["auto", "macro_f1"]):
-        return None
-    best = f"{weighed.idxmax()}'s ({float(weighed.max()):.3f})"
-    return (f"Auto chose {chosen}, whose dev figure is below {best}: it keeps a student (a text model trained "
-            "on a teacher's labels of the unlabeled rows) over its teacher unless the teacher beats it in every "
-            "bootstrap draw of the dev rows. On the withheld gold labels of rows nobody labeled, students scored at "
-            "least their teacher's macro-F1 in 38 of 42 runs (README, bench/student_validation.py).")
-
-
 def pool_verdict(comparison: pd.DataFrame) -> tuple[bool, str] | None:
-    """Does the pool earn its place? From the comparison's `auto` and `auto-text` rows (each its dev out-of-fold
-    macro-F1, the column the table shows): (whether auto's choice reads the pool's votes and leads there, the
-    sentence saying so); None when the comparison lacks either row (multi-label tasks compare neither)."""
-    if comparison.empty or "aggregator" not in comparison:
+    """Does the pool earn its place? From the comparison's `auto` and `auto-text` rows, each its expected macro-F1
+    and interval: (whether auto's choice uses the pool and leads beyond the noise, the sentence saying so); None
+    when the comparison lacks either row or an estimate (multi-label tasks compare neither)."""
+    if comparison.empty or not {"aggregator", "estimate"} <= set(comparison.columns):
         return None
     rows = comparison.set_index("aggregator")
     if not {"auto", "auto-text"} <= set(rows.index):
         return None
-    auto = rows.loc["auto"]
-    uses_pool = auto.get("uses_pool") == 1  # True; a NaN (no such figure) is not
-    # the best figure of a model that reads no votes: auto-text's choice, or a text-only model of the table that
-    # scored higher on dev (the screen once said the pool led while `embedding` stood above it in the table)
-    text_only = [a for a in rows.index if a == "auto-text" or (a in DESCRIPTIONS and not aggregator_entry(a).reads_votes
-                                                              and not aggregator_entry(a).chooses)]
-    best = max(text_only, key=lambda a: (float(rows.loc[a, "macro_f1"]), a == "auto-text"))
-    ours, theirs = float(auto["macro_f1"]), float(rows.loc[best, "macro_f1"])
-    named = f"auto-text: {rows.loc['auto-text'].get('chosen', '')}" if best == "auto-text" else best
-    versus = f"{ours:.3f} dev macro-F1 (out-of-fold) against {theirs:.3f} for the best model without the pool " \
-             f"({named})"
+    auto, text = rows.loc["auto"], rows.loc["auto-text"]
+    if not all(isinstance(r.get("estimate"), float) and r.get("estimate") == r.get("estimate") for r in (auto, text)):
+        return None
+    ours, theirs = float(auto["estimate"]), float(text["estimate"])
+    versus = (f"expected macro-F1 {ours:.3f} ({_interval(auto)}) against {theirs:.3f} ({_interval(text)}) for the "
+              f"best model without the pool (auto-text: {text.get('chosen', '')})")
     advice = ("describe the weak classes (Project screen), label more of their rows, or write or edit annotators for "
               "them, then evolve again.")
-    if not uses_pool:
-        return False, (f"The text alone does as well here: auto chose a model that reads no votes, {versus}. The pool "
-                       f"earns its place by adding what the text misses: {advice}")
+    if auto.get("uses_pool") != 1:
+        return False, (f"The text alone does as well here: auto chose a model that does not use the pool, {versus}. "
+                       f"The pool earns its place by adding what the text misses: {advice}")
     how = _how_it_uses_the_pool(str(auto.get("chosen", "")))
     if ours <= theirs:
-        return False, (f"Auto's choice {how} (chosen on the rows that "
-                       "judge what reads them), yet "
-                       f"{versus}: on dev the pool does not lead yet. To make it lead: {advice}")
-    said = f"The pool earns its place here: auto's choice {how}, {versus}."
-    if auto.get("chosen_on") != "audit":
-        audit_rows = auto.get("n_audit")
-        few = (f"too few audit rows ({int(audit_rows)}) to judge it" if audit_rows == audit_rows and audit_rows
-               else "no audit rows")
-        said += (f" There are {few}: the pool was chosen on these dev rows, so figures that read its votes lean "
-                 "optimistic.")
-    return True, said
+        return False, f"Auto's choice {how}, yet {versus}: the pool does not lead yet. To make it lead: {advice}"
+    low = auto.get("interval")
+    sure = isinstance(low, (list, tuple, np.ndarray)) and float(low[0]) > theirs
+    return True, (f"The pool earns its place here: auto's choice {how}, {versus}." + (
+        "" if sure else " The lead lies inside the interval: more audit rows would make it sure."))
+
+
+def _interval(row: pd.Series) -> str:
+    v = row.get("interval")
+    if not isinstance(v, (list, tuple, np.ndarray)):
+        return "no interval"
+    return f"90% interval {float(v[0]):.2f}–{float(v[1]):.2f}"
 
 
 def _how_it_uses_the_pool(chosen: str) -> str:
@@ -293,39 +259,42 @@ def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
 
 
 def _student_help(chosen: str) -> str:
-    """How a student (or the mean of several) came to be chosen, or nothing for any other choice."""
-    learns = ". A student learns from its teacher's labels of thousands of unlabeled rows"
-    if chosen.startswith("avg(student"):
-        return (learns + "; students of different teachers err on different rows, and their mean was chosen on a "
-                "higher score than any of them")
-    if chosen.startswith(VOTE_STUDENT):
-        return (learns + " and reads the text and the pool's votes: it learns how far to trust each annotator on rows "
-                "the pool was not chosen on; chosen on a higher score")
-    if is_student(chosen):
-        return (learns + " and reads only the text; auto keeps it over its teacher unless the teacher beats it in "
-                "every resample of the rows it is judged on")
+    """How a student (or a mean holding one) came to be chosen, or nothing for any other choice."""
+    if STUDENT in chosen:
+        return (". A student learns from its teacher's labels of thousands of unlabeled rows and reads only the text "
+                "when it labels a row; a mean was taken where the rows could not tell the two best apart")
     return ""
 
 
-def summary_metrics(result: SavedLabels) -> None:
+def headline(result: SavedLabels, labels: tuple[str, ...]) -> str:
+    """The one figure to bet on, in a sentence (the same `Estimate` the CLI's `eval` prints)."""
+    scores = result.dev_scores
+    if scores.estimate is not None:
+        return "Expected test " + scores.estimate.sentence(labels) + "."
+    if result.hard.ndim == 2:
+        return "Multi-label labels: the dev figures below are out of fold, at the threshold shown."
+    return ("No honest estimate: these labels read the pool's votes, the pool was chosen on these dev rows, and there "
+            "are too few audit rows to judge it. Hold audit rows back at import (a larger dev), or choose auto-text.")
+
+
+def summary_metrics(result: SavedLabels, labels: tuple[str, ...] = ()) -> None:
+    scores = result.dev_scores
+    (st.success if scores.estimate is not None else st.info)(headline(result, labels))
     labeled = labeled_rows(result)
     cols = st.columns(4)
     cols[0].metric("Rows labeled", f"{int(labeled.sum()):,} / {len(result.hard):,}")
     mean_confidence = export.confidence(result.probs, result.hard)[labeled].mean() if labeled.any() else None
     cols[1].metric("Mean confidence", f"{mean_confidence:.2f}" if mean_confidence is not None else "–")
-    scores = result.dev_scores
     auto_text = _auto_help(scores.choice, scores.n_audit) if scores.choice is not None else None
     cols[2].metric("Aggregator", result.aggregator, help=auto_text)
-    best, audit = scores.macro_f1, scores.audit_macro_f1
-    if isinstance(audit, float):  # the honest figure first: rows the pool was not selected on
-        cols[3].metric("Labels' audit macro-F1", f"{audit:.3f}",
-                       help=f"out-of-fold, on the {scores.n_audit} dev rows the agents and the gate never "
-                            f"saw; on all dev rows {best:.3f}")
+    est = scores.estimate
+    if est is not None:
+        cols[3].metric("Expected macro-F1", f"{est.macro_f1:.2f}", help=(
+            f"{est.level:.0%} interval {est.low:.3f}–{est.high:.3f}, from {est.n_rows} rows that neither fitted nor "
+            "chose these labels"), delta=f"± {(est.high - est.low) / 2:.2f}", delta_color="off")
     else:
-        cols[3].metric("Labels' dev macro-F1", f"{best:.3f}" if isinstance(best, float) else "–",
-                       help="out-of-fold; no audit rows: the pool was chosen on these rows, so vote-based figures "
-                            "are optimistic")
+        best = scores.macro_f1
+        cols[3].metric("Dev macro-F1 (inflated)", f"{best:.3f}" if isinstance(best, float) else "–",
+                       help="out-of-fold on rows the pool was chosen on: optimistic, not an estimate")
     if auto_text:
         st.caption(auto_text[0].upper() + auto_text[1:] + ".")
-
-

@@ -151,7 +151,8 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
                  f"{f1_now:.3f}.")
         st.success(f"Last run finished{' (stopped)' if view.finished == 'stopped' else ''}: generation "
                    f"{last['generation']} ended with pool {last['pool_size']}, dev macro-F1 "
-                   f"{last['dev_macro_f1']:.3f}.{since}")
+                   f"{last['dev_macro_f1']:.3f} (on the fitness rows the gate chose it on).{since}"
+                   + queries.pool_audit_sentence(store, number))
     if view.candidates:
         table = pd.DataFrame(view.candidates)[["generation", "agent", "name", "precision", "coverage", "verdict",
                                                "reasons"]]

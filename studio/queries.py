@@ -11,7 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from engine import review, score
-from engine.domain import ABSTAIN, AUDIT, FITNESS
+from engine.domain import ABSTAIN, AUDIT, FITNESS, Estimate
+from engine.evolve import pool_audit_estimate
 from engine.expert_rows import PoolLikeness
 from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' markdown helpers, kept under queries
 from engine.store.workspace import Store
@@ -188,3 +189,19 @@ def pool_likeness(store: Store) -> PoolLikeness:
     state of the rows (seconds on long rows; verdicts and generations leave it be): each rerun, row selected and class
     picked only ranks."""
     return _pool_likeness(state.workspace_name(), store.rows_version())
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _pool_audit_estimate(name: str, version: tuple, number: int | None) -> Estimate | None:
+    return pool_audit_estimate(workspace.open_store(name), number)
+
+
+def pool_audit_sentence(store: Store, number: int | None = None) -> str:
+    """The pool's honest figure beside its fitness figure, in a sentence ('' without audit rows): its majority vote
+    on the audit rows the gate never saw, with the interval (`engine.evolve.pool_audit_estimate`)."""
+    est = _pool_audit_estimate(state.workspace_name(), workspace.version(store), number)
+    if est is None:
+        return ""
+    return (f" On the {est.n_rows} audit rows the agents and the gate never saw, its majority vote scores "
+            f"{est.macro_f1:.3f} ({est.level:.0%} interval {est.low:.2f}–{est.high:.2f}): the figure to expect on "
+            "new rows.")

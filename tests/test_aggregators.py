@@ -221,67 +221,6 @@ def test_feature_convention_dict_or_bare_matrix():
     np.testing.assert_array_equal(votes_only.predict_proba(votes), votes_only.predict_proba(votes, X))
 
 
-def test_auto_chooses_embedding_only_when_votes_are_noise():
-    rng = np.random.default_rng(11)
-    n = 150
-    y = rng.integers(0, K, n)
-    votes = rng.integers(ABSTAIN, K, (n, 8))  # pure noise
-    embedding = 2.0 * np.eye(K)[y] + rng.normal(0, 0.5, (n, K))
-    auto = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding})
-    assert auto.chosen_ == "embedding-only"
-    assert auto.oof_scores_["embedding-only"] > auto.oof_scores_["mv"] + 0.4
-    assert macro_f1(y, auto.oof_proba_.argmax(axis=1), K) == pytest.approx(auto.oof_scores_["embedding-only"])
-
-
-def test_auto_is_never_worse_on_dev_oof_than_its_best_ingredient():
-    y, votes, X = synthetic(8, 90, 5, cover=0.5)
-    auto = AutoAggregator(K, seed=1).fit(votes, y, X)
-    singles = {name: s for name, s in auto.oof_scores_.items() if not name.startswith("avg(")}
-    assert set(singles) == {"mv", "wmv", "ds", "evoagg[votes]", "embedding-only", "evoagg[embedding]",
-                            "tfidf-only", "evoagg[tfidf]"}
-    assert auto.oof_scores_[auto.chosen_] >= max(singles.values())
-    # without features only the vote-based ingredients compete
-    votes_only = AutoAggregator(K).fit(votes, y)
-    assert set(votes_only.oof_scores_) >= {"mv", "wmv", "ds", "evoagg[votes]"}
-    assert not any("embedding" in name for name in votes_only.oof_scores_)
-
-
-def test_auto_judges_on_audit_rows_where_votes_were_selected():
-    """Votes that are right on the rows they were chosen on and noise elsewhere fool all-dev scoring, not audit."""
-    rng = np.random.default_rng(5)
-    n = 200
-    y = rng.integers(0, K, n)
-    audit = np.zeros(n, dtype=bool)
-    audit[rng.permutation(n)[:40]] = True
-    votes = rng.integers(0, K, (n, 6))
-    votes[~audit] = y[~audit, None]  # "mined" on the fitness rows: perfect there, noise on the audit rows
-    embedding = 1.0 * np.eye(K)[y] + rng.normal(0, 0.6, (n, K))
-    fooled = AutoAggregator(K, seed=0).fit(votes, y, {"embedding": embedding})
-    assert fooled.judged_on_ == "dev" and fooled.chosen_ != "embedding-only"  # trusts the votes
-    honest = AutoAggregator(K, seed=0, min_audit=40).fit(votes, y, {"embedding": embedding}, audit=audit)
-    assert honest.judged_on_ == "audit" and honest.chosen_ == "embedding-only"
-    assert honest.oof_scores_["embedding-only"] > honest.oof_scores_["mv"] + 0.3
-    # too few audit rows to judge on: back to all dev rows
-    few = AutoAggregator(K, seed=0, min_audit=41).fit(votes, y, {"embedding": embedding}, audit=audit)
-    assert few.judged_on_ == "dev"
-
-
-def test_auto_leaves_out_votes_only_ingredients_when_the_pool_was_chosen_on_dev_and_no_audit_rows():
-    y, votes, X = synthetic(8, 90, 5, cover=0.5)
-    selected = AutoAggregator(K, seed=1).fit(votes, y, X, votes_selected=True)
-    assert selected.judged_on_ == "dev"
-    assert selected.left_out_ == ["mv", "wmv", "ds", "evoagg[votes]"]
-    assert not set(selected.oof_scores_) & {"mv", "wmv", "ds", "evoagg[votes]"}
-    assert {"evoagg[embedding]", "embedding-only", "evoagg[tfidf]", "tfidf-only"} <= set(selected.oof_scores_)
-    # with audit rows to judge on, the votes-only ingredients compete again: their figures there are honest
-    audit = np.zeros(len(y), dtype=bool)
-    audit[::2] = True
-    judged = AutoAggregator(K, seed=1, min_audit=40).fit(votes, y, X, audit=audit, votes_selected=True)
-    assert judged.judged_on_ == "audit" and judged.left_out_ == [] and "mv" in judged.oof_scores_
-    # without text features there is nothing else to choose from, so nothing is left out
-    assert AutoAggregator(K).fit(votes, y, votes_selected=True).left_out_ == []
-
-
 def test_registry():
     assert AGGREGATORS == ("mv", "wmv", "ds", "evoagg", "embedding", "auto", "auto-text", "auto-pool")
     # the choosers that read the votes are MultiLabelEvoAgg on a multi-label task ("auto:evoagg")
@@ -305,8 +244,8 @@ def test_registry_entry_says_what_the_aggregator_reads(name):
         entry.make(K).fit(votes, None, features)  # fits without labels
     model = entry.make(K).fit(votes, y, features)
     if isinstance(model, AutoAggregator) and not model.text_only:  # it reads what its chosen ingredient reads
-        kinds = {c.reads_text for c in model.candidates(features)}
-        assert kinds == {True, False} and entry.reads_votes and entry.reads_text
+        text, pool = model._models(features)
+        assert text and pool and entry.reads_votes and entry.reads_text
         return
     proba = model.predict_proba(votes, features)
     shuffled = np.random.default_rng(0).permutation(votes, axis=0)
@@ -522,28 +461,6 @@ def _proba(pred: np.ndarray, k: int = 2) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("extra_wrong, demoted", [(1, True), (25, False)])
-def test_auto_lets_a_vote_only_model_beat_the_text_only_when_the_audit_rows_are_sure(extra_wrong, demoted):
-    """Majority vote ahead of EvoAgg by one audit row stays behind it; ahead by 25 rows it leads."""
-    from engine.aggregators.auto import AutoAggregator, _Judge
-
-    y = np.array([0] * 88 + [1] * 12)
-    mv = y.copy()
-    text = y.copy()
-    text[:extra_wrong] = 1  # the text reader gets `extra_wrong` more rows wrong than majority vote
-    auto = AutoAggregator(2, seed=0)
-    auto.demoted_ = []
-    rows = np.arange(100)
-    ranked = auto._demote_unsure_vote_only(["mv", "evoagg[embedding]", "embedding-only"],
-                                          {"evoagg[embedding]", "embedding-only"},
-                                          {"mv": _proba(mv), "evoagg[embedding]": _proba(text),
-                                           "embedding-only": _proba(text)}, _Judge(y, rows, 2))
-    if demoted:
-        assert ranked == ["evoagg[embedding]", "mv", "embedding-only"] and auto.demoted_ == ["mv"]
-    else:
-        assert ranked[0] == "mv" and auto.demoted_ == []
-
-
 def test_auto_fits_in_worker_processes_give_the_same_choice_and_probabilities():
     """Above PARALLEL_MIN_CELLS the candidates' out-of-fold fits and the students' folds run on loky workers;
     the result must not depend on how many ran at once (read back in the order the fits were listed)."""
@@ -588,24 +505,6 @@ def test_oof_path_lands_where_fresh_fits_do(feature):
         # lbfgs stops at a gradient of 1e-4, not at the optimum: near it, and flatter the weaker the penalty
         np.testing.assert_allclose(proba, fresh, atol=0.02)
         assert (proba.argmax(axis=1) == fresh.argmax(axis=1)).mean() >= 0.98
-
-
-def test_demoted_vote_only_models_lose_ties_for_the_second_teacher():
-    """With accurate votes, majority vote ties the best vote-reading text model on the audit rows and is demoted
-    below the text readers (not surely better); the second teacher of auto's students is then picked in that
-    ranked order, so no student of the demoted majority vote is weighed."""
-    rng = np.random.default_rng(1)
-    n, m = 500, 5
-    y = rng.integers(0, K, n)
-    votes = np.where(rng.random((n, m)) < 0.97, y[:, None], (y[:, None] + rng.integers(1, K, (n, m))) % K)
-    emb = np.eye(K)[y] @ rng.normal(size=(K, 5)) + rng.normal(0, 1.0, (n, 5))
-    X = {"embedding": emb, "tfidf": sparse.csr_matrix(np.abs(emb) * (rng.random((n, 5)) < 0.6))}
-    dev, pool = np.arange(300), np.arange(300, 500)
-    auto = AutoAggregator(K, seed=0, n_jobs=1).fit(
-        votes[dev], y[dev], _take(X, dev), audit=np.random.default_rng(1).random(300) < 0.3,
-        unlabeled_votes=votes[pool], unlabeled_X=_take(X, pool))
-    assert "mv" in auto.demoted_
-    assert not any(name.startswith("student<mv") for name in auto.oof_scores_)
 
 
 def test_evoagg_vote_weight_scales_only_the_vote_block_beside_text():
@@ -664,25 +563,3 @@ def test_auto_on_an_empty_pool_chooses_from_the_text_and_evoagg_of_silent_votes_
     assert np.allclose(proba, proba[0]) and proba[0].sum() == pytest.approx(1.0)
 
 
-def test_auto_judges_every_candidate_over_the_classes_the_audit_rows_hold():
-    """Vote readers are judged on the audit rows, text readers on all dev rows: both over the classes the audit gold
-    holds. A class too small for audit rows (here 8 dev rows) counts for no one, and a vote reader that names it
-    on an audit row is not charged a 0 for a class that row set cannot judge (it had scored 0.10 below a text model
-    right on every class it could be judged on)."""
-    from sklearn.metrics import f1_score
-
-    from engine.aggregators.auto import _Judge
-
-    y = np.array([0] * 200 + [1] * 200 + [2] * 8)
-    audit = np.flatnonzero(y < 2)[::5]
-    predicted = y.copy()
-    predicted[audit[:3]] = 2  # three audit rows of class 0 named class 2
-    predicted[400:404] = 0  # half the small class missed
-    judge = _Judge(y, audit, 3)
-    assert judge.classes.tolist() == [True, True, False]
-    proba = np.eye(3)[predicted]
-    on_audit = f1_score(y[audit], predicted[audit], labels=[0, 1], average="macro")
-    on_dev = f1_score(y, predicted, labels=[0, 1], average="macro")
-    assert judge.score(proba, "evoagg[embedding]") == pytest.approx(on_audit)
-    assert judge.score(proba, "embedding-only") == pytest.approx(on_dev)
-    assert _Judge(y, None, 3).classes.all()  # judged on all dev rows: every class dev holds

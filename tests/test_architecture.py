@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine", "engine.domain", "engine.events", "engine.text_views"),
     ("engine.store",),
-    ("engine.ingest", "engine.sandbox", "engine.llm", "engine.embed", "engine.score"),
+    ("engine.ingest", "engine.sandbox", "engine.llm", "engine.embed", "engine.score", "engine.estimate"),
     ("engine.agents", "engine.gate", "engine.explain", "engine.aggregators", "engine.pseudo_labels",
      "engine.weak_spots"),
     ("engine.evolve", "engine.labeling", "engine.review", "engine.expert_rows", "engine.export", "engine.export_hf"),

@@ -42,15 +42,20 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     assert result["split"] == "test" and result["aggregator"] == "mv" and result["n"] == 250
     assert 0.0 <= result["coverage"] <= 1.0 and 0.0 < result["macro_f1"] <= 1.0
 
-    # auto says what it chose, on which rows, what it left out and whether it uses the pool: the demo's 120 dev
-    # rows give no audit rows, and the pool was chosen on them, so no candidate that reads the votes at
-    # prediction is trusted; a student (which reads text) may still have learned from a vote-reading teacher
+    # auto says what it chose, whether it uses the pool, and what to expect: the demo's 120 dev rows give no audit
+    # rows and the pool was chosen on them, so nothing that uses the pool is weighed, and the estimate (with its
+    # interval) comes from all dev rows; the pool's own figure is printed beside it
     result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto")
     assert out.returncode == 0, out.stderr
-    assert result["chosen_on"] == "dev" and result["left_out"][:4] == ["mv", "wmv", "ds", "evoagg[votes]"]
-    assert "evoagg[embedding]" in result["left_out"]
-    assert result["chosen"] not in result["left_out"] and 0.5 < result["macro_f1"] <= 1.0
-    assert result["uses_pool"] is reads_votes(result["chosen"])
+    assert result["chosen_on"] == "dev" and result["uses_pool"] is False and not reads_votes(result["chosen"])
+    assert 0.5 < result["macro_f1"] <= 1.0
+    low, high = result["interval"]
+    assert low <= result["estimate"] <= high and result["judged_on"] == "dev" and result["n_rows"] == 120
+    assert "read no votes" in result["note"]
+    assert 0 < result["pool_majority_vote"]["macro_f1"] <= 1 and 0 < result["pool_majority_vote"]["coverage"] <= 1
+    dev, out = evopool("eval", "--workdir", ws, "--split", "dev", "--aggregator", "auto")
+    assert out.returncode == 0, out.stderr
+    assert dev["estimate"] == result["estimate"] and dev["interval"] == result["interval"]  # one figure, both ways
     result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto-text")
     assert out.returncode == 0, out.stderr
     assert result["uses_pool"] is False and not reads_votes(result["chosen"])

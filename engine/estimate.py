@@ -1,0 +1,77 @@
+"""Honest figures: macro-F1 measured on rows that neither fitted nor chose what they judge, with an interval.
+
+`estimate_macro_f1` turns (gold, predicted) pairs of such rows into an `Estimate`: the macro-F1 over the classes the
+rows hold and a `level` interval. Each class's F1 is 2tp / (2tp + fp + fn); its uncertainty is drawn as a Beta over
+tp "hits" and (fp + fn) / 2 "misses" (Jeffreys' half counts), so a class judged on 3 rows carries a wide spread and a
+perfect score on 99 rows still has a lower bound below 1 (a plain bootstrap of a perfect score collapses to [1, 1]).
+A class with no judged row cannot be judged at all: in each draw its F1 is that of another class drawn at random, so
+the interval carries it and the point estimate never silently drops it (it counts as the mean of the others). Classes
+with fewer than `THIN_CLASS_ROWS` rows are named as too few to judge.
+`paired_wins` is the paired comparison a chooser needs: how often one set of predictions beats another on the same
+resampled rows. Pure numpy, seeded, deterministic.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.domain import Estimate
+from engine.score import per_class_f1
+
+THIN_CLASS_ROWS = 5  # fewer judged rows than this: one row moves the class's F1 by 0.2 or more
+LEVEL = 0.9
+DRAWS = 1000
+# the counts' weight in the Beta: below 1 widens it for what the counts do not show, the new rows' own sampling noise
+# (a test split is a sample too) and the tie between classes (one row's error is one class's miss and another's false
+# alarm). At 1.0, simulated rows (500 or 100 of them, 2-10 classes) held the figure of 1,000 new rows in 78-89 % of
+# draws of a 90 % interval; at 0.75, in 87-93 %
+SHARPNESS = 0.75
+
+
+def _class_f1(y: np.ndarray, pred: np.ndarray, n_classes: int, judged: np.ndarray) -> np.ndarray:
+    return per_class_f1(y, pred, n_classes)[judged]
+
+
+def estimate_macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int, judged_on: str, seed: int = 0,
+                      draws: int = DRAWS, level: float = LEVEL) -> Estimate | None:
+    """The estimate and `level` interval of the macro-F1 these predictions would reach on new rows; None
+    without a row to judge on. `y`, `pred`: (n,) class ids of the judging rows (pred may hold ABSTAIN)."""
+    y = np.asarray(y, dtype=np.int64)
+    pred = np.asarray(pred, dtype=np.int64)
+    if len(y) == 0:
+        return None
+    counts = np.bincount(y, minlength=n_classes)[:n_classes]
+    present = counts > 0
+    thin = tuple(int(c) for c in np.flatnonzero(present & (counts < THIN_CLASS_ROWS)))
+    unjudged = tuple(int(c) for c in np.flatnonzero(~present))
+    hits = np.bincount(y[pred == y], minlength=n_classes)[:n_classes].astype(float)
+    misses = (counts - hits + np.bincount(pred[(pred >= 0) & (pred != y)], minlength=n_classes)[:n_classes]) / 2
+    observed = per_class_f1(y, pred, n_classes)[present]
+    point = float(observed.mean())  # a class with no row counts as the mean of the others
+    rng = np.random.default_rng(seed)
+    a, b = SHARPNESS * hits[present] + 0.5, SHARPNESS * misses[present] + 0.5
+    # the Beta's spread around the observed F1 (its own mean leans toward 1/2 on a handful of rows)
+    f1 = np.clip(observed + rng.beta(a, b, size=(draws, len(a))) - a / (a + b), 0.0, 1.0)
+    if unjudged:  # each stands in as one of the judged classes of the same draw
+        picks = rng.integers(0, f1.shape[1], size=(draws, len(unjudged)))
+        f1 = np.concatenate([f1, np.take_along_axis(f1, picks, axis=1)], axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(f1.mean(axis=1), [tail, 1 - tail])
+    return Estimate(round(point, 4), round(float(min(low, point)), 4), round(float(max(high, point)), 4),
+                    int(len(y)), judged_on, thin, unjudged, level)
+
+
+def paired_wins(y: np.ndarray, a: np.ndarray, b: np.ndarray, n_classes: int, seed: int = 0,
+                draws: int = 200) -> float:
+    """The share of bootstrap draws of these rows (the same draw for both) in which predictions `a` score a
+    strictly higher macro-F1 than `b`, over the classes the rows hold."""
+    y, a, b = (np.asarray(arr, dtype=np.int64) for arr in (y, a, b))
+    if len(y) == 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    present = np.bincount(y, minlength=n_classes)[:n_classes] > 0
+    wins = 0
+    for _ in range(draws):
+        rows = rng.integers(0, len(y), len(y))
+        wins += _class_f1(y[rows], a[rows], n_classes, present).mean() > \
+            _class_f1(y[rows], b[rows], n_classes, present).mean() + 1e-12
+    return wins / draws

@@ -47,6 +47,9 @@ if store.count_examples(AUDIT):  # the honest figure beside the one the pool was
                    help=f"the pool's {rule} on the audit rows; {fitness_f1:.3f} on the fitness rows the agents and "
                         "the gate chose it on. The audit rows were held back from them, so the gap shows how much "
                         f"of the fitness figure is selection.{same}")
+    honest = queries.pool_audit_sentence(store)
+    if honest:  # the same figure with its interval, as the Evolve screen says it
+        st.caption(f"The pool as it stands, {fitness_f1:.3f} on the fitness rows.{honest}")
 else:
     fitness_f1 = score.pool_macro_f1(fitness_votes, fitness_gold, k)
     cols[3].metric("Pool dev macro-F1", f"{fitness_f1:.3f}",

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from engine import export, review, score
 from engine.agents.offline import OfflineProposer
 from engine.domain import AUDIT, FITNESS, SoftLabels
-from engine.evolve import current_dev_macro_f1, evolve
+from engine.evolve import current_dev_macro_f1, evolve, pool_audit_estimate
 from engine.ingest.importer import IngestOptions, import_path
 from engine.jobs import REGISTRY, start_labels
 from engine.markdown import escape_md
@@ -908,6 +908,9 @@ def test_audit_rows_show_the_honest_figure_beside_the_selected_one(home):
     fitness = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), FITNESS).votes, store.label_indices(FITNESS), 2)
     audit = score.pool_macro_f1(store.vote_matrix(store.pool_ids(), AUDIT).votes, store.label_indices(AUDIT), 2)
     assert audit_metric.value == f"{audit:.3f}" and audit_metric.delta == f"{audit - fitness:+.3f} vs fitness"
+    honest = pool_audit_estimate(store)  # the same figure, with its interval, in words
+    assert honest.macro_f1 == pytest.approx(audit, abs=1e-4) and honest.low <= audit <= honest.high
+    assert f"its majority vote scores {honest.macro_f1:.3f} (90% interval {honest.low:.2f}" in texts(at)
     # contributions are measured where the gate measures them: on the fitness rows
     bars = next(c for c in charts(at) if "What each annotator adds" in c["layout"]["title"]["text"])["data"][0]
     fitness_votes = store.vote_matrix(store.pool_ids(), FITNESS).votes

@@ -181,7 +181,10 @@ class AutoAggregator(BaseAggregator):
         if not votes_selected:
             pool_judged_on = np.arange(len(y))
         elif audit_rows is not None:
-            pool_judged_on = audit_rows
+            # a class too small to have audit rows is judged on its dev rows (which lean optimistic) rather than
+            # left out: a rare class is most often the weakest, and test's macro-F1 counts it like any other
+            missing = np.setdiff1d(np.unique(y), y[audit_rows])
+            pool_judged_on = np.union1d(audit_rows, np.flatnonzero(np.isin(y, missing)))
         self.judged_on_ = AUDIT if votes_selected and audit_rows is not None else "dev"  # where the pool is judged
         no_pool = v.shape[1] == 0 and bool(feats)
         text_models, pool_models = self._models(feats)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from importlib import metadata
@@ -254,6 +255,27 @@ def cmd_eval(args: argparse.Namespace) -> dict:
                         threshold=args.threshold)
 
 
+def cmd_suggest(args: argparse.Namespace) -> None:
+    """The rows worth labeling, best first, one JSON line each (`id`, `text`, `why`)."""
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.label_queue import suggest_rows
+
+    with CompiledExecutor() as executor:
+        for suggestion in suggest_rows(args.store, executor, args.n, args.strategy, args.seed):
+            print(json.dumps(suggestion.to_dict()), flush=True)
+
+
+def cmd_teach(args: argparse.Namespace) -> dict:
+    """An expert's labels (CSV `id,label`) into dev, all or nothing; the rows added per class."""
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.label_queue import read_teach_csv, teach
+
+    labeled = read_teach_csv(args.labels)
+    with CompiledExecutor() as executor:
+        added = teach(args.store, executor, labeled, args.by, note=f"taught from {args.labels.name}")
+    return {"added": sum(added.values()), "per_class": added, "dev_rows": args.store.count_examples("dev")}
+
+
 def cmd_export(args: argparse.Namespace) -> dict:
     from engine.agents.compiled_executor import CompiledExecutor
     from engine.export import write_export
@@ -485,6 +507,22 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=("test", "dev"), default="test")
     labeling(ev)
     ev.set_defaults(handler=cmd_eval)
+
+    su = sub.add_parser("suggest", help="print the unlabeled rows worth labeling, best first (JSON lines)")
+    common(su)
+    su.add_argument("--n", type=int, default=25, help="how many rows (default 25)")
+    su.add_argument("--strategy", choices=("queue", "uncertainty", "random"), default="queue",
+                    help="queue: the studio's mix of signals, spread out (default); uncertainty: the text model's "
+                         "least sure rows; random: seeded draws (the baselines bench/expert_loop.py weighs)")
+    su.add_argument("--seed", type=int, default=0)
+    su.set_defaults(handler=cmd_suggest)
+
+    te = sub.add_parser("teach", help="add an expert's labels (CSV id,label) to dev, all or nothing")
+    common(te)
+    te.add_argument("labels", type=Path, help="CSV with a header id,label; ids of unlabeled rows")
+    te.add_argument("--by", default=os.environ.get("EVOPOOL_EXPERT") or os.environ.get("USER") or "cli",
+                    help="who labeled them, recorded with each row (default: $EVOPOOL_EXPERT, else $USER)")
+    te.set_defaults(handler=cmd_teach)
 
     ex = sub.add_parser("export", help="write every example with its soft label")
     common(ex)

@@ -42,7 +42,7 @@ from engine.aggregators.parallel import run_calls
 from engine.aggregators.student import StudentAggregator, student_rows, student_sample_size
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT, AUDIT_MIN_ROWS_TO_JUDGE, Estimate
-from engine.estimate import estimate_macro_f1, paired_wins
+from engine.estimate import estimate_by_difference, estimate_macro_f1, paired_wins
 from engine.score import macro_f1
 
 # the student's text views, the first set present: on relation tasks the masked sentence embeddings, the TF-IDF of the
@@ -282,18 +282,25 @@ class AutoAggregator(BaseAggregator):
 
     def _nested_estimate(self, oof: dict[str, np.ndarray], y: np.ndarray, rows: Callable[[str], np.ndarray],
                          folds: list) -> Estimate | None:
-        """The rule applied in each fold to the other folds' rows; the held fold's judging rows scored with what it
-        chose there (out-of-fold predictions: no model saw their labels either)."""
-        held_rows, predicted, on_audit = [], [], False
+        """The rule applied in each fold to the other folds' rows, and each held row predicted by what its fold chose
+        there (out of fold: no model saw its label either). Where some fold chose what reads the pool, that can be
+        judged on its audit rows only: the estimate is a text model's figure on every row plus the chosen's paired
+        lead over it on those rows (`estimate_by_difference`)."""
+        predicted = np.full(len(y), -1)
+        on_pool = False
         for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
             members = self._choose(oof, y, rows, train)
-            judged = np.intersect1d(held, rows(_mean_name(members)))
-            held_rows.append(judged)
-            predicted.append(np.mean([oof[m][judged] for m in members], axis=0).argmax(axis=1))
-            on_audit |= len(rows(_mean_name(members))) < len(y)
-        at = np.concatenate(held_rows)
-        return estimate_macro_f1(y[at], np.concatenate(predicted), self.n_classes, AUDIT if on_audit else "dev",
-                                 self.seed)
+            predicted[held] = np.mean([oof[m][held] for m in members], axis=0).argmax(axis=1)
+            on_pool |= len(rows(_mean_name(members))) < len(y)
+        if not on_pool:
+            return estimate_macro_f1(y, predicted, self.n_classes, "dev", self.seed)
+        text = [n for n in oof if not reads_votes(n)]
+        judged = np.zeros(len(y), dtype=bool)
+        judged[rows(next(n for n in oof if reads_votes(n)))] = True
+        if not text:  # nothing judged on every row to lean on: the audit rows alone
+            return estimate_macro_f1(y[judged], predicted[judged], self.n_classes, AUDIT, self.seed)
+        reference = next((n for n in text if n.startswith(STUDENT)), text[0])
+        return estimate_by_difference(y, predicted, oof[reference].argmax(axis=1), judged, self.n_classes, self.seed)
 
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
         v = self._votes_for_predict(votes)

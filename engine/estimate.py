@@ -5,8 +5,11 @@ rows hold and a `level` interval. Each class's F1 is 2tp / (2tp + fp + fn); its 
 tp "hits" and (fp + fn) / 2 "misses" (Jeffreys' half counts), so a class judged on 3 rows carries a wide spread and a
 perfect score on 99 rows still has a lower bound below 1 (a plain bootstrap of a perfect score collapses to [1, 1]).
 A class with no judged row cannot be judged at all: in each draw its F1 is that of another class drawn at random, so
-the interval carries it and the point estimate never silently drops it (it counts as the mean of the others). Classes
-with fewer than `THIN_CLASS_ROWS` rows are named as too few to judge.
+the interval carries it and the point estimate never silently drops it (it counts as the mean of the others). A class
+with fewer than `THIN_CLASS_ROWS` rows is judged only in part: its own figure weighs n / (n + THIN_CLASS_ROWS), the
+rest is the other classes' (shrinkage: one row of a two-row class moves its F1 by 0.5). Such classes are named.
+`estimate_by_difference` is the figure of what can be judged on a few rows only (what reads the pool: its audit
+rows), sharpened by a model judged on every row.
 `paired_wins` is the paired comparison a chooser needs: how often one set of predictions beats another on the same
 resampled rows. Pure numpy, seeded, deterministic.
 """
@@ -46,18 +49,32 @@ def estimate_macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int, judged_on
     hits = np.bincount(y[pred == y], minlength=n_classes)[:n_classes].astype(float)
     misses = (counts - hits + np.bincount(pred[(pred >= 0) & (pred != y)], minlength=n_classes)[:n_classes]) / 2
     observed = per_class_f1(y, pred, n_classes)[present]
-    point = float(observed.mean())  # a class with no row counts as the mean of the others
+    own = own_weight(counts[present])  # a thin class counts partly as the others: its own figure is mostly chance
+    solid = own == 1.0
+    typical = observed[solid] if solid.any() else observed
+    point = float((own * observed + (1 - own) * typical.mean()).mean())  # an unjudged class: the mean of the others
     rng = np.random.default_rng(seed)
     a, b = SHARPNESS * hits[present] + 0.5, SHARPNESS * misses[present] + 0.5
     # the Beta's spread around the observed F1 (its own mean leans toward 1/2 on a handful of rows)
     f1 = np.clip(observed + rng.beta(a, b, size=(draws, len(a))) - a / (a + b), 0.0, 1.0)
-    if unjudged:  # each stands in as one of the judged classes of the same draw
-        picks = rng.integers(0, f1.shape[1], size=(draws, len(unjudged)))
-        f1 = np.concatenate([f1, np.take_along_axis(f1, picks, axis=1)], axis=1)
+    stand_ins = f1[:, solid] if solid.any() else f1
+    # a thin class's other part, and each unjudged class, stands in as a class drawn from the well-judged ones
+    drawn = np.take_along_axis(stand_ins, rng.integers(0, stand_ins.shape[1], size=(draws, len(a))), axis=1)
+    f1 = own * f1 + (1 - own) * drawn
+    if unjudged:
+        picks = rng.integers(0, stand_ins.shape[1], size=(draws, len(unjudged)))
+        f1 = np.concatenate([f1, np.take_along_axis(stand_ins, picks, axis=1)], axis=1)
     tail = (1 - level) / 2
     low, high = np.quantile(f1.mean(axis=1), [tail, 1 - tail])
     return Estimate(round(point, 4), round(float(min(low, point)), 4), round(float(max(high, point)), 4),
                     int(len(y)), judged_on, thin, unjudged, level)
+
+
+def own_weight(rows: np.ndarray) -> np.ndarray:
+    """How far a class's own figure counts, by its judged rows: fully from THIN_CLASS_ROWS on, else n / (n + that)
+    (shrinkage toward the other classes: two rows say little of a class's F1)."""
+    rows = np.asarray(rows, dtype=float)
+    return np.where(rows >= THIN_CLASS_ROWS, 1.0, rows / (rows + THIN_CLASS_ROWS))
 
 
 def paired_wins(y: np.ndarray, a: np.ndarray, b: np.ndarray, n_classes: int, seed: int = 0,
@@ -91,9 +108,12 @@ def estimate_by_difference(y: np.ndarray, pred: np.ndarray, reference: np.ndarra
         return None
     present = np.bincount(y[at], minlength=n_classes)[:n_classes] > 0
 
+    own = own_weight(np.bincount(y[at], minlength=n_classes)[:n_classes][present])  # a thin class's lead is chance
+
     def lead(rows: np.ndarray) -> float:
-        return float(_class_f1(y[rows], pred[rows], n_classes, present).mean()
-                     - _class_f1(y[rows], reference[rows], n_classes, present).mean())
+        gap = _class_f1(y[rows], pred[rows], n_classes, present) - _class_f1(y[rows], reference[rows], n_classes,
+                                                                             present)
+        return float((own * gap).mean())
 
     rng = np.random.default_rng(seed + 1)
     by_class = [at[y[at] == c] for c in range(n_classes) if present[c]]

@@ -15,6 +15,7 @@ PAGES = [
     st.Page("pages/evolve.py", title="Evolve", icon=":material/science:"),
     st.Page("pages/annotator.py", title="Annotator", icon=":material/code:"),
     st.Page("pages/analytics.py", title="Analytics", icon=":material/insights:"),
+    st.Page("pages/teach.py", title="Label rows", icon=":material/keyboard:"),
     st.Page("pages/labels.py", title="Labels & export", icon=":material/download:"),
 ]
 

@@ -400,3 +400,90 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
         assert rejected.id not in store.pool_ids()
     finally:
         Store.close_all()
+
+
+def test_ten_rows_labeled_on_the_keyboard_alone(tmp_path):
+    """Label rows screen: ten rows labeled with the number keys, one undone with U; dev, the record of who labeled
+    what, and the next suggestion (the row taken back, first again) are checked in the workspace afterwards."""
+    from playwright.sync_api import expect
+
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.agents.offline import OfflineProposer
+    from engine.evolve import evolve
+    from engine.ingest.importer import IngestOptions, import_path
+    from engine.labeling import text_features
+    from engine.store.workspace import Store
+
+    home = tmp_path / "home"
+    store = Store.open(home / "keys")
+    import_path(store, ROOT / "data" / "demo" / "youtube_spam.csv", IngestOptions())
+    with CompiledExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+    text_features(store, store.examples_frame(), ("embedding",))  # cached in the workspace, as a labels job leaves it
+    dev_before = store.count_examples("dev")
+    Store.close_all()
+    proc, url = start_studio(home, tmp_path / "streamlit.log")
+    shown: list[str] = []
+    try:
+        with sync_playwright_page() as page:
+            page.goto(f"{url}/teach?ws=keys")
+            page.get_by_role("heading", name="Label rows").first.wait_for(timeout=60_000)
+            page.get_by_text(re.compile(r"^Row .* · picked because")).first.wait_for(timeout=120_000)
+            _idle(page, 120_000)
+            page.get_by_label("Your name (recorded with every label)").fill("keyboard curator")
+            page.keyboard.press("Tab")
+            _idle(page)
+            page.get_by_role("heading", name="Label rows").first.click()  # focus off the text box: keys reach the app
+
+            def current_row() -> str:
+                caption = _live(page).get_by_text(re.compile(r"^Row .* · picked because")).first
+                return caption.inner_text().split(" · ")[0]
+
+            expect(_live(page).get_by_role("button", name=re.compile("1 · HAM"))).to_be_enabled()
+            for i in range(10):
+                row = current_row()
+                shown.append(row)
+                page.wait_for_timeout(500)  # the redrawn buttons take their shortcuts a moment after they show
+                page.keyboard.press(str(1 + i % 2))
+                try:
+                    expect(_live(page).get_by_test_id("stMetricValue").first).to_have_text(str(i + 1), timeout=30_000)
+                except AssertionError:
+                    _shot(page, "label-rows-failure")
+                    raise
+                _idle(page)
+            page.wait_for_timeout(500)
+            page.keyboard.press("u")
+            expect(page.get_by_text("Took back the label of row")).to_be_visible(timeout=30_000)
+            _idle(page)
+            assert current_row() == shown[-1]
+            _shot(page, "label-rows-keyboard")
+    finally:
+        stop_studio(proc)
+    store = Store.open(home / "keys")
+    try:
+        assert store.count_examples("dev") == dev_before + 9
+        record = store.expert_labels()
+        assert len(record) == 9 and set(record["labeled_by"]) == {"keyboard curator"}
+        ids = [row.removeprefix("Row ") for row in shown]
+        assert list(record.sort_values("labeled_at")["example_id"]) == ids[:9]
+        assert list(record.sort_values("labeled_at")["label"]) == [i % 2 for i in range(9)]  # keys 1, 2: class ids
+        assert ids[9] in store.example_ids("pool")  # undone: unlabeled again
+    finally:
+        Store.close_all()
+
+
+class sync_playwright_page:
+    """A Chromium page for one test (closed with its browser)."""
+
+    def __enter__(self):
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        self._browser = self._pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = self._browser.new_page(viewport={"width": 1366, "height": 900})
+        page.set_default_timeout(30_000)
+        return page
+
+    def __exit__(self, *exc):
+        self._browser.close()
+        self._pw.stop()

@@ -1625,3 +1625,31 @@ def test_llm_agents_without_a_key_or_endpoint_say_so_before_run(home, monkeypatc
     assert not [w for w in at.warning if "cannot run yet" in w.value]
     assert not at.button(key="evolve_start").disabled
     assert REGISTRY.latest(home / "keyless", "evolve") is None  # nothing was started
+
+
+# ---- label rows (the keyboard screen) -------------------------------------------------------------------------------
+def test_label_rows_screen_labels_skips_and_undoes(home):
+    store = seed(home, "teach-me", generations=1)
+    labels = store.load_task().labels
+    dev_before = store.count_examples("dev")
+    at = run("teach-me", "pages/teach.py")
+    at.text_input(key="teach_who").set_value("ana").run()
+    first = next(c.value for c in at.caption if c.value.startswith("Row "))
+    assert "picked because" in first
+    at.button(key="teach_label_0").click().run()  # key 1: the first label
+    assert not at.exception, [e.value for e in at.exception]
+    assert store.count_examples("dev") == dev_before + 1
+    record = store.expert_labels()
+    assert list(record["labeled_by"])[-1] == "ana"
+    second = next(c.value for c in at.caption if c.value.startswith("Row "))
+    assert second != first
+    at.button(key="teach_skip").click().run()
+    third = next(c.value for c in at.caption if c.value.startswith("Row "))
+    assert third not in (first, second) and store.count_examples("dev") == dev_before + 1
+    at.button(key="teach_undo").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert store.count_examples("dev") == dev_before
+    back = next(c.value for c in at.caption if c.value.startswith("Row "))
+    assert first.split(" · ")[0] == back.split(" · ")[0] and "taken back" in back
+    counts = next(d.value for d in at.dataframe if "labeled here" in d.value)
+    assert counts["labeled here"].sum() == 0 and list(counts["class"]) == list(labels)

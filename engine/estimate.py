@@ -4,10 +4,10 @@
 rows hold and a `level` interval. Each class's F1 is 2tp / (2tp + fp + fn); its uncertainty is drawn as a Beta over
 tp "hits" and (fp + fn) / 2 "misses" (Jeffreys' half counts), so a class judged on 3 rows carries a wide spread and a
 perfect score on 99 rows still has a lower bound below 1 (a plain bootstrap of a perfect score collapses to [1, 1]).
-A class with no judged row cannot be judged at all: in each draw its F1 is that of another class drawn at random, so
-the interval carries it and the point estimate never silently drops it (it counts as the mean of the others). A class
-with fewer than `THIN_CLASS_ROWS` rows is judged only in part: its own figure weighs n / (n + THIN_CLASS_ROWS), the
-rest is the other classes' (shrinkage: one row of a two-row class moves its F1 by 0.5). Such classes are named.
+A class with fewer than `THIN_CLASS_ROWS` rows is judged only in part: its own figure weighs n / (n + THIN_CLASS_ROWS),
+the rest is the thin classes' pooled figure (row-weighted: rare classes are seldom as good as the common ones, so
+shrinking toward all classes would flatter the labels), and a class with no judged row at all counts as that pooled
+figure, so the point estimate never silently drops it. Such classes are named.
 `estimate_by_difference` is the figure of what can be judged on a few rows only (what reads the pool: its audit
 rows), sharpened by a model judged on every row.
 `paired_wins` is the paired comparison a chooser needs: how often one set of predictions beats another on the same
@@ -49,23 +49,27 @@ def estimate_macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int, judged_on
     hits = np.bincount(y[pred == y], minlength=n_classes)[:n_classes].astype(float)
     misses = (counts - hits + np.bincount(pred[(pred >= 0) & (pred != y)], minlength=n_classes)[:n_classes]) / 2
     observed = per_class_f1(y, pred, n_classes)[present]
-    own = own_weight(counts[present])  # a thin class counts partly as the others: its own figure is mostly chance
-    solid = own == 1.0
-    typical = observed[solid] if solid.any() else observed
-    point = float((own * observed + (1 - own) * typical.mean()).mean())  # an unjudged class: the mean of the others
+    rows = counts[present]
+    own = own_weight(rows)  # a thin class counts partly as the thin classes together: its own figure is mostly chance
+    thin_mask = own < 1.0
+    # what a rare class scores is best told by the rare classes pooled (row-weighted): they are seldom as good as the
+    # common ones, so shrinking them toward the others' mean would flatter the labels (SemEval, ChemProt)
+    prior_of = thin_mask if thin_mask.any() else np.ones_like(thin_mask)
+    weights = rows[prior_of] / rows[prior_of].sum()
+    point_per_class = own * observed + (1 - own) * (weights @ observed[prior_of])
+    point = float(np.r_[point_per_class, np.full(len(unjudged), weights @ observed[prior_of])].mean())
     rng = np.random.default_rng(seed)
     a, b = SHARPNESS * hits[present] + 0.5, SHARPNESS * misses[present] + 0.5
-    # the Beta's spread around the observed F1 (its own mean leans toward 1/2 on a handful of rows)
+    # each class's F1 drawn from its Beta, around the observed figure (the Beta's own mean leans toward 1/2 on a
+    # handful of rows); the spread is read off these draws unshrunk: shrinking narrows it only as far as rare classes
+    # are alike, which nobody checked
     f1 = np.clip(observed + rng.beta(a, b, size=(draws, len(a))) - a / (a + b), 0.0, 1.0)
-    stand_ins = f1[:, solid] if solid.any() else f1
-    # a thin class's other part, and each unjudged class, stands in as a class drawn from the well-judged ones
-    drawn = np.take_along_axis(stand_ins, rng.integers(0, stand_ins.shape[1], size=(draws, len(a))), axis=1)
-    f1 = own * f1 + (1 - own) * drawn
-    if unjudged:
-        picks = rng.integers(0, stand_ins.shape[1], size=(draws, len(unjudged)))
-        f1 = np.concatenate([f1, np.take_along_axis(stand_ins, picks, axis=1)], axis=1)
+    if unjudged:  # a class with no row at all: rarer still, it scores as the thin classes together
+        f1 = np.concatenate([f1, np.repeat((f1[:, prior_of] @ weights)[:, None], len(unjudged), axis=1)], axis=1)
+    raw = f1.mean(axis=1)
+    center = float(np.r_[observed, np.full(len(unjudged), weights @ observed[prior_of])].mean())
     tail = (1 - level) / 2
-    low, high = np.quantile(f1.mean(axis=1), [tail, 1 - tail])
+    low, high = np.clip(point + np.quantile(raw - center, [tail, 1 - tail]), 0.0, 1.0)
     return Estimate(round(point, 4), round(float(min(low, point)), 4), round(float(max(high, point)), 4),
                     int(len(y)), judged_on, thin, unjudged, level)
 

@@ -50,12 +50,20 @@ from engine.score import macro_f1
 STUDENT_VIEWS = (("masked", "relation", "tfidf"), ("embedding", "relation", "tfidf"), ("embedding", "tfidf"))
 # the student learns from thousands of rows, so it can afford weaker regularisation than the models fitted on dev
 STUDENT_C = 10.0
+RELATION_VIEWS = ("masked", "relation")
 CONFIDENCE = 0.9  # the share of paired bootstrap draws the best must win to be taken alone over the runner-up
 
 
 def student_views(feats: dict) -> tuple[str, ...]:
     """The text views auto's students read: the first set of STUDENT_VIEWS present, else the first feature."""
     return next((views for views in STUDENT_VIEWS if all(view in feats for view in views)), tuple(feats)[:1])
+
+
+def teacher_views(feats: dict) -> tuple[str, ...]:
+    """The views the text and the pool candidates average: on relation tasks the two that see the entity pair (the
+    masked sentence and the words between and around the mentions; a whole-sentence view dilutes the relation, and
+    `auto` chose teachers of these two alone on SemEval's dev rows in each seed before this rule), else every view."""
+    return RELATION_VIEWS if all(view in feats for view in RELATION_VIEWS) else tuple(feats)
 
 
 def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: np.ndarray, y: np.ndarray,
@@ -132,8 +140,9 @@ class AutoAggregator(BaseAggregator):
                                                                                False),
                         _Model("ds", lambda C: DawidSkene(k), False),
                         _Model("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), True)]
-        text = [_Model(f"{n}-only", lambda C, n=n: TextOnly(k, feature=n, Cs=(C,), seed=seed), True) for n in feats]
-        pool = [_Model(f"evoagg[{n}]", lambda C, n=n: EvoAgg(k, feature=n, Cs=(C,), seed=seed), True) for n in feats]
+        views = teacher_views(feats)
+        text = [_Model(f"{n}-only", lambda C, n=n: TextOnly(k, feature=n, Cs=(C,), seed=seed), True) for n in views]
+        pool = [_Model(f"evoagg[{n}]", lambda C, n=n: EvoAgg(k, feature=n, Cs=(C,), seed=seed), True) for n in views]
         return text, pool
 
     def _fit_models(self, models: list[_Model], v: np.ndarray, y: np.ndarray, feats: dict | None, folds: list,

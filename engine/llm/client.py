@@ -248,7 +248,8 @@ MAX_TIMEOUT_S = 600.0
 LONG_WAIT_S = 10.0  # a wait before a retry at least this long is said (openai's own backoff stays under it)
 MAX_TIMEOUTS = 2  # attempts of one call that may time out: then the server is taken for one that does not answer
 # attempts in a row, over all calls, that could not connect or lost the connection with no answer between them: then
-# the server is taken for gone (a crashed llama.cpp server cost 15 refused attempts, five per call, before this)
+# the server is taken for gone (a crashed llama.cpp server cost 15 refused attempts, five per call, before this).
+# Requests already in flight together may each fail before any is counted: with N in parallel, up to N fail
 MAX_CONNECTION_FAILURES = 2
 
 

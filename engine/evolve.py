@@ -133,9 +133,12 @@ def empty_reason(proposer: Proposer) -> str:
         return getattr(proposer, "budget_message", "") or "the LLM budget is spent"
     stopped = getattr(proposer, "stopped", None)
     dropped = [reason for _, reason in getattr(proposer, "last_dropped", [])]
+    skipped = getattr(proposer, "last_skipped", [])  # members that sent nothing (their endpoint stopped earlier)
     if dropped:
         common = "; ".join(f"{n}x {r[:120]}" for r, n in Counter(dropped).most_common(2))
-        return f"all {len(dropped)} drafts were dropped: {common}"
+        return f"all {len(dropped)} drafts were dropped: {common}" + "".join(f"; {s}" for s in skipped)
+    if skipped:
+        return "; ".join(skipped)
     if stopped:
         return "; ".join(stopped.values())
     return "the agent found nothing new to propose"
@@ -169,6 +172,8 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             on_event(EventKind.CANDIDATE, {"generation": number, "agent": role, "annotator_id": annotator.id,
                                    "name": annotator.name})
         finished = {"generation": number, "agent": role, "proposed": len(proposals), "kept": kept}
+        if proposals and getattr(proposer, "last_skipped", None):  # the others proposed; a skipped one says so
+            finished["skipped"] = "; ".join(proposer.last_skipped)
         if not proposals:
             finished["why"] = empty_reason(proposer)
         on_event(EventKind.AGENT_FINISHED, finished)

@@ -5,6 +5,10 @@ status (and headers such as Retry-After), or hang for a while. A queued step may
 the request body must contain, so parallel callers still get the step meant for them. Every request body
 and its headers are recorded for assertions. An empty queue answers 500 with a message saying so.
 
+`die()` queues a crash: that request's connection is closed unanswered and the server stops listening, so later
+connections are refused, as with a server process that died on its first chat request (a llama.cpp build for
+another CPU: exit 132, illegal instruction). `drop()` closes one request's connection unanswered and goes on.
+
 `serial=True` makes it answer one chat request at a time, as llama.cpp does: the others wait their turn.
 A client that closes its connection while its request hangs or waits is noticed, as llama.cpp notices
 before it starts a queued request: the request is dropped unanswered and listed in `closed_by_client`.
@@ -38,6 +42,8 @@ class Step:
     when: str | None = None  # only for a request whose body contains this substring
     finish_reason: str = "stop"  # "length": the reply hit max_tokens
     raw: tuple[str, str] | None = None  # (content type, body) sent as is with `status`: a proxy's page, plain text
+    drop: bool = False  # close this connection unanswered
+    die: bool = False  # ... and stop listening: the server process crashed
 
 
 @dataclass
@@ -88,6 +94,14 @@ class FakeOpenAIServer:
     def hang(self, seconds: float, *, then: str | None = None, when: str | None = None) -> None:
         self._push(Step(text=then if then is not None else "", hang_s=seconds, when=when))
 
+    def die(self) -> None:
+        """The next request crashes the server: no answer, and every later connection is refused."""
+        self._push(Step(drop=True, die=True))
+
+    def drop(self) -> None:
+        """The next request's connection is closed unanswered; the server goes on listening."""
+        self._push(Step(drop=True))
+
     def _push(self, step: Step) -> None:
         with self._lock:
             self._steps.append(step)
@@ -115,6 +129,8 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
+        if self._stopping.is_set():
+            return  # stopped already (a scripted crash)
         self._stopping.set()  # wakes hanging handlers
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -135,6 +151,12 @@ class FakeOpenAIServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: the recorded requests are the log."""
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                except OSError:
+                    pass  # the connection was shut (a scripted crash)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
@@ -197,6 +219,15 @@ class FakeOpenAIServer:
             def _answer(self, body: dict, step: Step | None) -> None:
                 if step is None:
                     self._json(500, _error("fake server: no scripted reply left for this request", "server_error"))
+                    return
+                if step.drop:
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)  # the client reads end of file, no answer
+                    except OSError:
+                        pass
+                    if step.die:
+                        server.stop()  # listening ends: later connections are refused
                     return
                 if step.hang_s and not self._wait(step.hang_s):
                     if not server._stopping.is_set():

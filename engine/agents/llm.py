@@ -28,11 +28,17 @@ from engine.agents import llm_spec, prompts
 from engine.agents.base import ProposalContext
 from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
-from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMClient, LLMReply
+from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMCallSkipped, LLMClient, LLMReply
 from engine.sandbox.checks import CodeRejected, Fenced, check_source, extract_code, fenced_blocks
 
 MODES = ("code", "spec", "auto")
 AUTO_SWITCH_AFTER = 2  # free-code calls in a row with nothing usable before "auto" switches to spec
+
+
+def endpoint_stopped_note(generation: int, role: str) -> str:
+    """What an agent that sent no request says once the endpoint stopped answering (at `role` of `generation`): it
+    must not repeat the failure of the call that found the server gone as if its own calls had failed."""
+    return f"skipped: the LLM endpoint stopped answering in generation {generation} (at the {role}); no call sent"
 
 
 def _prose_before(text: str, start: int, end: int) -> str:
@@ -133,6 +139,7 @@ class _Outcome:
     dropped: list[str] = field(default_factory=list)
     exhausted: bool = False
     failed: LLMCallFailed | None = None
+    skipped: bool = False  # not sent: the endpoint had stopped answering
 
 
 class LLMProposer:
@@ -164,6 +171,8 @@ class LLMProposer:
         self.budget_exhausted = False
         self.budget_message = ""
         self.notes: list[str] = []  # adaptations (server, mode) in words, for the run's summary
+        self.stopped_at: tuple[int, str] | None = None  # (generation, role) where the endpoint stopped answering
+        self.code_drafts = {"checked": 0, "passed": 0}  # free-code replies (and repairs) read, and those with code
         self._event_lock = threading.Lock()
         if hasattr(client, "on_note"):
             client.on_note = self._note  # type: ignore[attr-defined]
@@ -178,6 +187,10 @@ class LLMProposer:
         if budget is not None:
             out["budget"] = budget.summary()
         out["notes"] = list(self.notes)
+        out["code_drafts"] = dict(self.code_drafts)
+        advice = spec_mode_advice(self.mode, self.writing, self.code_drafts)
+        if advice:
+            out["advice"] = advice
         for name in ("parallel", "timeout_s", "format_shape"):  # what the client adapted to, at the end
             if hasattr(self.client, name):
                 out[name] = getattr(self.client, name)
@@ -201,7 +214,11 @@ class LLMProposer:
         self.last_dropped = []
         if not context.task.labels:
             return []
+        if self.stopped_at is not None:  # the endpoint stopped answering: nothing is sent, and nothing claimed failed
+            raise LLMCallSkipped(endpoint_stopped_note(*self.stopped_at))
         outcomes = self._run(self._jobs(role, context))
+        if getattr(self.client, "stopped_answering", None) and self.stopped_at is None:
+            self.stopped_at = (context.generation, role)
         known = {a.id for a in context.annotators} | set(context.excluded_ids)
         candidates: list[Candidate] = []
         for job, outcome in outcomes:
@@ -215,9 +232,12 @@ class LLMProposer:
                 candidates.append(Candidate(source=source, agent=role, parent_ids=job.parent_ids,
                                             rationale=rationale, written_by=self.written_by))
         # a call failed only if it gave nothing: a failed repair leaves the first reply's good code standing
-        failures = [o.failed for _, o in outcomes if o.failed is not None and not o.sources]
-        if outcomes and len(failures) == len(outcomes):
-            raise failures[0]  # the endpoint is down or unusable: say so rather than propose nothing
+        failed = [o for _, o in outcomes if o.failed is not None and not o.sources]
+        if outcomes and len(failed) == len(outcomes):  # the endpoint is down or unusable: say so, not propose nothing
+            sent = [o.failed for o in failed if not o.skipped]  # the call that found it so, not those never sent
+            if sent:
+                raise sent[0]
+            raise LLMCallSkipped(endpoint_stopped_note(*(self.stopped_at or (context.generation, role))))
         return candidates
 
     # ---- calls ---------------------------------------------------------------------------------
@@ -312,6 +332,9 @@ class LLMProposer:
             self.budget_message = str(err)
             outcome.dropped += [f"rejected, not repaired (budget exhausted): {e}" for e in errors]
             self._emit(EventKind.BUDGET_EXHAUSTED, {"agent": job.role, "call": job.index, "message": str(err)})
+        except LLMCallSkipped as err:  # never sent: a draft already read is dropped unrepaired, no call "failed"
+            outcome.failed, outcome.skipped = err, True
+            outcome.dropped += [f"rejected, not repaired (the LLM endpoint stopped answering): {e}" for e in errors]
         except LLMCallFailed as err:
             outcome.failed = err
             outcome.dropped += [f"rejected, repair call failed: {e}" for e in errors] or [f"LLM call failed: {err}"]
@@ -333,7 +356,12 @@ class LLMProposer:
         if job.mode == "spec" and job.task is not None:
             return llm_spec.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length",
                                         reasoning_only=reply.reasoning_only)
-        return check_reply(reply.text, cut_off=reply.finish_reason == "length", reasoning_only=reply.reasoning_only)
+        good, errors = check_reply(reply.text, cut_off=reply.finish_reason == "length",
+                                   reasoning_only=reply.reasoning_only)
+        with self._event_lock:
+            self.code_drafts["checked"] += 1
+            self.code_drafts["passed"] += bool(good)
+        return good, errors
 
     def _track_mode(self, job: _Job, outcome: _Outcome) -> None:
         """In "auto": after `AUTO_SWITCH_AFTER` free-code calls in a row with nothing usable, ask for specs."""
@@ -358,6 +386,17 @@ class LLMProposer:
         if self.on_event is not None:
             with self._event_lock:
                 self.on_event(kind, payload)
+
+
+def spec_mode_advice(mode: str, writing: str, code_drafts: dict[str, int]) -> str | None:
+    """The advice for a run whose free-code replies all failed the checks: spec mode, and why. "Label more dev rows"
+    was the wrong advice after 12 failed drafts of a 135M model: a small model cannot write the code at all."""
+    if writing != "code" or not code_drafts.get("checked") or code_drafts.get("passed"):
+        return None
+    then = "" if mode == "code" else f" (auto switches after {AUTO_SWITCH_AFTER} such replies in a row)"
+    return (f"none of the {code_drafts['checked']} free-code replies passed the checks: run with --llm-mode spec"
+            f"{then}. Small models write specs they can fill (a label, its cues, a view, which the engine renders "
+            "into an annotator), not free code")
 
 
 def _seed(context: ProposalContext, role: str, index: int, extra: str) -> int:

@@ -2,7 +2,8 @@
 
 A member whose endpoint fails (an `LLMError`: unreachable, refused key, calls failing for good) is stopped
 for the rest of the run with a note, and the others carry on; only when every member has stopped does the
-error reach the caller.
+error reach the caller. A stopped member is skipped, and says so (`last_skipped`): its drafts dropped before it
+stopped are not reported again as the later roles' own (a refiner once said "3x LLM call failed" having sent nothing).
 """
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import dataclasses
 from typing import Any
 
 from engine.agents.base import ProposalContext, Proposer
+from engine.agents.llm import endpoint_stopped_note
 from engine.domain import Candidate
 from engine.events import EventKind, EventSink, quiet
-from engine.llm.client import LLMError
+from engine.llm.client import LLMCallSkipped, LLMEndpointDown, LLMError
 
 
 class MixedProposer:
@@ -26,6 +28,9 @@ class MixedProposer:
         self.proposers = proposers
         self.on_event = on_event
         self.stopped: dict[str, str] = {}  # member name -> why it stopped
+        self._stops: dict[str, tuple[int, str, LLMError]] = {}  # member name -> (generation, role, error)
+        self._asked: list[Proposer] = []  # the members asked in the last `propose`
+        self.last_skipped: list[str] = []  # the members the last `propose` skipped, each with why
 
     def cancel(self) -> None:
         """Cut the calls in flight of every member that has any (the LLM agents)."""
@@ -36,12 +41,16 @@ class MixedProposer:
 
     def propose(self, role: str, context: ProposalContext) -> list[Candidate]:
         out: list[Candidate] = []
+        self._asked, self.last_skipped = [], []
         for proposer in self.proposers:
             if proposer.name in self.stopped:
+                self.last_skipped.append(f"{proposer.name} {self._skip_note(proposer.name)}")
                 continue
+            self._asked.append(proposer)
             try:
                 proposals = proposer.propose(role, context)
             except LLMError as err:
+                self._stops[proposer.name] = (context.generation, role, err)
                 self.stopped[proposer.name] = (f"the {proposer.name} agents stopped at the {role} of generation "
                                                f"{context.generation}: {err}")
                 if len(self.stopped) == len(self.proposers):
@@ -53,10 +62,19 @@ class MixedProposer:
             out.extend(c if c.written_by else dataclasses.replace(c, written_by=written_by) for c in proposals)
         return out
 
+    def _skip_note(self, name: str) -> str:
+        generation, role, err = self._stops[name]
+        if isinstance(err, LLMCallSkipped):  # it had found the endpoint gone in an earlier role: that one is named
+            return str(err)
+        if isinstance(err, LLMEndpointDown):
+            return endpoint_stopped_note(generation, role)
+        return f"skipped: it stopped at the {role} of generation {generation}; no call sent"
+
     @property
     def last_dropped(self) -> list[tuple[str, str]]:
-        """What the members dropped in their last `propose`, for those that report it."""
-        return [item for p in self.proposers for item in getattr(p, "last_dropped", [])]
+        """What the members asked in the last `propose` dropped there, for those that report it (a skipped member's
+        list is from an earlier role)."""
+        return [item for p in self._asked for item in getattr(p, "last_dropped", [])]
 
     @property
     def budget_exhausted(self) -> bool:

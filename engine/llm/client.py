@@ -55,6 +55,16 @@ class LLMCallFailed(LLMError):
     """A call failed for good: retries exhausted, or a request the endpoint will never accept."""
 
 
+class LLMEndpointDown(LLMCallFailed):
+    """The endpoint stopped answering (attempts timed out, or connections failed, `MAX_TIMEOUTS` /
+    `MAX_CONNECTION_FAILURES` in a row): the client sends no more calls in this run."""
+
+
+class LLMCallSkipped(LLMEndpointDown):
+    """A call that was not sent, because the endpoint had stopped answering earlier in the run: its caller sent
+    nothing, so its message must not claim its own call failed."""
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     base_url: str | None = None  # None = OpenAI's own endpoint
@@ -237,6 +247,10 @@ class _Call:
 MAX_TIMEOUT_S = 600.0
 LONG_WAIT_S = 10.0  # a wait before a retry at least this long is said (openai's own backoff stays under it)
 MAX_TIMEOUTS = 2  # attempts of one call that may time out: then the server is taken for one that does not answer
+# attempts in a row, over all calls, that could not connect or lost the connection with no answer between them: then
+# the server is taken for gone (a crashed llama.cpp server cost 15 refused attempts, five per call, before this).
+# Requests already in flight together may each fail before any is counted: with N in parallel, up to N fail
+MAX_CONNECTION_FAILURES = 2
 
 
 def _not_a_completion(response: Any) -> str | None:
@@ -301,6 +315,10 @@ class _FormatRejected(openai.OpenAIError):
 
 class _Unanswered(openai.OpenAIError):
     """MAX_TIMEOUTS attempts of a call timed out: no more (an OpenAIError, so openai does not retry it)."""
+
+
+class _Unreachable(openai.OpenAIError):
+    """MAX_CONNECTION_FAILURES attempts in a row failed to connect (or lost their connection): no more."""
 
 
 class _Unusable(openai.OpenAIError):
@@ -400,6 +418,8 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
             if call.outcomes.count("timed out") >= MAX_TIMEOUTS:
                 # a server that never answers kept a run silent for hours: each retry doubled the timeout
                 raise _Unanswered(f"{MAX_TIMEOUTS} attempts timed out")
+            if self._adapter.connection_failures >= MAX_CONNECTION_FAILURES:
+                raise _Unreachable(f"{self._adapter.connection_failures} connection attempts in a row failed")
             if call.sent > 1 and not self._adapter.budget.try_attempt():
                 raise _RetryRefused("the LLM budget allows no retry")  # an OpenAIError: openai does not retry it
         timeouts = getattr(request, "extensions", {}).get("timeout")
@@ -420,6 +440,7 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
                 with self._answers_lock:
                     position = 1 + self.answers - answers_before
                     self.answers += 1
+                    self._adapter.connection_failures = 0  # it answered (any status): it is there
             except _HTTP.TimeoutException as err:
                 self._adapter._attempt_failed(call, started, "timed out", str(err) or "no answer in time")
                 self._adapter._timed_out(max(in_flight, self.slots.in_use), timeout_used)
@@ -428,6 +449,8 @@ class _AttemptLoggingClient(openai.DefaultHttpxClient):
                 if self.cancelled:
                     self._adapter._attempt_failed(call, started, "cancelled", "the connection was closed by cancel()")
                     raise _Cancelled("the LLM client was cancelled") from None
+                with self._answers_lock:
+                    self._adapter.connection_failures += 1
                 self._adapter._attempt_failed(call, started, "connection failed", str(err) or type(err).__name__)
                 raise
         if response.status_code >= 400:
@@ -500,6 +523,7 @@ class OpenAICompatibleClient:
         self._adapt_lock = threading.Lock()
         self._param_fixes: set[str] = set()
         self._unanswered: str | None = None  # why the server is taken for one that no longer answers
+        self.connection_failures = 0  # attempts in a row (any call) that got no connection or lost it, no answer
         self._key = config.resolved_api_key()
         self._current = threading.local()  # the `_Call` this thread is making
         self._http = _AttemptLoggingClient(self, config.max_parallel)
@@ -530,9 +554,9 @@ class OpenAICompatibleClient:
                 self.usage.add_call(cached=True)
                 # with its finish reason: a cut-off reply's repair prompt names the limit, as the first run's did
                 return LLMReply(cached[0], 0, 0, 0.0, 0.0, cached=True, finish_reason=cached[1])
-        if self._unanswered is not None:  # the server answered none of an earlier call's attempts in time
-            raise LLMCallFailed(f"{self._unanswered}; the {role} call was not sent (the server has stopped "
-                                "answering: check it, then run again)")
+        if self._unanswered is not None:  # the server stopped answering (timeouts, or connections failing)
+            raise LLMCallSkipped(f"the {role} call was not sent: {self._unanswered} (check the server, then run "
+                                 "again)")
         request = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
                    "max_tokens": cfg.max_tokens, "seed": seed}
         call = _Call({"request_hash": rhash, "role": role, "model": cfg.model, "request": _canonical(request),
@@ -571,6 +595,12 @@ class OpenAICompatibleClient:
         except _Unanswered:
             self.usage.add_failed_call()
             raise self._stop_asking(role, call) from None
+        except _Unreachable:
+            self.usage.add_failed_call()
+            down = self._stop_asking(role, call, timeouts=False)
+            if not call.outcomes:  # began after another call found the server gone: it sent nothing
+                raise LLMCallSkipped(f"the {role} call was not sent: {self._unanswered}") from None
+            raise down from None
         except _Unusable as err:
             self.usage.add_failed_call()
             said = self._scrub(str(err))
@@ -588,6 +618,8 @@ class OpenAICompatibleClient:
             self.usage.add_failed_call()
             if call.outcomes.count("timed out") >= MAX_TIMEOUTS:  # the retries ran out on timeouts alone
                 raise self._stop_asking(role, call) from None
+            if self.connection_failures >= MAX_CONNECTION_FAILURES:  # the retries ran out on connections failing
+                raise self._stop_asking(role, call, timeouts=False) from None
             raise self._gave_up(role, call) from None
         except openai.APIError as err:  # e.g. a reply that is not a chat completion
             self.usage.add_failed_call()
@@ -685,12 +717,24 @@ class OpenAICompatibleClient:
         return LLMCallFailed(f"the endpoint rejected the request to {self.config.model} (HTTP {status}): "
                              f"{self._scrub(_error_message(err))}{hint}")
 
-    def _stop_asking(self, role: str, call: _Call) -> LLMCallFailed:
-        """MAX_TIMEOUTS attempts of this call timed out: the server is taken for one that no longer answers, and
-        the run's later calls are not sent."""
-        self._unanswered = f"{self._gave_up(role, call)}; none answered within its timeout"
-        return LLMCallFailed(f"{self._unanswered}: no more attempts, and no more calls in this run (raise "
-                             "EVOPOOL_LLM_TIMEOUT for a server this slow)")
+    def _stop_asking(self, role: str, call: _Call, timeouts: bool = True) -> LLMEndpointDown:
+        """MAX_TIMEOUTS attempts of this call timed out, or MAX_CONNECTION_FAILURES attempts in a row found no
+        server: it is taken for one that no longer answers, and the run's later calls are not sent."""
+        if timeouts:
+            why = f"{self._gave_up(role, call)}; none answered within its timeout"
+            self._unanswered = self._unanswered or why  # the first call that found it so is the one to name
+            return LLMEndpointDown(f"{why}: no more attempts, and no more calls in this run (raise "
+                                   "EVOPOOL_LLM_TIMEOUT for a server this slow)")
+        where = self.config.base_url or "the OpenAI API"
+        why = (f"the LLM endpoint at {where} stopped answering: {MAX_CONNECTION_FAILURES} connection attempts in a "
+               "row failed (is the server still running? its log says why it stopped)")
+        self._unanswered = self._unanswered or why
+        return LLMEndpointDown(f"{self._gave_up(role, call)}; {why}: no more calls in this run")
+
+    @property
+    def stopped_answering(self) -> str | None:
+        """Why the endpoint is taken for one that no longer answers (no call is sent any more), or None."""
+        return self._unanswered
 
     def _gave_up(self, role: str, call: _Call) -> LLMCallFailed:
         cfg, n = self.config, len(call.outcomes)

@@ -14,7 +14,7 @@ from engine.aggregators.choice_names import (
     describe_choice,
     reads_votes_at_prediction,
 )
-from engine.aggregators.registry import predict_labels
+from engine.aggregators.registry import aggregator_entry, predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.labeling import multilabel_scores
 from engine.store.saved_labels import SavedLabels, load_labels
@@ -270,7 +270,11 @@ def headline(result: SavedLabels, labels: tuple[str, ...]) -> str:
     """The one figure to bet on, in a sentence (the same `Estimate` the CLI's `eval` prints)."""
     scores = result.dev_scores
     if scores.estimate is not None:
-        return "Expected test " + scores.estimate.sentence(labels) + "."
+        said = "Expected test " + scores.estimate.sentence(labels) + "."
+        if scores.uses_pool is False and aggregator_entry(result.aggregator).reads_votes:
+            said += (" These labels read no votes: the model chosen learned from the text alone, so the pool did not "
+                     "shape them.")
+        return said
     if result.hard.ndim == 2:
         return "Multi-label labels: the dev figures below are out of fold, at the threshold shown."
     return ("No honest estimate: these labels read the pool's votes, the pool was chosen on these dev rows, and there "

@@ -476,3 +476,15 @@ def test_a_mistyped_or_damaged_workdir_is_an_error_that_leaves_nothing_behind(tm
     bad.write_text("text,label\n,\n")
     code, line = main_stderr(capsys, "run", str(bad), "--workdir", str(tmp_path / "fresh"), "--generations", "0")
     assert code == 1 and line.startswith("error:") and not (tmp_path / "fresh").exists()
+
+
+def test_eval_on_an_empty_pool_says_its_labels_read_no_votes(tmp_path, demo_csv):
+    ws = str(tmp_path / "ws")
+    _, out = evopool("run", str(demo_csv), "--workdir", ws, "--generations", "0")
+    assert out.returncode == 0, out.stderr
+    result, out = evopool("eval", "--workdir", ws, "--split", "test", "--aggregator", "auto")
+    assert out.returncode == 0, out.stderr
+    assert result["pool_size"] == 0 and result["uses_pool"] is False
+    assert result["pool_majority_vote"] is None  # the pool's own figure: absent, not a zero
+    assert "read no votes" in result["note"]
+    assert result["judged_on"] == "dev" and result["interval"][0] <= result["estimate"] <= result["interval"][1]

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -27,7 +30,7 @@ from engine.jobs import REGISTRY, start_labels
 from engine.markdown import escape_md
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.saved_labels import load_labels
-from engine.store.workspace import Store
+from engine.store.workspace import DB_NAME, Store
 from studio import labels_ui
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,20 +39,45 @@ DEMO = ROOT / "data" / "demo" / "youtube_spam.csv"
 SEEDED = "seeded"
 
 
-def seed(home: Path, name: str, generations: int = 2, options: IngestOptions | None = None,
-         data: Path = DEMO) -> Store:
-    store = Store.open(home / name)
+def evolved(workdir: Path, generations: int, options: IngestOptions | None, data: Path) -> Store:
+    store = Store.open(workdir)
     import_path(store, data, options or IngestOptions())
     with SandboxExecutor() as executor:
         evolve(store, OfflineProposer(), executor, generations)
     return store
 
 
+SEEDS: dict[tuple[int, str], Path] = {}  # the demo evolved once per (generations, options), then copied per seed()
+SEEDS_DIR: list[Path] = []  # set by `home`
+
+
+def seed(home: Path, name: str, generations: int = 2, options: IngestOptions | None = None,
+         data: Path = DEMO) -> Store:
+    """`data` imported into `home / name` and evolved `generations` times by the offline agents. A demo seed is a copy
+    of the workspace evolved the same way once per module (the offline agents, the gate and the import are seeded, so
+    an evolve again gives the same workspace); another file is evolved each time."""
+    if data != DEMO or not SEEDS_DIR:
+        return evolved(home / name, generations, options, data)
+    key = (generations, repr(options or IngestOptions()))
+    if key not in SEEDS:
+        made = SEEDS_DIR[0] / f"seed{len(SEEDS)}"
+        evolved(made, generations, options, data)
+        with duckdb.connect(str(made / DB_NAME)) as conn:  # this process's instance of the file: its WAL written in
+            conn.execute("CHECKPOINT")
+        SEEDS[key] = made
+    shutil.copytree(SEEDS[key], home / name, ignore=shutil.ignore_patterns("*.wal"))
+    return Store.open(home / name)
+
+
 @pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Path:
+def home(tmp_path_factory) -> Iterator[Path]:
+    SEEDS.clear()
+    SEEDS_DIR[:] = [tmp_path_factory.mktemp("seeds")]
     path = tmp_path_factory.mktemp("home")
     seed(path, SEEDED)
-    return path
+    yield path
+    SEEDS.clear()
+    SEEDS_DIR.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,7 @@ run: $(STAMP)
 # alone, as before: its waits (a first page within 5 s, soft labels within 150 s) failed beside another worker
 # on a loaded machine. `make test-serial` runs the same tests in one process.
 test: $(STAMP) browser
+	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e"
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m e2e
 

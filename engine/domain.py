@@ -6,7 +6,7 @@ Annotator code itself returns label *names*; the sandbox maps them to indices.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -214,11 +214,19 @@ class Estimate:
     thin: tuple[int, ...] = ()  # class ids with too few judged rows to judge
     unjudged: tuple[int, ...] = ()  # class ids with no judged row at all
     level: float = 0.9
+    gain: float = 0.0  # added for fitting on all of dev where the figures were fitted on 80 % of it (learning curve)
 
     def to_dict(self) -> dict[str, Any]:
         return {"estimate": self.macro_f1, "interval": [self.low, self.high], "level": self.level,
                 "n_rows": self.n_rows, "judged_on": self.judged_on, "thin_classes": list(self.thin),
-                "unjudged_classes": list(self.unjudged)}
+                "unjudged_classes": list(self.unjudged), "learning_gain": self.gain}
+
+    def shifted(self, gain: float) -> Estimate:
+        """The same estimate for labels fitted on all of dev: `gain` added to the figure and its interval."""
+        def up(value: float) -> float:
+            return round(min(1.0, value + gain), 4)
+        return replace(self, macro_f1=up(self.macro_f1), low=up(self.low), high=up(self.high),
+                       gain=round(self.gain + gain, 4))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> Estimate | None:
@@ -227,7 +235,8 @@ class Estimate:
         low, high = values["interval"]
         return cls(float(values["estimate"]), float(low), float(high), int(values["n_rows"]),
                    str(values["judged_on"]), tuple(values.get("thin_classes", ())),
-                   tuple(values.get("unjudged_classes", ())), float(values.get("level", 0.9)))
+                   tuple(values.get("unjudged_classes", ())), float(values.get("level", 0.9)),
+                   float(values.get("learning_gain", 0.0)))
 
     def sentence(self, labels: tuple[str, ...]) -> str:
         """The headline an expert reads: the figure, its interval, its rows, and the classes it cannot judge."""

@@ -17,6 +17,7 @@ import pandas as pd
 
 from engine.aggregators.base import make_folds, oof_proba, take_rows
 from engine.aggregators.features import RELATION_NGRAMS, join_unit_rows, tfidf_rows
+from engine.aggregators.learning_curve import learning_curve_gain
 from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
     AGGREGATORS,
@@ -302,6 +303,9 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         dev_scores = dataclasses.replace(dev_scores, estimate=fixed_model_estimate(
             y_dev, oof.argmax(axis=1), n_classes, audit, uses_pool and votes_selected, seed))
     dev_scores = dataclasses.replace(dev_scores, uses_pool=uses_pool)
+    if dev_scores.estimate is not None and features and "embedding" in features:
+        gain = learning_curve_gain(y_dev, take_rows(features, dev)["embedding"], n_classes, seed)
+        dev_scores = dataclasses.replace(dev_scores, estimate=dev_scores.estimate.shifted(gain))
     if wanted is not None and len(ids) != sum(store.count_examples(s) for s in wanted):
         keep = np.flatnonzero(frame["split"].isin(wanted).to_numpy())  # drop the rows only the student read
         probs, hard, n_votes = probs[keep], hard[keep], n_votes[keep]

@@ -12,6 +12,7 @@ from engine import export, score
 from engine.aggregators.choice_names import (
     STUDENT,
     describe_choice,
+    reads_votes,
     reads_votes_at_prediction,
 )
 from engine.aggregators.registry import aggregator_entry, predict_labels
@@ -244,17 +245,18 @@ def manifest_json(store: Store, result: SavedLabels, frame: pd.DataFrame, spread
 
 
 def _auto_help(choice: AutoChoice, n_audit: int | None) -> str:
-    """What auto chose, on which rows, and what it left out and why."""
+    """What auto chose and on which rows it was judged: what uses the pool (a student of it included) on the audit
+    rows the pool was not chosen on, what never reads it on all dev rows."""
     chosen = choice.chosen
     text = f"auto chose {chosen}: {describe_choice(chosen)}"
-    if choice.chosen_on == "audit":
-        text += (f", judged on {n_audit} audit rows the pool was not chosen on" if reads_votes_at_prediction(chosen)
-                 else ", judged on all dev rows (it reads no votes when it labels a row)")
+    if reads_votes(chosen) and choice.chosen_on == "audit":
+        text += f", judged on {n_audit} audit rows the pool was not chosen on (it uses the pool)"
+    elif choice.chosen_on == "audit":
+        text += ", judged on all dev rows (it never reads the pool)"
     elif choice.chosen_on == "dev":
-        text += ", judged on all dev rows (too few audit rows)"
-    if choice.left_out:
-        text += (f"; left out {', '.join(choice.left_out)}: the pool was chosen on these same rows, so their "
-                 "dev figures are inflated")
+        text += (", judged on all dev rows" + ("" if not reads_votes(chosen) else " (the pool was not chosen on them)")
+                 + ("; with the pool chosen on dev and too few audit rows, nothing that uses the pool was weighed"
+                    if not reads_votes(chosen) else ""))
     return text + _student_help(chosen)
 
 

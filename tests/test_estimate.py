@@ -77,3 +77,19 @@ def test_paired_wins_says_how_often_one_beats_the_other_on_the_same_rows():
     assert paired_wins(y, good, poor, 3) == 1.0
     assert paired_wins(y, poor, good, 3) == 0.0
     assert paired_wins(y, good, good, 3) == 0.0  # a tie is no win
+
+
+def test_the_learning_curve_gain_reads_how_much_more_rows_help():
+    from engine.aggregators.learning_curve import learning_curve_gain
+
+    rng = np.random.default_rng(6)
+    k, per_class = 10, 20
+    y = np.repeat(np.arange(k), per_class)
+    signal = rng.normal(0, 1.0, (k, 50))  # one direction a class in 50 noisy dimensions: more rows find it better
+    learnable = signal[y] * 0.3 + rng.normal(0, 1.0, (len(y), 50))
+    noise = rng.normal(0, 1.0, (len(y), 50))  # nothing to learn at any size
+    assert learning_curve_gain(y, learnable, k) > 0.01
+    assert learning_curve_gain(y, noise, k) < learning_curve_gain(y, learnable, k)
+    assert learning_curve_gain(np.array([0, 1]), np.zeros((2, 3)), 2) == 0.0  # too few rows for two folds
+    shifted = estimate_macro_f1(np.array([0, 1] * 20), np.array([0, 1] * 20), 2, "dev").shifted(0.05)
+    assert shifted.macro_f1 == 1.0 and shifted.gain == 0.05  # capped at 1, the gain recorded

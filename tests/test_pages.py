@@ -1586,17 +1586,17 @@ def test_a_task_with_hundreds_of_labels_names_a_few_and_tables_the_rest(home, tm
 
 
 def test_the_help_beside_auto_says_how_its_choice_was_judged_and_why_it_stands():
-    """The labels screen's help on auto's choice: a mean of students or a student of the text alone was judged on all
-    dev rows even with audit rows (it reads no votes when it labels a row); one that reads the votes, on the audit
-    rows; and each kind of student is explained by the rule that chose it."""
+    """The labels screen's help on auto's choice: what uses the pool (a mean holding a student of it included) was
+    judged on the audit rows; a student of the text alone on all dev rows; and a student is explained as one."""
     from engine.domain import AutoChoice
 
-    mean = labels_ui._auto_help(AutoChoice("avg(student<evoagg[tfidf]>,student<tfidf-only>)", "audit"), 99)
-    assert "judged on all dev rows" in mean and "err on different rows" in mean and "every resample" not in mean
-    votes = labels_ui._auto_help(AutoChoice("student+votes<tfidf-only>", "audit"), 99)
-    assert "judged on 99 audit rows" in votes and "how far to trust each annotator" in votes
-    plain = labels_ui._auto_help(AutoChoice("student<evoagg[tfidf]>", "dev"), None)
-    assert "too few audit rows" in plain and "every resample" in plain
+    mean = labels_ui._auto_help(AutoChoice("avg(student<avg(evoagg[masked],evoagg[relation])>,"
+                                           "student<avg(masked-only,relation-only)>)", "audit"), 99)
+    assert "judged on 99 audit rows" in mean and "A student learns" in mean and "a mean was taken" in mean
+    text = labels_ui._auto_help(AutoChoice("student<avg(embedding-only,tfidf-only)>", "audit"), 99)
+    assert "judged on all dev rows (it never reads the pool)" in text
+    alone = labels_ui._auto_help(AutoChoice("student<embedding-only>", "dev"), None)
+    assert "nothing that uses the pool was weighed" in alone
     assert "student" not in labels_ui._auto_help(AutoChoice("evoagg[tfidf]", "audit"), 99).split(":")[0]
 
 

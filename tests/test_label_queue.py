@@ -13,6 +13,7 @@ from conftest import DEMO_CSV
 
 from engine.agents.compiled_executor import CompiledExecutor
 from engine.agents.offline import OfflineProposer
+from engine.cli import main
 from engine.evolve import evolve
 from engine.ingest.importer import IngestOptions, import_path
 from engine.label_queue import Suggestion, _diverse, read_teach_csv, suggest_rows
@@ -99,7 +100,7 @@ def test_teach_adds_rows_to_dev_and_the_next_suggestions_move_on(workspace, tmp_
     ("label,id\n{pool},{a}\n", "header must be `id,label`"),
     ("id,label\n{pool},{a}\n{pool},{b}\n", "labeled twice"),
 ])
-def test_teach_refuses_bad_input_and_writes_nothing(workspace, tmp_path, body, message):
+def test_teach_refuses_bad_input_and_writes_nothing(workspace, tmp_path, body, message, capsys):
     store = Store.open(workspace)
     labels = store.load_task().labels
     ids = {split: store.example_ids(split)[0] for split in ("pool", "dev", "test")}
@@ -107,13 +108,16 @@ def test_teach_refuses_bad_input_and_writes_nothing(workspace, tmp_path, body, m
     Store.close_all()
     csv = tmp_path / "labels.csv"
     csv.write_text(body.format(a=labels[0], b=labels[1], **ids))
-    out = evopool("teach", "--workdir", str(workspace), str(csv), "--by", "ana")
-    assert out.returncode == 1 and message in out.stderr, out.stderr
+    # the CLI in this process (its parsing, checks and exit code; a subprocess per case cost ~15 s of imports)
+    assert main(["teach", "--workdir", str(workspace), str(csv), "--by", "ana"]) == 1
+    said = capsys.readouterr().err
+    assert message in said and said.startswith("error: "), said
+    Store.close_all()
     store = Store.open(workspace)
     assert {split: store.count_examples(split) for split in ("pool", "dev", "test")} == before
 
 
-def test_a_bad_row_after_good_ones_keeps_the_good_ones_out_too(workspace, tmp_path):
+def test_a_bad_row_after_good_ones_keeps_the_good_ones_out_too(workspace, tmp_path, capsys):
     store = Store.open(workspace)
     labels = store.load_task().labels
     pool = store.example_ids("pool")[:3]
@@ -121,8 +125,9 @@ def test_a_bad_row_after_good_ones_keeps_the_good_ones_out_too(workspace, tmp_pa
     Store.close_all()
     csv = tmp_path / "labels.csv"
     csv.write_text("id,label\n" + "".join(f"{i},{labels[0]}\n" for i in pool) + "ghost,HAM\n")
-    out = evopool("teach", "--workdir", str(workspace), str(csv))
-    assert out.returncode == 1 and "ghost" in out.stderr
+    assert main(["teach", "--workdir", str(workspace), str(csv)]) == 1
+    assert "ghost" in capsys.readouterr().err
+    Store.close_all()
     assert Store.open(workspace).count_examples("dev") == dev_before
 
 

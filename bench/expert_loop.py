@@ -128,10 +128,24 @@ def plot(rows: list[dict], budgets: list[int], path: Path) -> None:
                       width=360 * len(names) + 120)
     fig.update_xaxes(title="labels")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".png":
-        fig.write_image(str(path))  # needs kaleido
-    else:
+    if path.suffix != ".png":
         fig.write_html(str(path), include_plotlyjs="cdn")
+        return
+    # a picture without kaleido: the figure's page (plotly.js inline) shot by the headless Chromium the e2e test uses
+    from playwright.sync_api import sync_playwright
+
+    page_file = path.with_suffix(".tmp.html")
+    fig.write_html(str(page_file), include_plotlyjs=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": int(fig.layout.width), "height": int(fig.layout.height)})
+            page.goto(page_file.resolve().as_uri())
+            page.wait_for_selector(".main-svg")
+            page.screenshot(path=str(path))
+            browser.close()
+    finally:
+        page_file.unlink(missing_ok=True)
 
 
 def main() -> None:
@@ -146,8 +160,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=25, help="rows labeled per round (then one generation)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "expert_loop")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "expert_loop.md")
-    parser.add_argument("--plot", type=Path, default=None, help="an .html (or .png with kaleido) of the curves")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="the curves as .png (drawn in headless Chromium) or .html")
+    parser.add_argument("--replot", type=Path, default=None, help="draw --plot from this .json of an earlier run")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads(args.replot.read_text()), args.budgets, args.plot)
+        return
     if not SHARED.is_dir():
         sys.exit(f"no real data at {SHARED}: this benchmark needs ../shared/data")
     at_commit, rows = commit(), []

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-serial setup browser lint bench clean
+.PHONY: run test test-all test-serial setup browser lint bench clean
 
 # constraints.txt pins the versions the test suite passed with, so a fresh machine installs those.
 $(STAMP): pyproject.toml constraints.txt
@@ -25,15 +25,16 @@ browser:
 run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/streamlit run streamlit_app.py --server.headless true
 
-# Every test, the `slow` ones too (`pytest -m "not slow"` leaves those out), in two runs: all but the browser test on
-# two pytest-xdist workers (CI has 2 cores), whole files to a worker so each file's module fixtures (an evolved
-# workspace, a Ray cluster) are built once, the longest files first (tests/conftest.py); then the browser test
-# alone, as before: its waits (a first page within 5 s, soft labels within 150 s) failed beside another worker
-# on a loaded machine. `make test-serial` runs the same tests in one process.
+# ruff, then every test but the `slow` ones (`make test-all` runs those too) on two pytest-xdist workers (CI has 2
+# cores): whole files to a worker so each file's module fixtures (an evolved workspace, a Ray cluster) are built once,
+# the browser tests and the longest files first (tests/conftest.py), so no worker is left alone with a long file at
+# the end. `make test-serial` runs every test in one process.
 test: $(STAMP) browser
 	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e"
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m e2e
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+
+test-all: $(STAMP) browser
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-serial: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q

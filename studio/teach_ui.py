@@ -8,7 +8,7 @@ from engine.agents.compiled_executor import CompiledExecutor
 from engine.expert_rows import unlabel_rows
 from engine.label_queue import suggest_rows, teach
 from engine.store.workspace import Store
-from studio import state
+from studio import editor, state
 
 BATCH = 25  # rows the queue picks at a time: a refill reads the pool afresh, the new dev rows included
 NOTE = "labeled on the keyboard (Label rows screen)"
@@ -32,7 +32,7 @@ def done() -> list[tuple[str, str]]:
 
 def label(store: Store, row: dict, label_name: str, who: str) -> None:
     """The row joins dev with this label (who and when recorded); it leaves the queue."""
-    with CompiledExecutor() as executor:
+    with editor.sandbox() as executor:  # a warm sandbox of the server's: a new executor per key press cost seconds
         teach(store, executor, {row["id"]: label_name}, who, NOTE)
     st.session_state[state.TEACH_DONE] = [*done(), (row["id"], label_name)]
     _drop(row["id"])

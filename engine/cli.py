@@ -30,6 +30,7 @@ from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
 from engine.llm.presets import PRESETS
+from engine.store import workspaces
 from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
 
 # What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
@@ -442,6 +443,35 @@ def cmd_doctor(args: argparse.Namespace) -> dict:
     return {"sandbox": layers, "layers_off": [name for name, status in layers.items() if not status.startswith("on")]}
 
 
+def cmd_workspace(args: argparse.Namespace) -> dict | None:
+    """list (JSON lines: what each holds), rm (into the trash), mv, restore (the latest deleted), empty-trash."""
+    home = (args.home or workspaces.default_home()).resolve()
+    needs = {"list": 0, "empty-trash": 0, "rm": 1, "restore": 1, "mv": 2}[args.action]
+    given = [n for n in (args.name, args.new_name) if n]
+    if len(given) != needs:
+        raise UsageError(f"`workspace {args.action}` takes {needs} name(s)")
+    if args.action == "list":
+        for name in workspaces.names(home):
+            held = workspaces.holding(home, name)
+            print(json.dumps({"name": name, "rows": held.rows, "dev_rows": held.dev_rows,
+                              "generation": held.generations, "pool": held.pool,
+                              "expert_verdicts": held.expert_actions, "bytes": held.bytes_on_disk,
+                              "in_use": held.rows is None}))
+        return None
+    if args.action == "empty-trash":
+        return {"deleted_for_good": workspaces.empty_trash(home)}
+    if args.action == "rm":
+        where = workspaces.delete(home, args.name)
+        print(f"moved {args.name} to {where}; undo: evopool workspace restore {args.name}", file=sys.stderr)
+        return {"deleted": args.name, "trash": str(where)}
+    if args.action == "mv":
+        return {"renamed": args.name, "to": workspaces.rename(home, args.name, args.new_name).name}
+    deleted = workspaces.trashed(home, args.name)
+    if not deleted:
+        raise NoData(f"no deleted workspace named {args.name} in {home / workspaces.TRASH}")
+    return {"restored": workspaces.restore(home, deleted[0])}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evopool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -579,6 +609,15 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--remove", action="store_true", help="remove LABEL's description")
     common(describe)
     describe.set_defaults(handler=cmd_describe)
+
+    ws = sub.add_parser("workspace", help="list the workspaces under --home, or rm (into the trash) / mv / "
+                        "restore one")
+    ws.add_argument("action", choices=("list", "rm", "mv", "restore", "empty-trash"))
+    ws.add_argument("name", nargs="?", help="rm, mv, restore: the workspace")
+    ws.add_argument("new_name", nargs="?", help="mv: its new name")
+    ws.add_argument("--home", type=Path, help="the folder of workspaces (default: $EVOPOOL_HOME, else ./workspaces, "
+                    "as the studio)")
+    ws.set_defaults(handler=cmd_workspace, parser=ws)
 
     doctor = sub.add_parser("doctor", help="report the sandbox's containment layers on this machine (JSON)")
     doctor.set_defaults(handler=cmd_doctor)

@@ -3,16 +3,19 @@ import streamlit as st
 
 from engine.domain import AUDIT
 from engine.ingest.errors import IngestError
-from studio import describe_ui, importer, queries, state, widgets
+from studio import describe_ui, importer, queries, state, widgets, workspaces_ui
 
 widgets.header("Project & data", "bring your data")
 store = widgets.current_store()
+workspaces_ui.undo_last_delete()
 
 # ---- start: the demo, or a new workspace ----------------------------------------------------------------
 if store is None or not store.has_data():
     importer.start_cards()
 
 if store is None:
+    with st.expander("Manage workspaces: rename, delete, restore"):
+        workspaces_ui.manage()
     st.stop()
 
 # ---- import data into an empty workspace ---------------------------------------------------------------
@@ -58,6 +61,8 @@ if not store.has_data():
                            read_problems=problems, asked_as=asked)
         importer.progress(store)
         importer.show_problems(store, asked, listed)
+    with st.expander("Manage workspaces: rename, delete, restore"):
+        workspaces_ui.manage()
     st.stop()
 
 # ---- a workspace with data ---------------------------------------------------------------------------
@@ -90,3 +95,5 @@ st.dataframe(page_rows, hide_index=True)
 st.page_link("pages/evolve.py", label="Next: evolve the annotator pool", icon=":material/arrow_forward:")
 with st.expander("Start another project, or load the demo again"):
     importer.start_cards()
+with st.expander("Manage workspaces: rename, delete, restore"):
+    workspaces_ui.manage()

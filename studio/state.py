@@ -47,6 +47,7 @@ RETURN_OPEN = "expert_rows_open"  # rows were returned to the pool: keep their r
 RETURN_VERSION = "return_rows_version"  # bumped by each return: a fresh row chooser (its old choice is gone)
 RETURN_ASKED = "return_rows_asked"  # the ids the expert asked to return to the pool, until confirmed
 RETURN_CONFIRM = "return_rows"  # the confirmation dialog's key (`widgets.confirm`)
+LAST_DELETED = "last_deleted_workspace"  # the trash folder of the workspace this session deleted last (its undo)
 
 
 KEPT = "kept_widgets"  # {widget key: its last value}, for when Streamlit forgot the widget (another screen shown)

@@ -4,13 +4,12 @@ A workspace is a folder holding `workspace.duckdb` under `$EVOPOOL_HOME` (defaul
 """
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import streamlit as st
 
 from engine.ingest.importer import ImportReport, IngestOptions, import_path
+from engine.store import workspaces
 from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,30 +19,40 @@ DEMO_INSTRUCTIONS = ("Label each YouTube comment: SPAM if it promotes something 
                      "asks to subscribe or check out a video), HAM if it is a genuine comment on the video.")
 DEMO_DESCRIPTIONS = {"HAM": "a genuine comment about the video or song",
                      "SPAM": "self-promotion, links, requests to subscribe or visit something"}
-_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$")
 
 
 def home() -> Path:
     """Where workspaces live: $EVOPOOL_HOME, else ./workspaces (created on first use)."""
-    return Path(os.environ.get("EVOPOOL_HOME") or Path.cwd() / "workspaces").resolve()
+    return workspaces.default_home()
 
 
 def check_name(name: str) -> str | None:
     """Why `name` cannot be a workspace name, or None when it can."""
-    if not _NAME_OK.match(name or ""):
-        return "use 1-60 letters, digits, '-', '_' or '.', starting with a letter or digit"
-    return None
+    return workspaces.check_name(name)
 
 
 def workdir(name: str) -> Path:
     return home() / name
 
 
-def list_workspaces() -> list[str]:
-    """Existing workspaces, by name (a stable order: a picker keeps pointing at the same one)."""
-    if not home().is_dir():
-        return []
-    return sorted(p.name for p in home().iterdir() if (p / DB_NAME).is_file() and not check_name(p.name))
+def list_workspaces(empty_too: bool = False) -> list[str]:
+    """Existing workspaces, by name, in a stable order (a picker keeps pointing at the same one). Empty ones (a
+    workspace created, then an upload that failed) only with `empty_too`: the picker is for work, not leftovers."""
+    found = workspaces.names(home())
+    return found if empty_too else [n for n in found if not holding(n).empty]
+
+
+def holding(name: str) -> workspaces.Holding:
+    """What a workspace holds (rows, generations, expert actions, size), cached until its files change."""
+    folder = workdir(name)
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())
+                  if p.is_file()) if folder.is_dir() else ()
+    return _holding(str(home()), name, stamp)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _holding(home_dir: str, name: str, stamp: tuple) -> workspaces.Holding:
+    return workspaces.holding(Path(home_dir), name)
 
 
 def exists(name: str) -> bool:

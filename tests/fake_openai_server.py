@@ -72,6 +72,7 @@ class FakeOpenAIServer:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0  # most chat requests being handled at the same moment
+        self.answered = 0  # chat completions sent in full (status 200)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-openai",
@@ -241,6 +242,8 @@ class FakeOpenAIServer:
                     self._json(step.status, _error(message, _error_type(step.status)), step.headers)
                     return
                 self._json(200, server._completion(body, step))
+                with server._lock:
+                    server.answered += 1
 
             def _json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(payload).encode("utf-8"), "application/json", headers)

@@ -142,6 +142,38 @@ def _wait_until_the_run_is_over(page, next_run: str) -> None:
     _idle(page)
 
 
+def _pool_size(page) -> int:
+    """The sidebar's count of annotators in the pool."""
+    text = page.get_by_text(re.compile(r"\d+ annotators? in the pool")).first.inner_text()
+    return int(re.search(r"(\d+) annotators? in the pool", text).group(1))
+
+
+def _reject(page, card, reason: str) -> None:
+    """Open the card `card()` finds, give the reason and reject it. On a loaded machine a rerun still under way (the
+    live panel's, after a run ends) can redraw the card between the fill and the click, and the click then submits
+    nothing: try again while the pool has not shrunk, so a verdict is never given twice."""
+    from playwright.sync_api import expect
+
+    before = _pool_size(page)
+    for attempt in range(3):
+        _idle(page)
+        found = card()
+        found.locator("summary").click()
+        expect(found.get_by_text("In plain words")).to_be_visible()
+        _idle(page)
+        found.get_by_label("Your reason (logged)").fill(reason)
+        found.get_by_role("button", name="Reject (take out of the pool)").click()
+        try:
+            expect(page.get_by_text("logged with your reason")).to_be_visible(timeout=20_000)
+            return
+        except AssertionError:
+            _idle(page)
+            if _pool_size(page) < before:  # given, and its flash already cleared by a later rerun
+                return
+            if attempt == 2:
+                raise
+
+
 def _choose(page, label: str, option: str) -> None:
     """Choose `option` exactly in a selectbox by keyboard (retried: here a click may only focus the box)."""
     from playwright.sync_api import expect
@@ -233,11 +265,8 @@ def test_expert_journey(studio_url, tmp_path):
             _shot(page, "3-evolve")
 
             # 3. reject an accepted annotator against the gate, with a reason
-            page.get_by_test_id("stExpander").filter(has_text="accept").first.locator("summary").click()
-            card = page.get_by_test_id("stExpander").filter(has_text="accept").first
-            card.get_by_label("Your reason (logged)").fill("fires on song titles, not on spam")
-            card.get_by_role("button", name="Reject (take out of the pool)").click()
-            expect(page.get_by_text("logged with your reason")).to_be_visible(timeout=30_000)  # the page reruns first
+            _reject(page, lambda: page.get_by_test_id("stExpander").filter(has_text="accept").first,
+                    "fires on song titles, not on spam")
             _idle(page)
             _shot(page, "4-rejected")
             page.reload()  # everything lives in the workspace; the URL keeps which one
@@ -376,14 +405,8 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
                 page.get_by_role("button", name="Run 1 generation (to 1)").click()
                 _wait_until_the_run_is_over(page, "Run 1 generation (to 2)")
                 shown = re.escape(target).replace("<=", "(?:<=|≤)").replace(">=", "(?:>=|≥)")  # markdown's ≤
-                card = page.get_by_test_id("stExpander").filter(has_text=re.compile(shown)).filter(
-                    has_text="accept").first
-                card.locator("summary").click()
-                expect(card.get_by_text("In plain words")).to_be_visible()
-                _idle(page)
-                card.get_by_label("Your reason (logged)").fill(reason)
-                card.get_by_role("button", name="Reject (take out of the pool)").click()
-                expect(page.get_by_text("logged with your reason")).to_be_visible(timeout=30_000)
+                _reject(page, lambda: page.get_by_test_id("stExpander").filter(has_text=re.compile(shown)).filter(
+                    has_text="accept").first, reason)
                 _idle(page)
                 page.get_by_role("button", name="Run 1 generation (to 2)").click()
                 _wait_until_the_run_is_over(page, "Run 1 generation (to 3)")

@@ -176,8 +176,10 @@ def test_a_stopped_run_closes_the_connections_of_its_calls_in_flight():
         proposer = LLMProposer(client, n_per_role=3, parallel=3, mode="spec", on_event=sink)
         with pytest.raises(Stop):
             proposer.propose("generator", context_for([]))
-        assert _wait_for(lambda: len(server.closed_by_client) == 2)  # dropped unanswered, not generated
-        assert server.pending >= 1 and len(server.requests) == 3  # the last in line was never started
+        # both dropped unanswered, not generated to the end: the one being generated and the one in line (which
+        # the server may or may not have begun when the close reached it, depending on the machine's load)
+        assert _wait_for(lambda: len(server.closed_by_client) == 2)
+        assert len(server.requests) == 3 and server.answered == 1
     assert client.usage.as_dict()["failed_calls"] == 2
     assert any("connection(s) to the server closed" in n for n in proposer.notes)
 

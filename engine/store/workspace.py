@@ -105,17 +105,23 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
         path = (workdir / DB_NAME).resolve()
         if not path.is_file() or cls.open(workdir).has_data():
             return False
-        with cls._lock:
-            conn = cls._connections.pop(str(path), None)
-            if conn is not None:
-                conn.close()
-            cls.forget_split_rows(path)
+        cls.close(workdir)
         for leftover in workdir.iterdir():
             if leftover.is_file() and leftover.name.startswith(DB_NAME):  # the file and its .wal
                 leftover.unlink()
         if not any(workdir.iterdir()):
             workdir.rmdir()
         return True
+
+    @classmethod
+    def close(cls, workdir: str | Path) -> None:
+        """Close this process's connection to the workspace in `workdir` (before it is moved or deleted)."""
+        path = (Path(workdir) / DB_NAME).resolve()
+        with cls._lock:
+            conn = cls._connections.pop(str(path), None)
+            if conn is not None:
+                conn.close()
+            cls.forget_split_rows(path)
 
     @classmethod
     def close_all(cls) -> None:

@@ -41,7 +41,7 @@ from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E4
 from bench.throughput import measured, run_meta, save_result  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
-from engine.embed.registry import get_embedder  # noqa: E402
+from engine.embed.registry import workspace_embedder  # noqa: E402
 from engine.events import EventKind  # noqa: E402
 from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
 from engine.export import write_export  # noqa: E402
@@ -97,7 +97,7 @@ def run(kind: str, frame: pd.DataFrame, labels: tuple[str, ...], generations: in
                 ensure_votes(store, executor, pool, split)
         timed(record, "votes_s", votes)
         record["votes_per_s"] = round(len(pool) * len(frame) / record["votes_s"])
-        record["embedder"] = get_embedder(store.get_meta("embedder", "minilm")).name
+        record["embedder"] = workspace_embedder(store).name
         started, marks = time.perf_counter(), {}
 
         def on_event(kind: EventKind, payload: dict) -> None:  # features are ready when aggregating starts

@@ -41,7 +41,7 @@ class Job:
     """One background thread doing one piece of long work on one workspace."""
 
     id: str
-    kind: str  # evolve | labels
+    kind: str  # import | embed | evolve | labels | corpus
     workdir: Path
     params: dict[str, Any]
     status: str = RUNNING
@@ -191,6 +191,11 @@ class JobRegistry:
                 return job
         return None
 
+    def all_running(self, workdir: str | Path) -> list[Job]:
+        """Every running job on the workspace, oldest first (an embedding and a generation run side by side)."""
+        workdir = Path(workdir).resolve()
+        return [job for job in list(self._jobs.values()) if job.running and job.workdir == workdir]
+
     def latest(self, workdir: str | Path, kind: str | None = None) -> Job | None:
         """The most recently started job of this process on the workspace (running or not)."""
         workdir = Path(workdir).resolve()
@@ -204,8 +209,10 @@ REGISTRY = JobRegistry()
 # ---- importing ---------------------------------------------------------------------------------------
 def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, dataset: str, source: str,
                  labels: tuple[str, ...] | None = None, wrench_folder: str | None = None,
-                 read_problems: list | None = None, registry: JobRegistry = REGISTRY) -> Job:
-    """Validate and import a table (or a WRENCH folder) in the background: 100K rows take seconds.
+                 read_problems: list | None = None, registry: JobRegistry = REGISTRY, embed_after: bool = True
+                 ) -> Job:
+    """Validate and import a table (or a WRENCH folder) in the background: 100K rows take seconds. Then (with
+    `embed_after`) the rows are embedded by an `embed` job of their own.
 
     On success `job.result` is the ImportReport; on failure `job.exception` is the IngestError with its
     row-by-row problems.
@@ -219,9 +226,13 @@ def start_import(workdir: str | Path, frame: pd.DataFrame | None, opts: Any, *, 
             ctx.set_progress(share, f"{what} of {source}")
 
         if wrench_folder:
-            return import_path(ctx.store, wrench_folder, opts, on_stage=stage)
-        return import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels,
-                            read_problems=read_problems or (), on_stage=stage)
+            report = import_path(ctx.store, wrench_folder, opts, on_stage=stage)
+        else:
+            report = import_frame(ctx.store, frame, opts, dataset=dataset, source=source, labels=labels,
+                                  read_problems=read_problems or (), on_stage=stage)
+        if embed_after and registry.running(workdir, "embed") is None:
+            start_embed(workdir, registry)  # its own job: the import is done, the rows are there to work on
+        return report
 
     return registry.start("import", workdir, work, {"source": source, "dataset": dataset})
 
@@ -279,6 +290,29 @@ def _sandbox():
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------
+def start_embed(workdir: str | Path, registry: JobRegistry = REGISTRY) -> Job:
+    """Embed every row in the background as soon as it is imported (while the expert reads the data and evolves
+    the pool), so the first soft labels need not wait minutes for it. Stopped, it keeps every round it saved; run
+    again, it embeds only what is missing."""
+    from engine import labeling
+
+    def work(ctx: JobContext) -> int:
+        ctx.begin_stage(0.0, 1.0, "embedding texts")
+        return labeling.warm_embeddings(ctx.store, on_event=ctx.emit)
+
+    return registry.start("embed", workdir, work, {})
+
+
+def _wait_for_embedding(ctx: JobContext, registry: JobRegistry) -> None:
+    """Wait for an embedding job running on the workspace rather than embed the same texts twice at once."""
+    embedding = registry.running(ctx.job.workdir, "embed")
+    while embedding is not None and embedding.running:
+        if ctx.job.stop_now:
+            raise JobStopped()
+        ctx.set_progress(message=f"waiting for the embeddings begun at import: {embedding.message}")
+        embedding.wait(0.5)
+
+
 def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, compare: bool = True,
                  executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""
@@ -289,6 +323,7 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
         if not store.pool_ids():
             raise ValueError("the pool is empty: evolve at least one generation first")
         key, pool = pool_key(store), store.pool_ids()
+        _wait_for_embedding(ctx, registry)
         with (executor_factory or _sandbox)() as executor:
             ctx.begin_stage(0.02, 0.7 if compare else 0.98, f"labeling every row with {aggregator}")
             result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)

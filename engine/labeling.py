@@ -21,6 +21,7 @@ from engine.aggregators.learning_curve import learning_curve_gain
 from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
     AGGREGATORS,
+    DEFAULT_AGGREGATOR,
     MultiLabelEvoAgg,
     aggregator_entry,
     expected_calibration_error,
@@ -105,12 +106,12 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     out: dict[str, object] = {}
     if "embedding" in kinds:
         from engine.embed.cache import embed_texts
-        from engine.embed.registry import get_embedder
+        from engine.embed.registry import workspace_embedder
 
         def progress(done: int, total: int) -> None:
             on_event(EventKind.EMBEDDING, {"done": done, "total": total})
 
-        out["embedding"] = embed_texts(store, texts, get_embedder(store.get_meta("embedder", "minilm")), progress)
+        out["embedding"] = embed_texts(store, texts, workspace_embedder(store), progress)
     if "tfidf" in kinds:
         out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
     distinct = distinct_pairs(frame) if {"masked", "relation"} & set(kinds) else None
@@ -124,17 +125,26 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     return out
 
 
+def warm_embeddings(store: Store, on_event: EventSink = quiet) -> int:
+    """Embed every row the way the default labels will read it (the sentence, and on relation tasks its masked
+    views), into the workspace's cache, so the soft labels need not wait for it. Returns the rows covered."""
+    kinds = tuple(k for k in feature_kinds(store.load_task(), DEFAULT_AGGREGATOR) if k in ("embedding", "masked"))
+    frame = store.examples_frame()
+    text_features(store, frame, kinds, on_event)
+    return len(frame)
+
+
 def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet,
                       distinct: tuple[list[int], np.ndarray] | None = None) -> np.ndarray:
     """The "masked" feature of relation tasks: sentence embeddings of the two `masked_views` (mentions replaced
     by X and Y; the sentence, and the part between the mentions), joined. Cached in the workspace like any text."""
     from engine.embed.cache import embed_texts
-    from engine.embed.registry import get_embedder
+    from engine.embed.registry import workspace_embedder
 
     first, inverse = distinct or distinct_pairs(frame)  # joined once per distinct pair, then spread to its rows
     fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
     pairs = [masked_views({**fields[row], "text": texts[row]}) for row in first]
-    embedder = get_embedder(store.get_meta("embedder", "minilm"))
+    embedder = workspace_embedder(store)
 
     def progress(part: int) -> Callable[[int, int], None]:
         """One count over both views' texts: each call of `embed_texts` counts its own from 0."""

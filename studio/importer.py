@@ -21,7 +21,7 @@ from engine.ingest.importer import (
     row_positions,
 )
 from engine.ingest.readers import read_rows, read_wrench_rows
-from engine.jobs import REGISTRY, start_import
+from engine.jobs import REGISTRY, start_embed, start_import
 from engine.markdown import escape_md
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
@@ -92,6 +92,7 @@ def start_cards() -> None:
             except (IngestError, OSError) as err:  # nothing is left behind: see workspace.load_demo
                 st.error(f"The demo could not be loaded: {str(err).splitlines()[0]}")
                 return
+            start_embed(workspace.workdir(name))  # while the expert looks around and evolves
             state.select_workspace(name)
             state.put(state.LAST_IMPORT, report)
             state.flash(f"Demo loaded into workspace {name}. Next: Evolve.")

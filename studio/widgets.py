@@ -155,37 +155,44 @@ def sidebar() -> None:
 
 
 def _job_status(name: str) -> None:
-    running = REGISTRY.running(workspace.workdir(name))
-    if running is None:
+    running = REGISTRY.all_running(workspace.workdir(name))
+    if not running:
         _job_lines(name)
         return
 
     refresh_app = AppRefresh()
+    ids = [job.id for job in running]
 
     @st.fragment(run_every=1.5)
     def live() -> None:
-        job = REGISTRY.get(running.id)
-        if job is None or not job.running:
+        jobs = [job for job in map(REGISTRY.get, ids) if job is not None]
+        # a finished job changes what the screens show, so the app redraws; the embeddings do not (the soft labels
+        # read them when asked), and a redraw at a moment of their choosing would cut into the expert's typing
+        if any(not job.running and job.kind != "embed" for job in jobs):
             refresh_app()
-            if job is None:
-                return
-        _job_line(job)
+        for job in jobs:
+            _job_line(job)
 
     live()
     refresh_app.drawn()
 
 
 def _job_lines(name: str) -> None:
-    for kind in ("evolve", "labels", "corpus"):
+    for kind in ("embed", "evolve", "labels", "corpus"):
         job = REGISTRY.latest(workspace.workdir(name), kind)
         if job is not None:
             _job_line(job)
 
 
 def _job_line(job: Job) -> None:
-    label = {"evolve": "Evolving", "labels": "Soft labels", "corpus": "Corpus labels"}.get(job.kind, job.kind)
+    label = {"evolve": "Evolving", "labels": "Soft labels", "corpus": "Corpus labels", "embed": "Embeddings",
+             "import": "Importing"}.get(job.kind, job.kind)
     if job.running:
         st.progress(min(1.0, max(0.0, job.progress)), text=f"{label}: {job.message}")
+        if job.kind == "embed" and st.button("Stop embedding", key=f"stop_{job.id}", type="tertiary",
+                                             icon=":material/stop:", help="What is embedded is kept; the soft "
+                                             "labels embed the rest when they are computed"):
+            job.stop(now=True)
     elif job.status == "failed":
         st.error(f"{label} failed: {queries.escape_md(job.error)}")
     else:

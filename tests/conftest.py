@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the user cache of embeddings (engine/embed/shared_cache.py): one per test process, never the user's own
+os.environ.setdefault("EVOPOOL_CACHE", tempfile.mkdtemp(prefix="evopool-test-cache-"))
 
 
 # The longest files (a minute or more each: a Ray cluster, `evopool` subprocesses, AppTest on evolved workspaces),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 
 from engine.embed import minilm as embed_minilm
+from engine.embed import shared_cache
 from engine.embed import static as embed_static
 from engine.embed.base import text_hash
 from engine.embed.cache import embed_split, embed_texts
@@ -45,8 +47,48 @@ def minilm() -> MiniLMEmbedder:
 
 @pytest.fixture()
 def store(tmp_path):
-    yield Store.open(tmp_path)
+    yield Store.open(tmp_path / "ws")
     Store.close_all()
+
+
+@pytest.fixture(autouse=True)
+def own_user_cache(tmp_path, monkeypatch) -> Path:
+    """Each test its own user cache: what it embeds is not already there from another test."""
+    monkeypatch.setenv("EVOPOOL_CACHE", str(tmp_path / "user-cache"))
+    shared_cache.forget()
+    return tmp_path / "user-cache"
+
+
+def test_a_second_workspace_takes_the_vectors_of_the_first_from_the_user_cache(tmp_path, minilm):
+    first = embed_texts(Store.open(tmp_path / "first"), [CAT, MARKET], minilm)
+    shared_cache.forget()  # read back from disk, as another process would
+    counting = CountingEmbedder(minilm)
+    second_store = Store.open(tmp_path / "second")
+    progress: list[tuple[int, int]] = []
+    second = embed_texts(second_store, [MARKET, KITTEN, CAT], counting, lambda d, t: progress.append((d, t)))
+    assert counting.encoded == [KITTEN]  # only the text the first workspace never had
+    assert np.array_equal(second[[2, 0]], first)  # the very vectors, not a recomputation
+    assert progress[0] == (2, 3) and progress[-1] == (3, 3)
+    kept = second_store.cached_embeddings(minilm.name, [text_hash(CAT), text_hash(MARKET)])
+    assert set(kept) == {text_hash(CAT), text_hash(MARKET)}  # now in the workspace too: it works without the cache
+
+
+def test_the_user_cache_can_be_turned_off_and_a_damaged_shard_is_skipped(tmp_path, minilm, monkeypatch,
+                                                                          own_user_cache):
+    embed_texts(Store.open(tmp_path / "first"), [CAT], minilm)
+    shards = list((own_user_cache / "embeddings" / minilm.name).glob("*.npy"))
+    assert len(shards) == 1
+    shards[0].write_bytes(b"not a shard")  # a disk fault
+    shared_cache.forget()
+    counting = CountingEmbedder(minilm)
+    embed_texts(Store.open(tmp_path / "second"), [CAT], counting)
+    assert counting.encoded == [CAT]  # embedded again, no error
+    monkeypatch.setenv("EVOPOOL_CACHE", "off")
+    shared_cache.forget()
+    assert shared_cache.cache_root() is None and shared_cache.lookup(minilm.name, [text_hash(CAT)]) == {}
+    counting = CountingEmbedder(minilm)
+    embed_texts(Store.open(tmp_path / "third"), [CAT], counting)
+    assert counting.encoded == [CAT]
 
 
 def test_packaged_model_loads_without_network(monkeypatch):

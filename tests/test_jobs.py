@@ -276,7 +276,7 @@ def test_an_import_job_reports_its_stages_as_it_goes(tmp_path, monkeypatch, wren
         folder = wrench_folder(tmp_path / "demo", '{"0": "HAM", "1": "SPAM"}', **records)
     source = str(folder) if wrench else "demo.csv"
     job = start_import(tmp_path / "ws", None if wrench else frame, IngestOptions(), dataset="demo", source=source,
-                       wrench_folder=str(folder) if wrench else None, registry=JobRegistry())
+                       wrench_folder=str(folder) if wrench else None, registry=JobRegistry(), embed_after=False)
     assert job.wait(60) and job.status == DONE, job.error
     shares = [share for share, _ in seen]
     assert shares == sorted(shares) and len(set(shares)) >= 3  # it moves forward, stage by stage
@@ -301,3 +301,38 @@ def test_the_bar_follows_the_counted_work_of_a_stage_and_never_goes_back(tmp_pat
     assert ctx.job.progress == pytest.approx(0.5)
     ctx.begin_stage(0.5, 0.9, "comparing")
     assert ctx.job.progress == pytest.approx(0.5) and ctx.job.message == "comparing"
+
+
+def test_an_import_embeds_every_row_in_a_job_of_its_own(tmp_path, monkeypatch):
+    """Soft labels waited minutes for embeddings nothing computed while the expert read the data and evolved."""
+    from engine.embed import shared_cache
+    from engine.embed.base import text_hash
+    from engine.ingest.importer import IngestOptions
+    from engine.jobs import start_import
+
+    monkeypatch.setenv("EVOPOOL_CACHE", str(tmp_path / "cold-cache"))
+    shared_cache.forget()
+    frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False).iloc[1500:1800]  # pool and dev rows
+    registry = JobRegistry()
+    job = start_import(tmp_path / "ws", frame, IngestOptions(), dataset="demo", source="demo.csv", registry=registry)
+    assert job.wait(60) and job.status == DONE, job.error
+    embedding = registry.latest(tmp_path / "ws", "embed")
+    assert embedding is not None and embedding.wait(180) and embedding.status == DONE, embedding.error
+    store = Store.open(tmp_path / "ws")
+    hashes = {text_hash(t) for t in store.examples_frame()["text"]}
+    assert embedding.result == 300 and len(store.cached_embeddings("all-MiniLM-L6-v2", list(hashes))) == len(hashes)
+
+
+def test_the_soft_labels_wait_for_a_running_embedding_job_instead_of_embedding_the_same_texts(workdir):
+    registry = JobRegistry()
+    evolve_job = start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry)
+    assert evolve_job.wait(120) and evolve_job.status == DONE
+    release = threading.Event()
+    embedding = registry.start("embed", workdir, lambda ctx: release.wait(60))
+    labels = start_labels(workdir, "mv", compare=False, registry=registry)
+    deadline = time.monotonic() + 30
+    while "waiting for the embeddings" not in labels.message and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "waiting for the embeddings" in labels.message and labels.running
+    release.set()
+    assert embedding.wait(30) and labels.wait(120) and labels.status == DONE, labels.error

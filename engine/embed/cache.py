@@ -1,7 +1,8 @@
 """Sentence embeddings, cached in the workspace by (embedder name, sha1 of the text).
 
 EvoAgg and the studio need one vector per row; embedding is the slowest step of labeling, so every
-vector is computed once per workspace and saved as it is produced (a killed job keeps what it did).
+vector is computed once per workspace and saved as it is produced (a killed job keeps what it did), and
+once per user: `shared_cache.py` hands a new workspace the vectors another one computed.
 The models live in `minilm.py` (the packaged all-MiniLM-L6-v2, exact / bf16 / int8) and `static.py`
 (a static token table distilled from it), named in `registry.py`. Nothing here touches the network.
 """
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from engine.embed import shared_cache
 from engine.embed.base import Embedder, Progress, text_hash
 from engine.embed.registry import get_embedder
 
@@ -34,6 +36,14 @@ def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
     total = len(unique)
     found = store.cached_embeddings(embedder.name, list(unique)) if unique else {}
     missing = [h for h in unique if h not in found]
+    shared = shared_cache.lookup(embedder.name, missing)  # embedded for another workspace of this user
+    if shared:
+        keys = list(shared)
+        for start in range(0, len(keys), SAVE_EVERY):
+            part = keys[start:start + SAVE_EVERY]
+            store.save_embeddings(embedder.name, part, np.stack([shared[h] for h in part]))
+        found.update(shared)
+        missing = [h for h in missing if h not in shared]
     # Longest first (by characters, a cheap proxy for tokens): each saved round holds texts of similar
     # length, so the embedder pads little, and the slow rounds come first while estimates are young.
     missing.sort(key=lambda h: -len(unique[h]))
@@ -54,6 +64,7 @@ def embed_texts(store: Store, texts: Sequence[str], embedder: Embedder,
                              f"expected {(len(chunk), embedder.dim)}")
         vectors = np.asarray(vectors, dtype=np.float32)
         store.save_embeddings(embedder.name, chunk, vectors)
+        shared_cache.save(embedder.name, chunk, vectors)
         found.update(zip(chunk, vectors, strict=True))
         done += len(chunk)
         if on_progress is not None:

@@ -1,7 +1,12 @@
 """Embedders by name. Members load lazily (their models are large), and import only `engine.embed.base`."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.embed.base import Embedder
+
+if TYPE_CHECKING:
+    from engine.store.workspace import Store
 
 DEFAULT_EMBEDDER = "minilm"
 EMBEDDERS: dict[str, str] = {  # name -> what it is (measured in bench/results/embed_speed.md)
@@ -27,3 +32,8 @@ def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
         from engine.embed.static import StaticEmbedder
         return StaticEmbedder()
     raise KeyError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
+
+
+def workspace_embedder(store: Store) -> Embedder:
+    """The embedder a workspace reads its texts with: the one chosen for it (`--embedder`), else the default."""
+    return get_embedder(store.get_meta("embedder", DEFAULT_EMBEDDER))

@@ -102,7 +102,8 @@ generations = store.generations()
 if (generations["status"] == "complete").any():
     st.plotly_chart(figures.timeline(generations, *queries.audit_by_generation(store)), key="timeline")
 else:
-    st.info("No complete generation yet: press **Run** above.")
+    st.info("The first generation is running: the timeline and its verdicts appear here when it completes."
+            if job is not None else "No complete generation yet: press **Run** above.")
     st.stop()
 
 idle = review.idle_generations(generations)

@@ -154,10 +154,19 @@ def live_panel(store: Store, job: Job | None, job_id: str | None) -> None:
                    f"{last['dev_macro_f1']:.3f} (on the fitness rows the gate chose it on).{since}"
                    + queries.pool_audit_sentence(store, number))
     if view.candidates:
-        table = pd.DataFrame(view.candidates)[["generation", "agent", "name", "precision", "coverage", "verdict",
-                                               "reasons"]]
+        table = pd.DataFrame(view.candidates)
+        # not yet scored: an empty cell, not "None"
+        table[["precision", "coverage"]] = table[["precision", "coverage"]].astype(float)
+        # the gate's verdict in the run, and where the annotator stands now (an expert's verdict since overrides it)
+        latest = store.latest_verdicts()
+        table["now"] = [f"{latest[i][0]} (expert)" if i in latest and latest[i][1] == "human" else ""
+                        for i in table["id"]]
+        table = table[["generation", "agent", "name", "precision", "coverage", "verdict", "now", "reasons"]]
         st.dataframe(table.tail(200), hide_index=True, height=260,
                      column_config={"precision": st.column_config.NumberColumn(format="%.2f"),
-                                    "coverage": st.column_config.NumberColumn(format="%.3f")})
+                                    "coverage": st.column_config.NumberColumn(format="%.3f"),
+                                    "verdict": st.column_config.TextColumn("gate's verdict"),
+                                    "now": st.column_config.TextColumn(
+                                        "now", help="the expert's verdict given since, when there is one")})
     if view.feed:
         st.caption("  \n".join(queries.escape_md(line) for line in view.feed[-6:]))

@@ -14,7 +14,7 @@ from engine import review
 from engine.domain import AUDIT, FITNESS
 from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.explain import THIN_CLASS_ROWS
-from engine.store.saved_labels import SavedLabels
+from engine.store.saved_labels import LABELS_DIR, SavedLabels
 from engine.store.workspace import Store
 from studio import editor, queries, state, widgets
 
@@ -56,7 +56,8 @@ def label_like(store: Store, wrong: pd.DataFrame, labels: tuple[str, ...], multi
     st.markdown(f"**Unlabeled rows like {queries.code_span(row['id'])}** (gold *{queries.escape_md(row['gold'])}*, "
                 f"labeled *{queries.escape_md(row['predicted'])}*)")
     if like.empty:
-        st.caption("No unlabeled row shares its words.")
+        st.caption("No unlabeled row is left: every row is labeled." if not store.count_examples("pool") else
+                   "No unlabeled row shares its words.")
         return
     _label_form(store, like, labels, multi_label, form_key="label_like", editor_key=f"like_{row['id']}",
                 who_key=state.EXPERT_NAME, submit="Add the labeled rows to dev",
@@ -202,6 +203,8 @@ def return_to_pool(store: Store, ids: list[str]) -> None:
     moved = unlabel_rows(store, ids)
     state.put(state.RETURN_OPEN, True)
     state.put(state.RETURN_VERSION, state.get(state.RETURN_VERSION, 0) + 1)
+    saved = store.path.parent / LABELS_DIR
+    computed = saved.is_dir() and any(saved.iterdir())  # soft labels saved before: they still count these rows
     state.flash(f"{len(moved)} row(s) went back to the unlabeled pool, their labels dropped; dev scores are "
-                "recomputed. Recompute the soft labels to leave them out.")
+                "recomputed." + (" Recompute the soft labels to leave them out." if computed else ""))
     st.rerun()

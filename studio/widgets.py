@@ -138,26 +138,34 @@ def sidebar() -> None:
         else:
             st.caption("No workspace yet: create one or load the demo on Project & data.")
         if current and workspace.exists(current):
-            try:
-                facts = workspace.summary(current)
-            except WorkspaceLocked:
-                st.error("This workspace is open in another program (an `evopool` run or another studio).")
-                return
-            except WorkspaceUnavailable as err:
-                st.error(str(err))
-                return
-            if facts["rows"]:
-                st.caption(f"{queries.escape_md(facts['task'])} · {facts['rows']:,} rows · labels "
-                           f"{queries.escape_md(', '.join(facts['labels']))}  \n"
-                           f"generation {facts['generation']} · {facts['pool']} annotator"
-                           f"{'' if facts['pool'] == 1 else 's'} in the pool")
             _job_status(current)
 
 
+def _facts(name: str) -> bool:
+    """The workspace's task, rows, labels, generation and pool in one caption; False when it cannot be opened."""
+    try:
+        facts = workspace.summary(name)
+    except WorkspaceLocked:
+        st.error("This workspace is open in another program (an `evopool` run or another studio).")
+        return False
+    except WorkspaceUnavailable as err:
+        st.error(str(err))
+        return False
+    if facts["rows"]:
+        st.caption(f"{queries.escape_md(facts['task'])} · {facts['rows']:,} rows · labels "
+                   f"{queries.escape_md(', '.join(facts['labels']))}  \n"
+                   f"generation {facts['generation']} · {facts['pool']} annotator"
+                   f"{'' if facts['pool'] == 1 else 's'} in the pool")
+    return True
+
+
 def _job_status(name: str) -> None:
+    """The facts and the jobs of the workspace; while a job runs both are redrawn live (a generation completing
+    mid-run changes the pool: the sidebar said "generation 0 · 0 annotators" until the run ended)."""
     running = REGISTRY.all_running(workspace.workdir(name))
     if not running:
-        _job_lines(name)
+        if _facts(name):
+            _job_lines(name)
         return
 
     refresh_app = AppRefresh()
@@ -170,6 +178,8 @@ def _job_status(name: str) -> None:
         # read them when asked), and a redraw at a moment of their choosing would cut into the expert's typing
         if any(not job.running and job.kind != "embed" for job in jobs):
             refresh_app()
+        if not _facts(name):
+            return
         for job in jobs:
             _job_line(job)
 

@@ -5,10 +5,12 @@ Run with `make run` (or `streamlit run streamlit_app.py`). Workspaces live under
 """
 import streamlit as st
 
+from engine.store.actor import resolve_expert_with
 from studio import access, state, widgets
 
 st.set_page_config(page_title="EvoPool Studio", page_icon="🧬", layout="wide")
 access.require_password()  # before any page, the navigation or the sidebar (a no-op without a password)
+resolve_expert_with(lambda: state.kept(state.EXPERT_NAME, ""))  # who the store records (the sidebar asks)
 
 PAGES = [
     st.Page("pages/project.py", title="Project & data", icon=":material/folder_open:", default=True),

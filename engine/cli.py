@@ -31,6 +31,7 @@ from engine.ingest.importer import IngestOptions, import_path
 from engine.llm.client import LLMError
 from engine.llm.presets import PRESETS
 from engine.store import workspaces
+from engine.store.actor import command_line_expert, set_acting_expert
 from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
 
 # What a command reports as "error: <one line>" with exit code 1; anything else is a bug and shows its traceback.
@@ -651,6 +652,7 @@ def _discard_if_empty(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error
+    set_acting_expert(command_line_expert())  # who `pool add --approve`, `describe` and undo record
     try:
         workdir = getattr(args, "workdir", None)
         if workdir and args.command != "run" and not (Path(workdir) / DB_NAME).is_file():

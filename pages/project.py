@@ -85,7 +85,7 @@ st.markdown(f"**Task:** {queries.escape_md(task.name)} · **{len(task.labels):,}
 widgets.table_of_all([[lab] for lab in task.labels], ["label"], MAX_SHOWN_LABELS, f"All {len(task.labels):,} labels")
 if task.instructions:
     st.markdown(f"**Instructions:** {queries.escape_md(task.instructions)}")
-describe_ui.descriptions_table(task)
+describe_ui.descriptions_table(store, task)
 describe_ui.describe_labels(store, task)
 
 st.subheader("Rows")

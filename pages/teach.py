@@ -1,5 +1,4 @@
 """Label rows: the rows worth the expert's label, one at a time, on the keyboard (number keys, S to skip, U to undo)."""
-import os
 
 import streamlit as st
 
@@ -18,8 +17,7 @@ if task.multi_label:
 name = state.workspace_name()
 state.show_flash()
 
-who = st.text_input("Your name (recorded with every label)", value=state.kept(state.EXPERT_NAME,
-                                                                             os.environ.get("USER", "")),
+who = st.text_input("Your name (recorded with every label)", value=state.kept(state.EXPERT_NAME, ""),
                     key="teach_who", placeholder="e.g. J. Curator")
 if who.strip():
     state.keep(state.EXPERT_NAME, who.strip())

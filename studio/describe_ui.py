@@ -14,11 +14,16 @@ from engine.store.workspace import Store
 from studio import state
 
 
-def descriptions_table(task: Task) -> None:
-    """The labels' descriptions, when any."""
-    if task.label_descriptions:
-        st.dataframe(pd.DataFrame(list(task.label_descriptions.items()), columns=["label", "description"]),
-                     hide_index=True)
+def descriptions_table(store: Store, task: Task) -> None:
+    """The labels' descriptions, when any, with who gave each (the import's, when no one has changed it since)."""
+    if not task.label_descriptions:
+        return
+    log = store.description_log()
+    latest = {row.label: row for row in log.itertuples()}  # ordered by time: the last one of each label stays
+    given = [latest[label].expert if label in latest and latest[label].description == text else "the import"
+             for label, text in task.label_descriptions.items()]
+    st.dataframe(pd.DataFrame({"label": list(task.label_descriptions), "description":
+                               list(task.label_descriptions.values()), "given by": given}), hide_index=True)
 
 
 @dataclass(frozen=True)

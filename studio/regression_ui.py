@@ -4,7 +4,6 @@ labels miss, and those too thin to judge an annotator on, grow."""
 from __future__ import annotations
 
 import hashlib
-import os
 
 import numpy as np
 import pandas as pd
@@ -126,7 +125,7 @@ def _label_form(store: Store, rows: pd.DataFrame, labels: tuple[str, ...], multi
         edited = st.data_editor(rows, hide_index=True, key=editor_key, disabled=fixed, column_config={column: config})
         # one name for both forms, kept while the expert visits other screens
         who = st.text_input("Your name (required: recorded with the labels)", key=who_key,
-                            value=state.kept(state.EXPERT_NAME, os.environ.get("USER", "")),
+                            value=state.kept(state.EXPERT_NAME, ""),
                             placeholder="e.g. J. Curator")
         submitted = st.form_submit_button(submit, icon=":material/add_task:")
     if submitted:

@@ -157,6 +157,8 @@ def history(store: Store, annotator_id: str, always: bool = False) -> None:
     if frame.empty or (not always and not (frame["decided_by"] == "human").any()):
         return
     shown = pd.DataFrame({"when": frame["recorded_at"].astype(str).str[:19], "generation": frame["generation"],
-                          "verdict": frame["verdict"], "by": frame["decided_by"],
+                          "verdict": frame["verdict"],
+                          "by": [e if by != "gate" and isinstance(e, str) and e else by
+                                 for by, e in zip(frame["decided_by"], frame["expert"], strict=True)],
                           "reason": [n or "; ".join(r) for n, r in zip(frame["note"], frame["reasons"], strict=True)]})
     st.dataframe(shown, hide_index=True)

@@ -119,10 +119,46 @@ def _picked() -> None:
         state.select_workspace(chosen)
 
 
+# set by an authenticating proxy in front of the studio (oauth2-proxy, Authelia, a web server's basic auth)
+PROXY_USER_HEADERS = ("X-Forwarded-User", "X-Auth-Request-User", "X-Forwarded-Preferred-Username",
+                      "X-Forwarded-Email", "X-Auth-Request-Email", "Remote-User")
+WHO = "who_input"  # the sidebar's name box
+
+
+def proxy_user() -> str:
+    """The login an authenticating proxy passed on, or "" (the studio reached directly)."""
+    try:
+        headers = st.context.headers
+    except Exception:  # noqa: BLE001 - no request context (AppTest): nobody signed in
+        return ""
+    return next((str(headers.get(h)).strip() for h in PROXY_USER_HEADERS if headers.get(h)), "")
+
+
+def who() -> None:
+    """Who this session is: the proxy's login, else a name asked once in the sidebar. Every verdict, edit, label and
+    description the session records carries it (`engine.store.actor`), and so do its labels into dev."""
+    signed_in = proxy_user()
+    if signed_in:
+        state.keep(state.EXPERT_NAME, signed_in)
+        st.caption(f":material/person: {queries.escape_md(signed_in)}")
+        return
+    kept = state.kept(state.EXPERT_NAME, "")
+    if st.session_state.get(WHO) != kept:  # a new session, or the name given in a labeling form since
+        st.session_state[WHO] = kept
+    st.text_input("Your name", key=WHO, placeholder="who is reviewing", on_change=_named,
+                  help="Recorded with your verdicts, edits, labels and descriptions, so a team sees who did what; "
+                       "asked once per browser session")
+
+
+def _named() -> None:
+    state.keep(state.EXPERT_NAME, str(st.session_state.get(WHO) or "").strip())
+
+
 def sidebar() -> None:
-    """Workspace picker, its facts, and the status of its jobs."""
+    """Who is working, the workspace picker, its facts, and the status of its jobs."""
     with st.sidebar:
         st.logo(LOGO, size="large")
+        who()
         names = workspace.list_workspaces()
         current = state.workspace_name()
         if current and current not in names and workspace.exists(current):

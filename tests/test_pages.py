@@ -182,15 +182,14 @@ def test_the_evolve_screen_says_when_generations_propose_nothing(tmp_path, monke
 
 
 def test_sidebar_picks_the_workspace_and_shows_its_facts(home):
-    Store.open(home / "other")  # a second, empty workspace to pick from
+    Store.open(home / "other")  # a second, empty workspace (an upload that failed): not offered to pick
     at = run(SEEDED, "pages/evolve.py")
     picker = at.sidebar.selectbox[0]
-    assert picker.value == SEEDED and picker.options == ["other", SEEDED]
+    assert picker.value == SEEDED and "other" not in picker.options
     facts = "\n".join(c.value for c in at.sidebar.caption)
     assert "2,056 rows" in facts and "generation 2" in facts and "annotators in the pool" in facts
-    picker.set_value("other").run()
-    assert not at.exception
-    assert at.query_params["ws"] == "other"
+    at = run("other", "pages/evolve.py")  # the open one is offered even when empty
+    assert at.sidebar.selectbox[0].value == "other" and "other" in at.sidebar.selectbox[0].options
     assert "Open a workspace with data first" in texts(at)  # "other" is empty
 
 
@@ -225,7 +224,8 @@ def test_describing_a_label_on_the_project_screen_saves_it_for_the_agents_and_un
     assert dict(store.load_task().label_descriptions) == {"SPAM": "links, channel plugs, requests to subscribe"}
     assert "Saved the description of SPAM" in texts(at)
     shown = table_with(at, "description")
-    assert shown.to_dict("records") == [{"label": "SPAM", "description": "links, channel plugs, requests to subscribe"}]
+    assert shown.to_dict("records") == [{"label": "SPAM", "description": "links, channel plugs, requests to subscribe",
+                                         "given by": "expert (no name given)"}]
     assert box().value == "links, channel plugs, requests to subscribe"
     undo = at.button(key="describe_undo")
     assert "no description" in undo.label
@@ -327,11 +327,11 @@ def test_import_errors_name_the_row_and_the_good_rows_can_be_imported(tmp_path, 
     assert "Found in the file (rows each): HAM 20 · MAYBE 1 · SPAM 19." in texts(at)
     assert "Held by only one or two rows: MAYBE; a typo?" in texts(at)
     at.text_input(key="map_labels").input("HAM, SPAM").run()  # the curator declares the label set
-    before = at.dataframe[-1].value  # the bad rows are listed before Import is pressed, with their ids
+    before = table_with(at, "problem")  # the bad rows are listed before Import is pressed, with their ids
     assert list(before["row"]) == [3, 4] and list(before["id"]) == ["r3", "r4"]
     assert "empty text" in before["problem"].iloc[0]
     import_and_wait(at, tmp_path / "imp" / "mine")
-    problems = at.dataframe[-1].value
+    problems = table_with(at, "problem")
     assert list(problems["row"]) == [3, 4] and list(problems["id"]) == ["r3", "r4"]
     assert sum("problem" in d.value.columns for d in at.dataframe) == 1  # listed once (the plan's, with ids)
     assert "empty text" in problems["problem"].iloc[0]
@@ -1345,7 +1345,7 @@ def test_a_failed_import_leaves_no_workspace_behind(tmp_path, monkeypatch):
 def workspace_names() -> list[str]:
     from studio import workspace
 
-    return workspace.list_workspaces()
+    return workspace.list_workspaces(empty_too=True)
 
 
 def test_a_file_fixed_after_the_preview_named_its_bad_rows_is_read_again(tmp_path, monkeypatch):

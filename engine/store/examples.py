@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import Example, Task
+from engine.store.actor import acting_expert
 from engine.store.sql import split_filter, utc_now
 
 ROWS_VERSION = "rows_version"  # meta key: a fresh token whenever rows are added or change split
@@ -37,12 +38,15 @@ class ExamplesMixin:
     # ---- task and examples -------------------------------------------------------------------
     def save_task(self, task: Task) -> None:
         with self.transaction():
-            self._q("DELETE FROM task")
-            self._q(
-                "INSERT INTO task VALUES (?, ?, ?, ?, ?, ?)",
-                [task.name, json.dumps(list(task.labels)), json.dumps(dict(task.label_descriptions)),
-                 task.instructions, json.dumps(list(task.fields)), task.multi_label],
-            )
+            self._write_task(task)
+
+    def _write_task(self, task: Task) -> None:
+        self._q("DELETE FROM task")
+        self._q(
+            "INSERT INTO task VALUES (?, ?, ?, ?, ?, ?)",
+            [task.name, json.dumps(list(task.labels)), json.dumps(dict(task.label_descriptions)),
+             task.instructions, json.dumps(list(task.fields)), task.multi_label],
+        )
 
     def describe_label(self, label: str, description: str) -> str:
         """Set one label's description (blank: remove it) and return the one it replaces ("" when none). The agents
@@ -56,9 +60,16 @@ class ExamplesMixin:
         previous = str(descriptions.pop(label, ""))
         if description.strip():
             descriptions[label] = description.strip()
-        self.save_task(replace(task, label_descriptions={k: descriptions[k] for k in task.labels
-                                                         if k in descriptions}))
+        with self.transaction():
+            self._write_task(replace(task, label_descriptions={k: descriptions[k] for k in task.labels
+                                                               if k in descriptions}))
+            self._q("INSERT INTO label_descriptions_log VALUES (?, ?, ?, ?, ?)",
+                    [label, description.strip(), previous, acting_expert(), utc_now()])
         return previous
+
+    def description_log(self) -> pd.DataFrame:
+        """Every description given to a label after import: label, description, previous, expert, recorded_at."""
+        return self._df("SELECT * FROM label_descriptions_log ORDER BY recorded_at")
 
     def load_task(self) -> Task | None:
         rows = self._q("SELECT * FROM task")

@@ -135,4 +135,12 @@ MIGRATIONS: list[tuple[str, str | Callable[[Any], None]]] = [
         # not lose it; gone when saved as a version or discarded
         "CREATE TABLE code_drafts (annotator_id VARCHAR PRIMARY KEY, source VARCHAR, saved_at TIMESTAMP);",
     ),
+    (
+        "011_who",
+        # several experts on one workspace: the person behind each expert verdict (NULL for the gate's and for
+        # verdicts from before), and every description a person gave a label, with who and when
+        "ALTER TABLE verdicts ADD COLUMN expert VARCHAR; "
+        "CREATE TABLE label_descriptions_log (label VARCHAR, description VARCHAR, previous VARCHAR, expert VARCHAR, "
+        "recorded_at TIMESTAMP);",
+    ),
 ]

@@ -30,6 +30,7 @@ from engine.domain import (
     restored_by_undo,
 )
 from engine.store import vote_codes
+from engine.store.actor import acting_expert
 from engine.store.sql import utc_now
 
 
@@ -227,10 +228,13 @@ class PoolMixin:
             )
 
     def _insert_verdict(self, d: GateDecision, generation: int) -> None:
+        """One verdict row; a person's (an expert's, or an undo of one) carries who gave it (`store.actor`)."""
+        expert = acting_expert() if d.decided_by != "gate" else None
         self._q(
-            "INSERT INTO verdicts (annotator_id, generation, verdict, reasons, decided_by, note, recorded_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [d.annotator_id, generation, d.verdict, json.dumps(list(d.reasons)), d.decided_by, d.note, utc_now()],
+            "INSERT INTO verdicts (annotator_id, generation, verdict, reasons, decided_by, note, recorded_at, expert) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [d.annotator_id, generation, d.verdict, json.dumps(list(d.reasons)), d.decided_by, d.note, utc_now(),
+             expert],
         )
 
     def record_gate_decisions(self, decisions: Sequence[GateDecision]) -> None:

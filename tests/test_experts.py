@@ -1,0 +1,82 @@
+"""Several experts on one workspace: every verdict, undo, label and description records who gave it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import DEMO_CSV, ROOT
+from streamlit.testing.v1 import AppTest
+
+from engine import review
+from engine.domain import GateDecision
+from engine.ingest.importer import IngestOptions, import_path
+from engine.store.actor import UNNAMED, acting_as, acting_expert
+from engine.store.workspace import Store
+
+APP = str(ROOT / "streamlit_app.py")
+
+
+def _store(tmp_path, name: str = "team") -> Store:
+    store = Store.open(tmp_path / name)
+    import_path(store, DEMO_CSV, IngestOptions())
+    return store
+
+
+def test_each_verdict_undo_and_description_names_its_expert_and_the_gate_names_nobody(tmp_path):
+    store = _store(tmp_path)
+    with store.transaction():
+        store.record_gate_decisions([GateDecision("a1", "accept", ("precise",), "gate")])
+    with acting_as("ana"):
+        review.reject(store, "a1", "fires on song titles")
+        store.describe_label("SPAM", "links and channel plugs")
+    with acting_as("ben"):
+        review.undo(store, "a1", "too hasty")
+        store.describe_label("SPAM", "self-promotion")
+    assert acting_expert() == UNNAMED  # nobody outside the blocks
+    verdicts = store.verdicts(annotator_id="a1")
+    assert list(zip(verdicts["verdict"], verdicts["expert"].fillna("-"), strict=True)) == [
+        ("accept", "-"), ("reject", "ana"), ("accept", "ben")]
+    log = store.description_log()
+    assert list(zip(log["expert"], log["description"], log["previous"], strict=True)) == [
+        ("ana", "links and channel plugs", ""), ("ben", "self-promotion", "links and channel plugs")]
+
+
+def test_the_command_line_records_evopool_expert(tmp_path):
+    _store(tmp_path)
+    Store.close_all()
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "describe", "HAM", "a real comment", "--workdir",
+                          str(tmp_path / "team")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**__import__("os").environ, "EVOPOOL_EXPERT": "carla"})
+    assert out.returncode == 0, out.stderr
+    assert list(Store.open(tmp_path / "team").description_log()["expert"]) == ["carla"]
+
+
+def _session(name: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["ws"] = "team"
+    at.run()
+    at.sidebar.text_input(key="who_input").input(name).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _describe(at: AppTest, label: str, text: str) -> None:
+    at.selectbox(key="describe_label").set_value(label).run()
+    box = next(t for t in at.text_area if t.key.startswith("describe_text_") and t.key.endswith(f"_{label}"))
+    box.input(text)
+    at.button(key="describe_save").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_two_studio_sessions_record_their_own_names_and_see_each_others_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))
+    _store(tmp_path)
+    ana, ben = _session("ana"), _session("ben")
+    _describe(ana, "SPAM", "links and channel plugs")
+    _describe(ben, "HAM", "a real comment on the video")
+    ana.run()  # ana's screen, drawn again, shows ben's description too
+    shown = next(d.value for d in ana.dataframe if "description" in d.value.columns)
+    assert dict(zip(shown["label"], shown["given by"], strict=True)) == {"HAM": "ben", "SPAM": "ana"}
+    log = Store.open(tmp_path / "team").description_log()
+    assert dict(zip(log["label"], log["expert"], strict=True)) == {"SPAM": "ana", "HAM": "ben"}
+    assert ana.sidebar.text_input(key="who_input").value == "ana"  # asked once: kept across reruns

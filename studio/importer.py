@@ -196,8 +196,11 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         size_col, audit_col = st.columns([1, 1])
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
-        dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000,
-                                         max(20, min(IngestOptions.dev_size, n_labeled)), step=50, key="map_dev",
+        # another file (or label column) brings its own default: the box kept the last file's size and the plan
+        # said "dev 280" for a file whose own default was 417 (a browser walk)
+        widgets.default_from("map_dev", (dataset, label_col, n_labeled), max(20, min(IngestOptions.dev_size,
+                                                                                      n_labeled)))
+        dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, step=50, key="map_dev",
                                          help=f"the file has {n_labeled:,} labeled rows; labeled rows beyond dev "
                                               "become the test (holdout) split")
         audit = audit_col.number_input(

@@ -285,8 +285,8 @@ def secrets() -> dict:
         return {}
 
 
-def default_from(key: str, source: object, default: str) -> None:
-    """Give the text box `key` the value `default` whenever `source` (what the default was worked out from) differs
+def default_from(key: str, source: object, default: object) -> None:
+    """Give the box `key` the value `default` whenever `source` (what the default was worked out from) differs
     from last time: a keyed box keeps what it holds, so a default passed as `value=` never reaches it again (another
     file's label set, another workspace's folder). Call before the box, and create the box without `value=`."""
     mark = f"{key}__default_from"

@@ -421,6 +421,27 @@ def test_a_ragged_upload_previews_its_good_rows_and_says_where_each_row_goes(tmp
     assert "Skipped 1 bad row(s)" in texts(at)
 
 
+def test_another_file_brings_its_own_dev_size_to_the_plan(tmp_path, monkeypatch):
+    """After several uploads the plan used the previous file's dev size (the box kept it) and the import wrote
+    neither what the plan said nor what the file called for (a browser walk)."""
+    def clauses(n: int) -> bytes:
+        lines = [f"C{i},the parties agree to clause {i},{'Payment' if i % 2 else 'Venue'}" for i in range(n)]
+        return ("\n".join(["id,text,label", *lines, *[f"U{i},an unlabeled clause {i}," for i in range(10)]])
+                + "\n").encode()
+
+    at = upload_into_new_workspace(tmp_path / "sizes", monkeypatch, "legal", "first.csv", [])
+    at.file_uploader(key="upload").upload("first.csv", clauses(60), "text/csv")
+    at.run()
+    assert at.number_input(key="map_dev").value == 60
+    at.number_input(key="map_dev").set_value(40).run()  # the expert's choice for this file
+    plan = " ".join(i.value for i in at.info)
+    assert "dev **40**" in plan
+    at.file_uploader(key="upload").upload("second.csv", clauses(90), "text/csv")
+    at.run()
+    assert at.number_input(key="map_dev").value == 90  # the second file's own default, not 40
+    assert "dev **90**" in " ".join(i.value for i in at.info)
+
+
 @pytest.mark.shared_data
 def test_a_wrench_folder_imports_from_a_path(tmp_path, monkeypatch, shared_data):
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path / "wrench"))

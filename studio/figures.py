@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 HEIGHT = 340
 # the top margin holds the title low, just above the plot: Streamlit's element toolbar and plotly's modebar
 # float over the chart's top edge on hover and hid titles set in the middle of a 40-pixel margin (a browser walk)
-MARGIN = {"l": 10, "r": 10, "t": 64, "b": 10}
+MARGIN = {"l": 10, "r": 10, "t": 64, "b": 36}  # b: the legend's row
 VERDICT_COLORS = {"accept": "#2f6f5e", "approve": "#1f77b4", "reject": "#c0392b", "prune": "#e67e22",
                   "pending": "#999999"}
 
@@ -17,7 +17,10 @@ VERDICT_COLORS = {"accept": "#2f6f5e", "approve": "#1f77b4", "reject": "#c0392b"
 def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
     fig.update_layout(title={"text": title, "x": 0, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "bottom",
                              "yref": "paper", "pad": {"b": 10}},
-                      height=height, margin=MARGIN, legend={"orientation": "h", "y": -0.2})
+                      height=height, margin=MARGIN,
+                      # at the foot of the figure, under the axis and its (often slanted) class names: placed on the
+                      # plot's own scale it sat on top of long class names
+                      legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"})
     return fig
 
 

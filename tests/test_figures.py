@@ -20,3 +20,12 @@ def test_class_plots_name_their_axes_and_tilt_long_tick_rows():
         assert fig.layout.xaxis.automargin and fig.layout.yaxis.title.text
     few = figures.class_balance(("HAM", "SPAM"), np.array([0.5, 0.5]), np.array([0.4, 0.6]))
     assert few.layout.xaxis.tickangle == 0
+
+
+def test_the_legend_sits_under_slanted_class_names_not_on_them():
+    """Class names on "Coverage per class" and "Predicted class balance" were cut off or under the legend."""
+    labels = tuple(f"a rather long class name {i}" for i in range(9))
+    for fig in (figures.coverage_per_class(labels, np.full(9, 0.5), np.full(9, 0.1)),
+                figures.class_balance(labels, np.full(9, 0.1), np.full(9, 0.1))):
+        assert fig.layout.xaxis.tickangle == -30 and fig.layout.xaxis.automargin
+        assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # the figure's foot

@@ -159,10 +159,15 @@ def splits_with_votes(store: Store, splits: tuple[str, ...] = ("dev", "pool")) -
     return [s for s in splits if voted and all(s in v for v in voted)]
 
 
+SHORT_NAME = 44  # characters of an annotator's name in a plot (names cut at 28 could not be told apart)
+
+
 def short(annotator_id: str, names: dict[str, str]) -> str:
     """A readable, unique label for an annotator in plots: its name and the first id characters."""
     name = names.get(annotator_id, "")
-    return f"{name[:28]} ·{annotator_id[:6]}" if name else annotator_id[:10]
+    if len(name) > SHORT_NAME:  # its head (label, first cues) and its tail (the rule's kind) tell names apart
+        name = f"{name[:SHORT_NAME - 15]}…{name[-14:]}"
+    return f"{name} ·{annotator_id[:6]}" if name else annotator_id[:10]
 
 
 @st.cache_data(show_spinner="Grouping the unlabeled rows…", max_entries=8)

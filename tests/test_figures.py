@@ -29,3 +29,14 @@ def test_the_legend_sits_under_slanted_class_names_not_on_them():
                 figures.class_balance(labels, np.full(9, 0.1), np.full(9, 0.1))):
         assert fig.layout.xaxis.tickangle == -30 and fig.layout.xaxis.automargin
         assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # the figure's foot
+
+
+def test_plot_names_keep_the_head_and_the_tail_of_long_annotator_names():
+    from studio.queries import SHORT_NAME, short
+
+    names = {"a" * 12: "Unilateral change: may, modify, amend, revise, chang* [sentence]",
+             "b" * 12: "Unilateral change: may, modify, amend, revise, chang* [lead]"}
+    shown = [short(i, names) for i in names]
+    assert shown[0] != shown[1] and shown[0].split(" ·")[0].endswith("[sentence]")
+    assert all(len(s.split(" ·")[0]) <= SHORT_NAME for s in shown)
+    assert short("c" * 12, {"c" * 12: "SPAM: subscrib*"}) == "SPAM: subscrib* ·cccccc"

@@ -10,7 +10,9 @@ store = widgets.require_data()
 table = queries.annotator_table(store)
 annotator_id = annotator_ui.pick(store, table)
 annotator = store.annotator(annotator_id) if annotator_id else None
-with st.expander("Write a new annotator", icon=":material/add:", expanded=annotator is None):
+# open while the gate's answer to the last one is shown: it closed on that answer and hid it (a browser walk)
+with st.expander("Write a new annotator", icon=":material/add:",
+                 expanded=annotator is None or state.get(new_annotator_ui.NEW_RESULT) is not None):
     new_annotator_ui.new_annotator_form(store)
 if annotator is None:
     st.info("No annotators yet: write one above, or run a generation on **Evolve**.")

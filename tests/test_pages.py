@@ -686,6 +686,8 @@ def test_a_new_annotator_written_in_the_studio_is_weighed_by_the_gate_and_can_be
     assert any("The gate rejected it" in w.value for w in at.warning), [w.value for w in at.warning]
     rejected = next(w.value for w in at.warning if "The gate rejected it" in w.value)
     assert "Rejected:" in rejected and "viable:" not in rejected  # the failing check in words, not every check
+    # its panel stays open on the answer (it closed and hid the verdict while an annotator was open)
+    assert next(e for e in at.expander if e.label == "Write a new annotator").proto.expanded
     assert set(store.pool_ids()) == before
     # the answer is this workspace's: in another one it is gone (its "Add it over the gate" would add this code there)
     other = run(SEEDED, "pages/annotator.py")

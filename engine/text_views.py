@@ -187,11 +187,6 @@ def normalised_block(texts: Sequence[str]) -> bytes | None:
     return codes[keep].tobytes()
 
 
-def block_of(normalised_rows: Sequence[str]) -> bytes:
-    """The block of rows that are normalised already (e.g. `window`s of normalised rows)."""
-    return (" " + " \x00 ".join(normalised_rows) + " ").encode("ascii")
-
-
 def rows_of(block: bytes) -> list[str]:
     """The normalised rows of a block."""
     return [row.strip(" ") for row in block.decode("ascii").split("\x00")]

@@ -202,7 +202,10 @@ def test_runtime_restrictions_hold_even_without_the_ast_check(tmp_path):
         import engine.sandbox.worker as w
         w.check_source = lambda source: source  # switch the first layer off
         w._disable_network()
-        w._apply_limits(256)
+        import signal
+        from engine.sandbox import confine
+        signal.signal(signal.SIGPROF, w._Alarm.fire)
+        confine.apply_rlimits(256)
         batch = w._Batch(0, ["ok"], [{"text": "x"}])
         bodies = {
             "open": "return open('/etc/hostname').read()",

@@ -148,6 +148,3 @@ def run_filter() -> Filter:
     process's limits, priority or CPUs."""
     return Filter(RUN, _ENOSYS_IN_RUN, SELF_ONLY_IN_RUN)
 
-
-def install_run_filter() -> str:
-    return run_filter().load()

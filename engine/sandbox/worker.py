@@ -156,12 +156,6 @@ def _disable_network() -> None:
         setattr(socket, name, _deny_network)
 
 
-def _apply_limits(memory_mb: int) -> str:
-    """The kernel limits (engine.sandbox.confine) plus the CPU-time alarm's handler."""
-    signal.signal(signal.SIGPROF, _Alarm.fire)
-    return confine.apply_rlimits(memory_mb)
-
-
 def _compiled(source: str) -> Any:
     """Re-check (defence in depth) and compile; `_UNCHECKED` (containment tests only) skips the check."""
     return builtins.compile(source if _UNCHECKED else check_source(source), "<annotator>", "exec")

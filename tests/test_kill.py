@@ -40,3 +40,24 @@ def test_an_export_killed_while_writing_leaves_no_file_at_its_name(tmp_path):
     proc.wait()
     assert not out.exists()  # only the hidden partial file, never a short file at the final name
     assert [p.name.startswith(".labels.csv.partial-") for p in tmp_path.iterdir()] in ([], [True])
+
+
+def test_a_teach_killed_at_any_moment_leaves_all_its_rows_in_dev_or_none(tmp_path):
+    import random
+
+    bench = load_kill_bench()
+    workdir = tmp_path / "ws"
+    assert bench.evopool("run", str(bench.DEMO), "--workdir", str(workdir), "--generations", "1").wait(600) == 0
+    rng = random.Random(0)
+    for delay in (0.5, 1.5, 3.0, 6.0, 60.0):  # the last one is not cut: its rows land
+        report = bench.KillReport()
+        taught = bench.teach_file(workdir, rng, tmp_path / "teach.csv")
+        proc = bench.evopool("teach", "--workdir", str(workdir), str(tmp_path / "teach.csv"), "--by", "kill test")
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        bench.check_teach(workdir, taught, report)
+        assert report.problems == [] and report.teach_rows_checked == 5
+    assert proc.returncode == 0  # the uncut one

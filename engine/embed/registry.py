@@ -1,6 +1,7 @@
 """Embedders by name. Members load lazily (their models are large), and import only `engine.embed.base`."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from engine.embed.base import Embedder
@@ -8,7 +9,9 @@ from engine.embed.base import Embedder
 if TYPE_CHECKING:
     from engine.store.workspace import Store
 
-DEFAULT_EMBEDDER = "minilm"
+# the embedder of a workspace none was chosen for: `$EVOPOOL_EMBEDDER` when set (a machine's choice, e.g. a bench
+# comparing two), else all-MiniLM-L6-v2
+DEFAULT_EMBEDDER = os.environ.get("EVOPOOL_EMBEDDER") or "minilm"
 EMBEDDERS: dict[str, str] = {  # name -> what it is (measured in bench/results/embed_speed.md)
     "minilm": "all-MiniLM-L6-v2, exact float32, length-bucketed batches (the reference)",
     "minilm-bf16": "all-MiniLM-L6-v2 under bfloat16 autocast: same vectors to ~1e-4; for CPUs with bf16",
@@ -35,5 +38,10 @@ def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
 
 
 def workspace_embedder(store: Store) -> Embedder:
-    """The embedder a workspace reads its texts with: the one chosen for it (`--embedder`), else the default."""
-    return get_embedder(store.get_meta("embedder", DEFAULT_EMBEDDER))
+    """The embedder a workspace reads its texts with: the one chosen for it (`--embedder`), else the default, which
+    is then kept as the workspace's own (a later change of the default must not swap its vectors and figures)."""
+    name = store.get_meta("embedder", None)
+    if name is None:
+        name = DEFAULT_EMBEDDER
+        store.set_meta("embedder", name)
+    return get_embedder(name)

@@ -20,7 +20,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import SHARED, machine, run_dataset  # noqa: E402
+from bench.common import SHARED, machine  # noqa: E402
+from bench.quality import run_dataset  # noqa: E402
 
 AGGREGATORS = ("mv", "evoagg", "auto")
 

@@ -25,8 +25,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import machine  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.common import commit, machine  # noqa: E402
 from engine.cli import main as evopool  # noqa: E402
 from engine.corpus.engines import label_corpus  # noqa: E402
 from engine.corpus.labeler import fit_labeler  # noqa: E402

@@ -24,9 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import SHARED, import_banking77, load_embedding_cache, machine, save_embedding_cache  # noqa: E402
+from bench.common import SHARED, commit, machine  # noqa: E402
+from bench.quality import import_banking77, load_embedding_cache, save_embedding_cache  # noqa: E402
 from bench.student_validation import pool_gold  # noqa: E402
-from bench.throughput import commit  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402

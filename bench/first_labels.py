@@ -27,8 +27,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import SHARED, machine  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.common import SHARED, commit, machine  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.embed import shared_cache  # noqa: E402
 from engine.ingest.importer import IngestOptions  # noqa: E402

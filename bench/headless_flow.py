@@ -18,8 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import SHARED, machine  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.common import SHARED, commit, machine  # noqa: E402
 
 
 def timed(*args: str, env: dict[str, str]) -> float:

@@ -193,8 +193,7 @@ def main() -> None:
     result = model(args, tokens)
     from datetime import UTC, datetime
 
-    from bench.quality import machine
-    from bench.throughput import commit
+    from bench.common import commit, machine
     result.update(when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), commit=commit(), machine=machine(),
                   command="python bench/llm_cost.py " + " ".join(sys.argv[1:]))
     print(json.dumps(result))

@@ -38,7 +38,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import commit  # noqa: E402
+from bench.common import SHARED, commit, machine  # noqa: E402
 from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.agents.offline_select import SelectConfig  # noqa: E402
@@ -54,16 +54,9 @@ from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noq
 from engine.store.workspace import Store  # noqa: E402
 from engine.text_views import masked_views, task_views  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
 AGGREGATORS = ("mv", "wmv", "ds", "evoagg", "auto-text", "auto-pool", "auto")
 NAMED = {"auto-text": "best without the pool", "auto-pool": "best with the pool"}  # columns named by what they say
 EMBEDDER = get_embedder().name  # what the workspaces cache embeddings under
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return f"{os.cpu_count()} cores, {cpu}"
 
 
 def wrench_lf_baseline(folder: Path) -> dict | None:

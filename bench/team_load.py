@@ -27,8 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.quality import machine  # noqa: E402
-from bench.throughput import commit  # noqa: E402
+from bench.common import commit, machine  # noqa: E402
 from engine.agents.offline import OfflineProposer  # noqa: E402
 from engine.jobs import REGISTRY, start_evolve  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402

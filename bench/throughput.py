@@ -44,6 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import commit, machine  # noqa: E402
 from engine.domain import ABSTAIN, Annotator  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -285,24 +286,6 @@ def run_child(applier: str, rows: int, workers: int, pool_file: Path) -> dict[st
 
 
 # ---- reporting ------------------------------------------------------------------------------------------
-# the code a bench measures: a result file names the commit, and says so when this code differed from it (the
-# environment's files, pyproject.toml and constraints.txt, are not the code measured; the results are what it writes)
-CODE_PATHS = ("engine", "studio", "pages", "bench", ":(exclude)bench/results")
-
-
-def commit() -> str:
-    """The short commit hash, with "+uncommitted" when the code under CODE_PATHS has changes not committed (new
-    files git does not ignore included: a bench script run before it is committed); "unknown" outside a repository."""
-    try:
-        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all", "--",
-                                  *CODE_PATHS], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha + ("+uncommitted" if changed else "")
-
-
 def run_meta(script: str) -> dict[str, str]:
     """What every bench result file opens with: when (UTC), the commit, the machine, the load average at the
     start and the command line (`script`: the bench file's name, e.g. "e2e_100k.py")."""
@@ -352,12 +335,6 @@ def markdown(records: list[dict], meta: dict[str, Any]) -> str:
                          f"| {x_lf} | {x_pd} | {r['peak_rss_mb']:,} | {r.get('load', '–')} | `{r['checksum']}` |")
         lines.append("\nChecksums " + ("agree." if len(sums) == 1 else f"DISAGREE: {sorted(sums)}") + "\n")
     return "\n".join(lines)
-
-
-def machine() -> str:
-    from bench.quality import machine as describe
-
-    return describe()
 
 
 def main() -> None:

@@ -6,10 +6,10 @@ import subprocess
 from pathlib import Path
 
 # bench/ is scripts, not an installed package: load the file as the command line runs it
-_FILE = Path(__file__).resolve().parents[1] / "bench" / "throughput.py"
-_SPEC = importlib.util.spec_from_file_location("throughput", _FILE)
-throughput = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(throughput)
+_FILE = Path(__file__).resolve().parents[1] / "bench" / "common.py"
+_SPEC = importlib.util.spec_from_file_location("bench_common", _FILE)
+common = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(common)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -35,21 +35,21 @@ def test_the_commit_says_uncommitted_when_the_code_differs_but_not_for_results(t
     _git(repo, "add", ".")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm", "first")
     sha = _git(repo, "rev-parse", "--short", "HEAD")
-    monkeypatch.setattr(throughput, "ROOT", repo)
-    assert throughput.commit() == sha
+    monkeypatch.setattr(common, "ROOT", repo)
+    assert common.commit() == sha
     (repo / "bench" / "results" / "pool_gap.md").write_text("a bench wrote its result\n")
-    assert throughput.commit() == sha  # a result file is not the code measured
+    assert common.commit() == sha  # a result file is not the code measured
     (repo / "bench" / "new_bench.py").write_text("print('run before it was committed')\n")
-    assert throughput.commit() == sha + "+uncommitted"  # a new file git does not ignore
+    assert common.commit() == sha + "+uncommitted"  # a new file git does not ignore
     (repo / "bench" / "new_bench.py").unlink()
     (repo / "engine" / "gate.py").write_text("MIN_GAIN = 0.003\n")
-    assert throughput.commit() == sha + "+uncommitted"
+    assert common.commit() == sha + "+uncommitted"
 
 
 def test_the_commit_is_unknown_outside_a_repository(tmp_path, monkeypatch):
     _scratch_git(tmp_path, monkeypatch)
-    monkeypatch.setattr(throughput, "ROOT", tmp_path)
-    assert throughput.commit() == "unknown"
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    assert common.commit() == "unknown"
 
 
 _QUALITY = importlib.util.spec_from_file_location("quality", _FILE.parent / "quality.py")

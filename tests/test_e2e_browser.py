@@ -522,3 +522,34 @@ class sync_playwright_page:
     def __exit__(self, *exc):
         self._browser.close()
         self._pw.stop()
+
+
+def test_a_failed_upload_then_a_good_one_leave_one_workspace_which_is_deleted_and_restored(studio_url, tmp_path):
+    """Every failed upload left an empty workspace in the picker, and none could be deleted (a browser walk)."""
+    from playwright.sync_api import expect
+
+    with sync_playwright_page() as page:
+        page.goto(studio_url)
+        page.get_by_label("New workspace name").fill("clauses")
+        page.get_by_role("button", name="Create workspace").click()
+        _idle(page)
+        upload = page.locator("[data-testid=stFileUploaderDropzoneInput]")
+        upload.set_input_files(files=[{"name": "first-try.csv", "mimeType": "text/csv", "buffer": b""}])
+        expect(page.get_by_text("first-try.csv is empty")).to_be_visible()
+        upload.set_input_files(str(ROOT / "data" / "demo" / "youtube_spam.csv"))
+        page.get_by_role("button", name="Import").click()
+        expect(page.get_by_text(re.compile(r"^Imported 2,056 rows"))).to_be_visible(timeout=120_000)
+        _idle(page)
+        page.get_by_role("combobox", name="Workspace").click()
+        expect(page.get_by_role("option")).to_have_count(1)  # the picker holds the one workspace, nothing empty
+        expect(page.get_by_role("option", name="clauses")).to_be_visible()
+        page.keyboard.press("Escape")
+        page.get_by_text("Manage workspaces: rename, delete, restore").click()
+        page.get_by_role("button", name="Delete clauses…").click()
+        expect(page.get_by_text("Delete workspace clauses?")).to_be_visible()
+        page.get_by_role("button", name="Delete it").click()
+        expect(page.get_by_text("Deleted clauses (moved to the trash).")).to_be_visible()
+        expect(page.get_by_text("No workspace yet")).to_be_visible()
+        page.get_by_role("button", name="Undo: restore clauses").click()
+        expect(page.get_by_text("Restored workspace clauses.")).to_be_visible()
+        expect(page.get_by_text("2,056 rows").first).to_be_visible()

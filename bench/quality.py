@@ -99,8 +99,14 @@ def import_dataset(store: Store, name: str, seed: int, audit_fraction: float = I
         import_path(store, SHARED / name, IngestOptions(dev_size=500, seed=seed, audit_fraction=audit_fraction))
 
 
+def _for_embedder(path: Path) -> Path:
+    """The cache file of the embedder in use: vectors of another (`$EVOPOOL_EMBEDDER`) must not be read as its."""
+    return path.with_name(f"{path.stem}.{EMBEDDER.replace('@', '-')}{path.suffix}")
+
+
 def load_embedding_cache(store: Store, path: Path) -> None:
     """Put the dataset's cached sentence embeddings into a fresh workspace (texts are seed-independent)."""
+    path = _for_embedder(path)
     if not path.exists():
         return
     data = np.load(path)
@@ -109,6 +115,7 @@ def load_embedding_cache(store: Store, path: Path) -> None:
 
 def save_embedding_cache(store: Store, path: Path) -> None:
     """Keep every embedding the workspace now holds for the next seed or run of this dataset."""
+    path = _for_embedder(path)
     frame = store.examples_frame()
     texts = set(frame["text"])
     if "between" in task_views(store.load_task().fields):  # and the masked views auto embeds (`masked_views`)

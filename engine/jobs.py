@@ -55,6 +55,7 @@ class Job:
     stop_now: bool = False
     thread: threading.Thread | None = field(default=None, repr=False)
     started_at: float = field(default_factory=time.monotonic)
+    finished_at: float | None = None  # time.monotonic() when it ended
     # called by a stop `now`: what cuts work that emits no event while it waits (an LLM call in flight)
     cancel_hooks: list[Callable[[], Any]] = field(default_factory=list, repr=False)
 
@@ -63,8 +64,8 @@ class Job:
         return self.status == RUNNING
 
     def elapsed_s(self) -> float:
-        """Seconds since the job started (for the live panels)."""
-        return time.monotonic() - self.started_at
+        """Seconds since the job started, or that it ran for once it has ended (for the live panels)."""
+        return (self.finished_at if self.finished_at is not None else time.monotonic()) - self.started_at
 
     def stop(self, now: bool = False) -> None:
         """Ask the job to stop: after the current generation, or (`now`) at its next event, cutting what its cancel
@@ -179,6 +180,7 @@ class JobRegistry:
                 job.message = "failed"
                 store.add_event(job.id, EventKind.FAILED, {"error": job.error,
                                                           "trace": traceback.format_exc(limit=8)})
+        job.finished_at = time.monotonic()
         store.upsert_job(job.id, status=job.status, progress=job.progress, message=job.message,
                          error=job.error, finished_at=utc_now())
 
@@ -340,11 +342,14 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
         key, pool = pool_key(store), store.pool_ids()
         _wait_for_embedding(ctx, registry)
         with (executor_factory or _sandbox)() as executor:
-            ctx.begin_stage(0.02, 0.7 if compare else 0.98, f"labeling every row with {aggregator}")
+            ctx.begin_stage(0.02, 0.4 if compare else 0.98, f"labeling every row with {aggregator}")
             result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)
             comparison = None
             if compare:
-                ctx.begin_stage(0.7, 0.98, "comparing aggregators on dev (out-of-fold)")
+                # the labels first: the screen shows them (and their estimate) while the comparison, which took twice
+                # as long as the labels on ChemProt, goes on
+                save_labels(ctx.job.workdir, aggregator, result, None, key, pool)
+                ctx.begin_stage(0.4, 0.98, "soft labels saved; comparing aggregators on dev (out-of-fold)")
                 comparison = labeling.compare_aggregators(store, executor, on_event=ctx.emit)
         return save_labels(ctx.job.workdir, aggregator, result, comparison, key, pool)
 

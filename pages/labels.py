@@ -40,13 +40,14 @@ with st.container(border=True):
 
 
 refresh_app = AppRefresh()
+drawn_from = labels_ui.saved_stamp(name, aggregator)  # the saved labels this run draws
 
 
 @st.fragment(run_every=1.0 if job is not None else None)
 def labels_progress() -> None:
     current = REGISTRY.running(workdir, "labels")
-    if job is not None and current is None:
-        refresh_app()
+    if job is not None and (current is None or labels_ui.saved_stamp(name, aggregator) != drawn_from):
+        refresh_app()  # the job ended, or saved the labels before its comparison: draw them
     latest = current or REGISTRY.latest(workdir, "labels")
     if latest is not None and latest.running:
         # named: the steps of auto's comparison ("aggregating mv") read as if another aggregator were being computed
@@ -81,6 +82,8 @@ if task.multi_label:  # a class is predicted where its probability reaches the t
 
 # ---- scores and plots ------------------------------------------------------------------------------
 labels_ui.summary_metrics(result, task.labels)
+if result.comparison.empty and job is not None:
+    st.caption("The aggregators are being compared (above): their table joins these labels when it is done.")
 if not result.comparison.empty:
     st.subheader("Aggregators compared: expected macro-F1, each from rows that neither fitted nor chose it")
     verdict = labels_ui.pool_verdict(result.comparison)

@@ -31,10 +31,15 @@ def _saved(name: str, aggregator: str, stamp: float) -> SavedLabels | None:
     return load_labels(workspace.workdir(name), aggregator)
 
 
+def saved_stamp(name: str, aggregator: str) -> float:
+    """When the soft labels of this aggregator were last saved (0 before any): a changed stamp, new labels."""
+    path = workspace.workdir(name) / "labels" / f"{aggregator}.npz"
+    return path.stat().st_mtime if path.exists() else 0.0
+
+
 def saved(name: str, aggregator: str) -> SavedLabels | None:
     """The soft labels a labels job saved for this aggregator (cached until the file changes)."""
-    path = workspace.workdir(name) / "labels" / f"{aggregator}.npz"
-    return _saved(name, aggregator, path.stat().st_mtime if path.exists() else 0.0)
+    return _saved(name, aggregator, saved_stamp(name, aggregator))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -336,3 +336,30 @@ def test_the_soft_labels_wait_for_a_running_embedding_job_instead_of_embedding_t
     assert "waiting for the embeddings" in labels.message and labels.running
     release.set()
     assert embedding.wait(30) and labels.wait(120) and labels.status == DONE, labels.error
+
+
+def test_the_labels_are_saved_before_the_comparison_so_the_screen_shows_them_first(workdir, monkeypatch):
+    """On ChemProt the comparison took twice as long as the labels themselves, and the screen waited for both."""
+    from engine import labeling
+
+    registry = JobRegistry()
+    assert start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry).wait(120)
+    comparing, release = threading.Event(), threading.Event()
+    real = labeling.compare_aggregators
+
+    def held(*args, **kwargs):
+        comparing.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(labeling, "compare_aggregators", held)
+    job = start_labels(workdir, "mv", compare=True, registry=registry)
+    assert comparing.wait(120)
+    early = load_labels(workdir, "mv")
+    assert job.running and early is not None and early.comparison.empty  # the labels, the comparison to come
+    assert "soft labels saved" in job.message
+    release.set()
+    assert job.wait(300) and job.status == DONE, job.error
+    later = load_labels(workdir, "mv")
+    assert not later.comparison.empty and np.array_equal(later.probs, early.probs)
+    assert job.elapsed_s() == job.elapsed_s()  # a finished job's duration stands still

@@ -749,7 +749,8 @@ def test_editing_rescoring_and_saving_a_new_version(home):
     assert metrics(parent)["Verdict"] == "replaced" and "Retired when its edited version" in texts(parent)
     assert " · replaced · " in parent.selectbox(key="pick_annotator").format_func(target)  # the picker says so too
     history = table_with(at, "reason")
-    assert history["reason"].tolist()[-1] == "tagged as reviewed" and history["by"].tolist()[-1] == "expert (no name given)"
+    assert history["reason"].tolist()[-1] == "tagged as reviewed"
+    assert history["by"].tolist()[-1] == "expert (no name given)"  # the session gave no name
 
     # the old version's "Restore this version" swaps them back: the parent in, the edit out (both voted before)
     at = run("edit-me", "pages/annotator.py", annotator=target)

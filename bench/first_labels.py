@@ -1,15 +1,15 @@
-"""First soft labels: how long after the last generation the studio's soft labels are ready, and how long a second
+"""First soft labels: how long after the last generation the studio's soft labels are shown, and how long a second
 workspace on the same texts spends embedding.
 
 The studio's jobs, in the studio's order, on a legal-sized table (`--rows` rows of a WRENCH train split as the
-unlabeled rows, its valid split as dev, its test split held out; as a user's CSV): import, then `--generations`
-offline generations at once (the expert starts evolving as soon as the rows are in), then the soft labels with the
-default aggregator and the comparison the Labels screen shows. `background`: the import starts the embedding job
-(the product); `inline`: it does not, so the soft labels embed every text themselves (before). Each mode starts
-with a cold user cache of its own. Then the same table is imported into a second workspace (the cache warm) and the
-seconds its embedding job takes are reported.
+unlabeled rows, `--dev` rows of its valid split as dev, its test split held out; as a user's CSV): import, then
+`--generations` offline generations at once (the expert starts evolving as soon as the rows are in), then the soft
+labels with the default aggregator and the comparison the Labels screen shows. `background`: the import starts the
+embedding job (the product); `inline`: it does not, so the soft labels embed every text themselves (before). Each
+mode starts with a cold user cache of its own. Then the same table is imported into a second workspace (the cache
+warm) and the seconds its embedding job takes are reported.
 
-    python bench/first_labels.py [--dataset trec] [--rows 3000] [--modes background inline] [--out FILE]
+    python bench/first_labels.py [--dataset trec] [--rows 3000] [--dev 500] [--modes background inline] [--out FILE]
 
 `$EVOPOOL_EMBEDDER` picks the embedder (the default's, else).
 """
@@ -39,8 +39,9 @@ from engine.jobs import DONE, JobRegistry, start_evolve, start_import, start_lab
 from engine.store.workspace import Store  # noqa: E402
 
 
-def user_table(dataset: str, rows: int, seed: int) -> pd.DataFrame:
-    """`rows` train rows (unlabeled), the valid split as dev and the test split as test, as a CSV would give them."""
+def user_table(dataset: str, rows: int, seed: int, dev: int = 500) -> pd.DataFrame:
+    """`rows` train rows (unlabeled), `dev` rows of the valid split as dev (the import's default size) and the test
+    split as test, as a CSV would give them."""
     names = json.loads((SHARED / dataset / "label.json").read_text())
     parts = []
     for split, role in (("train", "pool"), ("valid", "dev"), ("test", "test")):
@@ -48,7 +49,8 @@ def user_table(dataset: str, rows: int, seed: int) -> pd.DataFrame:
         frame = pd.DataFrame([{"id": f"{split}-{key}", "text": r["data"]["text"],
                                "label": "" if role == "pool" else names[str(r["label"])], "split": role}
                               for key, r in records.items()])
-        parts.append(frame.sample(n=min(rows, len(frame)), random_state=seed) if role == "pool" else frame)
+        size = {"pool": rows, "dev": dev}.get(role, len(frame))
+        parts.append(frame.sample(n=min(size, len(frame)), random_state=seed))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -104,6 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="trec")
     parser.add_argument("--rows", type=int, default=3000, help="unlabeled rows (train) besides dev and test")
+    parser.add_argument("--dev", type=int, default=500, help="dev rows (of the valid split)")
     parser.add_argument("--generations", type=int, default=5)
     parser.add_argument("--modes", nargs="+", default=["background", "inline"], choices=["background", "inline"])
     parser.add_argument("--seed", type=int, default=0)
@@ -111,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (SHARED / args.dataset).is_dir():
         raise SystemExit(f"no {args.dataset} under {SHARED}")
-    table = user_table(args.dataset, args.rows, args.seed)
+    table = user_table(args.dataset, args.rows, args.seed, args.dev)
     results = []
     with tempfile.TemporaryDirectory(prefix="first-labels-") as scratch:
         for mode in args.modes:

@@ -31,9 +31,17 @@ def manage() -> None:
 
 
 def _busy(name: str) -> str | None:
-    """Why the workspace cannot be moved now (a job of this studio runs on it), or None."""
-    job = REGISTRY.running(workspace.workdir(name))
-    return None if job is None else f"a {job.kind} job is running on {name}: wait for it or stop it first"
+    """Why the workspace cannot be moved now (a job of this studio runs on it), or None. Embedding ahead is not a
+    reason: it is stopped (what it saved stays) and the move goes on."""
+    workdir = workspace.workdir(name)
+    for job in REGISTRY.all_running(workdir):
+        if job.kind != "embed":
+            return f"a {job.kind} job is running on {name}: wait for it or stop it first"
+    for job in REGISTRY.all_running(workdir):
+        job.stop(now=True)
+        if not job.wait(30):
+            return "its embedding did not stop in time; try again in a moment"
+    return None
 
 
 def _rename() -> None:

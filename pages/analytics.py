@@ -22,7 +22,7 @@ split = st.segmented_control("Rows", splits, default=splits[0], key="analytics_s
                              ) or splits[0]
 votes, _, pool = queries.pool_votes(store, split)
 short = [queries.short(a, names) for a in pool]
-fitness_votes, fitness_gold = queries.pool_votes(store, FITNESS)[0], store.gold(FITNESS)  # what the gate judged
+fitness_votes, fitness_gold, _ = queries.pool_votes(store, FITNESS)  # what the gate judged
 
 cols = st.columns(4)
 cols[0].metric("Annotators in the pool", len(pool))
@@ -30,7 +30,7 @@ cols[1].metric(f"Rows ({split})", f"{votes.shape[0]:,}")
 cols[2].metric("Rows with ≥ 1 vote", f"{(votes != ABSTAIN).any(axis=1).mean():.1%}")
 rule = "any vote" if task.multi_label else "majority vote"
 if store.count_examples(AUDIT):  # the honest figure beside the one the pool was selected on
-    audit_votes, audit_gold = queries.pool_votes(store, AUDIT)[0], store.gold(AUDIT)
+    audit_votes, audit_gold, _ = queries.pool_votes(store, AUDIT)
     unjudged = []
     if task.multi_label:
         audit_f1 = score.pool_macro_f1(audit_votes, audit_gold, k)

@@ -6,6 +6,9 @@ unchanged ones.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -18,6 +21,8 @@ from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' ma
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace
+
+T = TypeVar("T")
 
 PAGE_SIZE = 25
 
@@ -91,12 +96,32 @@ def annotator_table(store: Store) -> pd.DataFrame:
     return _annotator_table(state.workspace_name(), workspace.version(store))
 
 
+def settled(store: Store, compute: Callable[[], T]) -> T:
+    """`compute()`, whose reads of the workspace must agree with each other, done again when the workspace changed
+    while it read: another expert labeling a row into dev between the read of the gold labels and the read of the
+    votes gave 125 labels against 126 votes, and the Evolve screen an error (bench/team_load.py)."""
+    for _ in range(3):
+        before = workspace.version(store)
+        try:
+            found = compute()
+        except ValueError:
+            if workspace.version(store) == before:
+                raise  # a real error, not a change under its feet
+            continue
+        if workspace.version(store) == before:
+            return found
+    return compute()
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def _pool_votes(name: str, version: tuple, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     store = workspace.open_store(name)
-    pool = store.pool_ids()
-    votes = store.vote_matrix(pool, split).votes
-    return votes, store.label_indices(split), pool
+
+    def read() -> tuple[np.ndarray, np.ndarray, list[str]]:
+        pool = store.pool_ids()
+        return store.vote_matrix(pool, split).votes, store.gold(split), pool
+
+    return settled(store, read)
 
 
 def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -107,6 +132,10 @@ def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray
 @st.cache_data(show_spinner=False, max_entries=16)
 def _audit_by_generation(name: str, version: tuple) -> tuple[dict[int, float], dict[int, float], bool, dict[int, int]]:
     store = workspace.open_store(name)
+    return settled(store, lambda: _audit_lines(store))
+
+
+def _audit_lines(store: Store) -> tuple[dict[int, float], dict[int, float], bool, dict[int, int]]:
     task = store.load_task()
     k, audit_gold, fitness_gold = len(task.labels), store.gold(AUDIT), store.gold(FITNESS)
     audit, fitness, partial, sizes = {}, {}, False, {}

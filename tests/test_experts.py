@@ -80,3 +80,29 @@ def test_two_studio_sessions_record_their_own_names_and_see_each_others_work(tmp
     log = Store.open(tmp_path / "team").description_log()
     assert dict(zip(log["label"], log["expert"], strict=True)) == {"SPAM": "ana", "HAM": "ben"}
     assert ana.sidebar.text_input(key="who_input").value == "ana"  # asked once: kept across reruns
+
+
+def test_a_figure_read_while_another_expert_labels_a_row_is_read_again_not_an_error(tmp_path):
+    """bench/team_load.py: the Evolve screen read 125 gold labels and then 126 votes (a row labeled into dev between
+    the two reads) and showed the error."""
+    import pytest
+
+    from studio.queries import settled
+
+    store = _store(tmp_path)
+    calls = []
+
+    def compute() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            store.set_meta("rows_version", "another expert labeled a row")  # the workspace changes under the read
+            raise ValueError("y_true (125,) and y_pred (126,) differ in shape")
+        return 42
+
+    assert settled(store, compute) == 42 and len(calls) == 2
+
+    def broken() -> int:
+        raise ValueError("a real error")
+
+    with pytest.raises(ValueError, match="a real error"):  # nothing changed: not swallowed
+        settled(store, broken)

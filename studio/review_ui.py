@@ -71,7 +71,10 @@ def undo_button(store: Store, annotator_id: str, key: str) -> None:
 def candidate_cards(store: Store, generation: int, only: str = "all") -> None:
     """Every gate verdict of a generation as a card: verdict, reasons, scores, code, and the override."""
     verdicts = store.verdicts(generation=generation)
-    gate = verdicts[verdicts["decided_by"] == "gate"]
+    # one card per annotator: a member the gate accepted in this generation and pruned later as of it (a newcomer
+    # from the studio or `pool add` covers it) has two gate verdicts here, and two forms under one key failed the
+    # screen (bench/team_load.py); its card shows the later one
+    gate = verdicts[verdicts["decided_by"] == "gate"].drop_duplicates("annotator_id", keep="last")
     if gate.empty:
         st.caption("No gate verdicts in this generation.")
         return

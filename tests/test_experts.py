@@ -106,3 +106,25 @@ def test_a_figure_read_while_another_expert_labels_a_row_is_read_again_not_an_er
 
     with pytest.raises(ValueError, match="a real error"):  # nothing changed: not swallowed
         settled(store, broken)
+
+
+def test_a_member_accepted_then_pruned_in_one_generation_gets_one_card(tmp_path, monkeypatch):
+    """bench/team_load.py: two gate verdicts of one annotator in one generation drew two forms under one key, and the
+    Evolve screen failed for every session."""
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.agents.offline import OfflineProposer
+    from engine.evolve import evolve
+
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))
+    store = _store(tmp_path)
+    with CompiledExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+    member = store.pool_ids()[0]
+    with store.transaction():  # a newcomer from the studio covers it: pruned as of generation 1
+        store.record_gate_decisions([GateDecision(member, "prune", ("covered by a newcomer",), "gate")])
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["ws"] = "team"
+    at.run()
+    at.switch_page("pages/evolve.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.key for t in at.text_input].count(f"note_card_{member}") == 1

@@ -72,6 +72,6 @@ if picked is not None:
     try:
         teach_ui.label(store, row, picked, who.strip())
     except ValueError as err:  # the row was labeled elsewhere meanwhile, or a label changed: said, nothing written
-        st.error(str(err))
+        state.flash(f"Not recorded: {err}", "warning")  # shown after the rerun (an st.error was gone before it showed)
         teach_ui.skip(row)
     st.rerun()

@@ -1680,6 +1680,25 @@ def test_llm_agents_without_a_key_or_endpoint_say_so_before_run(home, monkeypatc
 
 
 # ---- label rows (the keyboard screen) -------------------------------------------------------------------------------
+def test_a_row_another_expert_labeled_meanwhile_says_so_after_the_key_press(home):
+    """Two sessions were shown the same row; the second key press wrote nothing and its error vanished with the
+    rerun that followed, so the expert never knew (bench/team_load.py counted such labels lost)."""
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.expert_rows import label_rows
+
+    store = seed(home, "teach-twice", generations=1)
+    at = run("teach-twice", "pages/teach.py")
+    at.text_input(key="teach_who").set_value("ben").run()
+    shown = next(c.value for c in at.caption if c.value.startswith("Row "))
+    row_id = next(i for i in store.example_ids("pool") if f"Row {escape_md(i)} ·" in shown)
+    with CompiledExecutor() as executor:
+        label_rows(store, executor, {row_id: store.load_task().labels[0]}, "ana", note="the other session")
+    at.button(key="teach_label_1").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(w.value.startswith("Not recorded:") for w in at.warning), [w.value for w in at.warning]
+    assert list(store.expert_labels()["labeled_by"]) == ["ana"]  # ana's label stands, ben's wrote nothing
+
+
 def test_label_rows_screen_labels_skips_and_undoes(home):
     store = seed(home, "teach-me", generations=1)
     labels = store.load_task().labels

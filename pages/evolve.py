@@ -124,7 +124,9 @@ carded = store.gate_generations()  # generations with gate verdicts
 # empty list, with every card generations back)
 newest = next((g for g in reversed(done) if g in carded), done[-1])
 a, b = st.columns([1, 2])
-if st.session_state.get("verdict_newest") != done[-1]:
+# a newer generation opens by itself, but not on the run that carries a verdict given on the open one's card: its
+# form would not be drawn and the verdict would be lost without a word (a run ending while the expert typed)
+if st.session_state.get("verdict_newest") != done[-1] and not review_ui.verdict_pending():
     st.session_state["verdict_newest"], st.session_state["verdict_generation"] = done[-1], newest
 elif "verdict_generation" not in st.session_state:  # back from another screen: the generation the expert had open
     picked = state.kept("verdict_generation", newest)

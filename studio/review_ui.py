@@ -12,6 +12,15 @@ from studio import queries, state, widgets
 ICONS = {"accept": ":green[:material/check_circle:]", "approve": ":blue[:material/thumb_up:]",
          "reject": ":red[:material/block:]", "prune": ":orange[:material/content_cut:]",
          "pending": ":gray[:material/hourglass_empty:]"}
+VERDICT_SUBMIT = "verdict_submit_"  # + the form's key: True on the run its button was pressed
+
+
+def verdict_pending() -> bool:
+    """Whether this run carries a verdict form's submission (its card must be drawn for it to be read)."""
+    return any(k.startswith(VERDICT_SUBMIT) and v is True for k, v in st.session_state.items()
+               if isinstance(k, str))
+
+
 # classes a warning names in its text (600 thin classes filled the screen); the rest go in a table below it
 MAX_NAMED_CLASSES = 12
 
@@ -24,7 +33,8 @@ def verdict_form(store: Store, annotator_id: str, in_pool: bool, key: str, decid
         note = st.text_input("Your reason (logged)", key=note_key,
                              placeholder="e.g. fires on song titles, not spam" if in_pool else "e.g. precise enough")
         clicked = st.form_submit_button(action + (" (take out of the pool)" if in_pool else " (put in the pool)"),
-                                        icon=":material/block:" if in_pool else ":material/check_circle:")
+                                        icon=":material/block:" if in_pool else ":material/check_circle:",
+                                        key=f"{VERDICT_SUBMIT}{key}_{annotator_id}")
     if clicked:
         if not note.strip():
             st.error("Give a reason: it is logged with your verdict.")

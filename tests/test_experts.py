@@ -128,3 +128,30 @@ def test_a_member_accepted_then_pruned_in_one_generation_gets_one_card(tmp_path,
     at.switch_page("pages/evolve.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.key for t in at.text_input].count(f"note_card_{member}") == 1
+
+
+def test_a_verdict_given_as_a_new_generation_completes_is_kept_not_lost(tmp_path, monkeypatch):
+    """The Evolve screen opened the newest generation by itself, so a card being filled in when a run ended was not
+    drawn on the run that carried its verdict, and the verdict was lost without a word (bench/team_load.py)."""
+    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.agents.offline import OfflineProposer
+    from engine.evolve import evolve
+
+    monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))
+    store = _store(tmp_path)
+    with CompiledExecutor() as executor:
+        evolve(store, OfflineProposer(), executor, 1)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["ws"] = "team"
+    at.run()
+    at.switch_page("pages/evolve.py").run()
+    member = store.pool_ids()[0]
+    at.text_input(key=f"note_card_{member}").input("fires on song titles")
+    newcomer = store.pool_ids()[-1]
+    store.start_generation(2)  # meanwhile a run ends: generation 2, with a verdict of the gate's
+    store.complete_generation(2, [GateDecision(newcomer, "accept", ("kept",), "gate")], f1_before=0.5, f1_after=0.5,
+                              n_candidates=1, pool_size=len(store.pool_ids()), reverted=False, seconds=1.0)
+    next(b for b in at.button if b.form_id == f"verdict_card_{member}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    latest = store.verdicts(annotator_id=member).iloc[-1]
+    assert (latest["verdict"], latest["note"]) == ("reject", "fires on song titles")

@@ -307,7 +307,7 @@ def start_embed(workdir: str | Path, registry: JobRegistry = REGISTRY) -> Job:
     return registry.start("embed", workdir, work, {})
 
 
-EMBED_NICENESS = 10  # the embedding job's thread: it works ahead, so what the expert waits for goes first
+EMBED_NICENESS = 5  # the embedding works ahead, so what the expert waits for goes first (10 starved it)
 
 
 def _yield_the_cpu() -> None:

@@ -38,9 +38,9 @@ def _busy(name: str) -> str | None:
         if job.kind != "embed":
             return f"a {job.kind} job is running on {name}: wait for it or stop it first"
     for job in REGISTRY.all_running(workdir):
-        job.stop(now=True)
-        if not job.wait(30):
-            return "its embedding did not stop in time; try again in a moment"
+        job.stop(now=True)  # it stops at its next batch; the screen does not wait long for that
+        if not job.wait(3):
+            return "its embedding is stopping; try again in a moment"
     return None
 
 

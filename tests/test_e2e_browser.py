@@ -544,6 +544,8 @@ def test_a_failed_upload_then_a_good_one_leave_one_workspace_which_is_deleted_an
         expect(page.get_by_role("option")).to_have_count(1)  # the picker holds the one workspace, nothing empty
         expect(page.get_by_role("option", name="clauses")).to_be_visible()
         page.keyboard.press("Escape")
+        # the rows are embedded from the import on (sidebar); a delete meanwhile would stop that first
+        expect(page.get_by_text("Embeddings: done")).to_be_visible(timeout=240_000)
         page.get_by_text("Manage workspaces: rename, delete, restore").click()
         page.get_by_role("button", name="Delete clauses…").click()
         expect(page.get_by_text("Delete workspace clauses?")).to_be_visible()

@@ -30,6 +30,7 @@ from engine.aggregators.registry import (
 )
 from engine.aggregators.student import auto_unlabeled_sample
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, DevScores, Estimate, SoftLabels, Task
+from engine.embed.base import Embedder
 from engine.estimate import estimate_macro_f1
 from engine.events import EventKind, EventSink, quiet
 from engine.evolve import ensure_votes
@@ -96,7 +97,8 @@ def relation_texts(frame: pd.DataFrame, distinct: tuple[list[int], np.ndarray] |
 
 
 def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
-                  on_event: EventSink = quiet, fit_frame: pd.DataFrame | None = None) -> dict[str, object]:
+                  on_event: EventSink = quiet, fit_frame: pd.DataFrame | None = None,
+                  embedder: Embedder | None = None) -> dict[str, object]:
     """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
     of the text and, for "relation", TF-IDF of the words between and around the two entity mentions. The TF-IDF
     vocabularies are fitted on `fit_frame`'s texts (default: `frame`'s): pass every row of the workspace so a
@@ -111,12 +113,12 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
         def progress(done: int, total: int) -> None:
             on_event(EventKind.EMBEDDING, {"done": done, "total": total})
 
-        out["embedding"] = embed_texts(store, texts, workspace_embedder(store), progress)
+        out["embedding"] = embed_texts(store, texts, embedder or workspace_embedder(store), progress)
     if "tfidf" in kinds:
         out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
     distinct = distinct_pairs(frame) if {"masked", "relation"} & set(kinds) else None
     if "masked" in kinds:
-        out["masked"] = masked_embeddings(store, frame, on_event, distinct)
+        out["masked"] = masked_embeddings(store, frame, on_event, distinct, embedder)
     if "relation" in kinds:
         context = relation_texts(frame, distinct)
         if any(context):  # no well-formed entity pair anywhere: no such view to learn from
@@ -128,14 +130,20 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
 def warm_embeddings(store: Store, on_event: EventSink = quiet) -> int:
     """Embed every row the way the default labels will read it (the sentence, and on relation tasks its masked
     views), into the workspace's cache, so the soft labels need not wait for it. Returns the rows covered."""
+    from engine.embed.registry import workspace_embedder
+
     kinds = tuple(k for k in feature_kinds(store.load_task(), DEFAULT_AGGREGATOR) if k in ("embedding", "masked"))
     frame = store.examples_frame()
-    text_features(store, frame, kinds, on_event)
+    embedder = workspace_embedder(store)
+    if hasattr(embedder, "num_threads"):  # one core for the work ahead, the other for the screens the expert uses
+        embedder.num_threads = 1
+    text_features(store, frame, kinds, on_event, embedder=embedder)
     return len(frame)
 
 
 def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet,
-                      distinct: tuple[list[int], np.ndarray] | None = None) -> np.ndarray:
+                      distinct: tuple[list[int], np.ndarray] | None = None,
+                      embedder: Embedder | None = None) -> np.ndarray:
     """The "masked" feature of relation tasks: sentence embeddings of the two `masked_views` (mentions replaced
     by X and Y; the sentence, and the part between the mentions), joined. Cached in the workspace like any text."""
     from engine.embed.cache import embed_texts
@@ -144,7 +152,7 @@ def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = q
     first, inverse = distinct or distinct_pairs(frame)  # joined once per distinct pair, then spread to its rows
     fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
     pairs = [masked_views({**fields[row], "text": texts[row]}) for row in first]
-    embedder = workspace_embedder(store)
+    embedder = embedder or workspace_embedder(store)
 
     def progress(part: int) -> Callable[[int, int], None]:
         """One count over both views' texts: each call of `embed_texts` counts its own from 0."""

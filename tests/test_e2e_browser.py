@@ -307,7 +307,8 @@ def test_expert_journey(studio_url, tmp_path):
             scatter = page.get_by_test_id("stPlotlyChart").filter(has_text="Precision vs coverage")
             scatter.locator("path.point").first.click(force=True)  # a point opens its annotator
             expect(page.get_by_role("heading", name="Annotator")).to_be_visible()
-            expect(page.get_by_text("Where it fires on dev")).to_be_visible()
+            # its scores are worked out in the sandbox while the demo's rows are still being embedded: a minute
+            expect(page.get_by_text("Where it fires on dev")).to_be_visible(timeout=90_000)
             _idle(page)
 
             # 6. soft labels and the CSV

@@ -33,7 +33,8 @@ os.environ.setdefault("EVOPOOL_CACHE", tempfile.mkdtemp(prefix="evopool-test-cac
 # --no-loadscope-reorder), and a long file started last would leave one worker idle at the end.
 LONGEST_FIRST = ["test_e2e_browser.py", "test_corpus_ray.py", "test_cli.py", "test_pages.py", "test_corpus.py",
                  "test_figures_agree.py", "test_evolve.py", "test_export_formats.py", "test_aggregators.py",
-                 "test_llm_runs.py", "test_multilabel.py", "test_kill.py", "test_student.py", "test_compiled.py"]
+                 "test_llm_runs.py", "test_multilabel.py", "test_kill.py", "test_student.py", "test_compiled.py",
+                 "test_jobs.py", "test_experts.py", "test_workspaces.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -45,8 +45,8 @@ def list_workspaces(empty_too: bool = False) -> list[str]:
 def holding(name: str) -> workspaces.Holding:
     """What a workspace holds (rows, generations, expert actions, size), cached until its files change."""
     folder = workdir(name)
-    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())
-                  if p.is_file()) if folder.is_dir() else ()
+    stats = ((p.name, p.stat()) for p in sorted(folder.iterdir()) if p.is_file()) if folder.is_dir() else ()
+    stamp = tuple((name, st.st_mtime_ns, st.st_size) for name, st in stats)
     return _holding(str(home()), name, stamp)
 
 

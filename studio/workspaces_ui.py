@@ -33,11 +33,11 @@ def manage() -> None:
 def _busy(name: str) -> str | None:
     """Why the workspace cannot be moved now (a job of this studio runs on it), or None. Embedding ahead is not a
     reason: it is stopped (what it saved stays) and the move goes on."""
-    workdir = workspace.workdir(name)
-    for job in REGISTRY.all_running(workdir):
-        if job.kind != "embed":
-            return f"a {job.kind} job is running on {name}: wait for it or stop it first"
-    for job in REGISTRY.all_running(workdir):
+    running = REGISTRY.all_running(workspace.workdir(name))
+    blocking = next((job for job in running if job.kind != "embed"), None)
+    if blocking is not None:
+        return f"a {blocking.kind} job is running on {name}: wait for it or stop it first"
+    for job in running:
         job.stop(now=True)  # it stops at its next batch; the screen does not wait long for that
         if not job.wait(3):
             return "its embedding is stopping; try again in a moment"

@@ -1,6 +1,7 @@
 """Several experts on one workspace: every verdict, undo, label and description records who gave it."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -46,7 +47,7 @@ def test_the_command_line_records_evopool_expert(tmp_path):
     Store.close_all()
     out = subprocess.run([sys.executable, "-m", "engine.cli", "describe", "HAM", "a real comment", "--workdir",
                           str(tmp_path / "team")], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                         env={**__import__("os").environ, "EVOPOOL_EXPERT": "carla"})
+                         env={**os.environ, "EVOPOOL_EXPERT": "carla"})
     assert out.returncode == 0, out.stderr
     assert list(Store.open(tmp_path / "team").description_log()["expert"]) == ["carla"]
 

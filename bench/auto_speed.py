@@ -30,14 +30,15 @@ sys.path.insert(0, str(ROOT))
 
 from bench.quality import load_embedding_cache, save_embedding_cache  # noqa: E402
 from bench.throughput import measured, run_meta  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
+from engine.apply.votes import ensure_votes  # noqa: E402
 from engine.embed.cache import embed_texts  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
-from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
+from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
 from engine.labeling import masked_embeddings, soft_labels  # noqa: E402
-from engine.score import macro_f1  # noqa: E402
+from engine.metrics.score import macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"

@@ -22,8 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.agents.compiled import compiles  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
+from engine.apply.compiled import compiles  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
 from engine.domain import Annotator  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -31,7 +31,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def evolve_pool(dataset: str, generations: int, seed: int = 0) -> tuple[list[Annotator], list[str]]:
     """The offline agents' pool on `dataset` (a scratch workspace) and the task's labels."""
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
     from engine.evolve import EvolveConfig, evolve
     from engine.ingest.importer import IngestOptions, import_path
     from engine.store.workspace import Store

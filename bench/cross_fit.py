@@ -37,12 +37,12 @@ from bench.student_validation import (  # noqa: E402
     run_and_save,
 )
 from bench.throughput import measured  # noqa: E402
-from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.agents.offline.selection import SelectConfig  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.evolve import current_dev_macro_f1  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
-from engine.score import pool_macro_f1  # noqa: E402
+from engine.metrics.score import pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 WAYS = {"all_dev": SelectConfig(mine_halves=False, improve_on_pool=False),

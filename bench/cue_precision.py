@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.throughput import run_meta, save_result  # noqa: E402
-from engine.agents.mining import ViewIndex  # noqa: E402
+from engine.agents.offline.cues import ViewIndex  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"

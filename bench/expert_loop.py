@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT))
 from bench.common import SHARED, commit, machine  # noqa: E402
 from bench.quality import import_banking77, load_embedding_cache, save_embedding_cache  # noqa: E402
 from bench.student_validation import pool_gold  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
+from engine.expert.queue import STRATEGIES, suggest_rows, teach  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
-from engine.label_queue import STRATEGIES, suggest_rows, teach  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import SHARED, commit, machine  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
 from engine.aggregators.registry import DEFAULT_AGGREGATOR  # noqa: E402
 from engine.embed import shared_cache  # noqa: E402
 from engine.embed.registry import DEFAULT_EMBEDDER  # noqa: E402

@@ -2,7 +2,7 @@
 
 Token counts come from the repo's own prompts rendered on real data: the ChemProt workspace bench/throughput.py
 evolves (bench/results/tmp/throughput-chemprot; imported and evolved here if missing), its generator, improver
-and refiner messages built exactly as the LLM agents build them (engine/agents/prompts.py) from that workspace's
+and refiner messages built exactly as the LLM agents build them (engine/agents/llm/prompts.py) from that workspace's
 context, counted the way engine/llm/client.py counts a request when the server reports no usage
 (`estimate_tokens`: characters / 4 of the request's messages). The per-example prompt is the agents' system
 message for the task (task, labels) plus the row as JSON (full text and entity fields), asking for one label name;
@@ -32,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.agents import prompts  # noqa: E402
-from engine.agents.llm import LLMProposer  # noqa: E402
+from engine.agents.llm import prompts  # noqa: E402
+from engine.agents.llm.proposer import LLMProposer  # noqa: E402
 from engine.evolve import EvolveConfig, build_context  # noqa: E402
 from engine.llm.client import DEFAULT_MODEL, estimate_tokens  # noqa: E402
 from engine.llm.costs import PriceTable  # noqa: E402

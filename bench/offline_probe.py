@@ -22,20 +22,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.agents.base import ProposalContext  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
 from engine.domain import ABSTAIN, AGENT_ROLES, Annotator, Example, Task  # noqa: E402
 from engine.gate import GateConfig, run_gate  # noqa: E402
 from engine.ingest.importer import IngestOptions, validate  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.ingest.splits import assign_splits  # noqa: E402
-from engine.sandbox.checks import make_annotator  # noqa: E402
-from engine.score import (  # noqa: E402
+from engine.metrics.score import (  # noqa: E402
     majority_vote,
     marginal_contributions,
     per_class_f1,
     pool_macro_f1,
     score_annotator,  # noqa: E402
 )
+from engine.sandbox.checks import make_annotator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

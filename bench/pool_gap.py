@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from bench.quality import save_embedding_cache  # noqa: E402
 from bench.student_validation import TMP, fresh_evolved, grid_parser, pool_mv_on_gold, run_and_save  # noqa: E402
 from bench.throughput import measured  # noqa: E402
-from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.agents.offline.selection import SelectConfig  # noqa: E402
 from engine.evolve import current_dev_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

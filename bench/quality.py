@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import SHARED, commit, machine  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
-from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
+from engine.agents.offline.selection import SelectConfig  # noqa: E402
 from engine.aggregators.registry import aggregator_entry  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.embed.base import text_hash  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
@@ -50,7 +50,7 @@ from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E4
 from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
 from engine.labeling import evaluate  # noqa: E402
-from engine.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
+from engine.metrics.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 from engine.text_views import masked_views, task_views  # noqa: E402
 
@@ -152,7 +152,7 @@ def embedding_cache(workdir: Path, name: str) -> Path:
 
 def pool_mv(store: Store, executor: CompiledExecutor) -> dict:
     """The pool's majority-vote macro-F1 on fitness (where it was chosen), audit and test rows."""
-    from engine.evolve import ensure_votes
+    from engine.apply.votes import ensure_votes
 
     k = len(store.load_task().labels)
     ids = store.pool_ids()

@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
-from engine.evolve import ensure_votes, evolve  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
+from engine.apply.votes import ensure_votes  # noqa: E402
+from engine.evolve import evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame  # noqa: E402
 from engine.jobs import JobRegistry, start_labels  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402

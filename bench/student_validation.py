@@ -31,16 +31,17 @@ sys.path.insert(0, str(ROOT))
 
 from bench.quality import imported, save_embedding_cache  # noqa: E402
 from bench.throughput import measured, run_meta, save_result  # noqa: E402
-from engine.agents.compiled_executor import CompiledExecutor  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
-from engine.agents.offline_select import SelectConfig  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
+from engine.agents.offline.selection import SelectConfig  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.student import student_sample_size, unlabeled_sample  # noqa: E402
-from engine.evolve import EvolveConfig, ensure_votes, evolve  # noqa: E402
+from engine.apply.executor import CompiledExecutor  # noqa: E402
+from engine.apply.votes import ensure_votes  # noqa: E402
+from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
 from engine.labeling import labeling_inputs  # noqa: E402
-from engine.score import macro_f1, pool_macro_f1  # noqa: E402
+from engine.metrics.score import macro_f1, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import commit, machine  # noqa: E402
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
 from engine.jobs import REGISTRY, start_evolve  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

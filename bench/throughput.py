@@ -82,7 +82,7 @@ def save_rows(store, path: Path = ROWS_FILE) -> None:
 
 def evolve_pool(generations: int = 5, seed: int = 0) -> dict[str, Any]:
     """Evolve on ChemProt the way bench/quality.py does; return the pool's annotators and the labels."""
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
     from engine.evolve import EvolveConfig, evolve
     from engine.sandbox.executor import SandboxExecutor
     from engine.store.workspace import Store
@@ -180,7 +180,7 @@ def compiled_executor() -> type | None:
     """`CompiledExecutor` from the compiled annotator path (branch h-fast), wherever it lives; None when absent."""
     import importlib
 
-    for module in ("engine.agents.compiled_executor", "engine.compiled", "engine.sandbox.compiled"):
+    for module in ("engine.apply.executor", "engine.compiled", "engine.sandbox.compiled"):
         try:
             found = getattr(importlib.import_module(module), "CompiledExecutor", None)
         except ImportError:
@@ -259,7 +259,7 @@ def measure(applier: str, rows: int, workers: int, pool_file: Path) -> dict[str,
             elif applier == "sandbox":
                 import engine.sandbox.executor  # noqa: F401 - imports outside the timing, as Snorkel's
             elif applier == "compiled":
-                compiled_executor()  # imports engine.agents.compiled (pyarrow and all) outside the timing
+                compiled_executor()  # imports engine.apply.compiled (pyarrow and all) outside the timing
             started = time.perf_counter()
             votes = fn(annotators, labels, data, workers)
         seconds = time.perf_counter() - started

@@ -32,7 +32,7 @@ from bench.student_validation import evolved_inputs, grid_parser, pool_gold, run
 from bench.throughput import measured  # noqa: E402
 from engine.aggregators.base import take_rows  # noqa: E402
 from engine.aggregators.evoagg import EvoAgg, TextOnly  # noqa: E402
-from engine.score import macro_f1  # noqa: E402
+from engine.metrics.score import macro_f1  # noqa: E402
 
 
 def beats_text(votes: np.ndarray, gold: np.ndarray, text_pred: np.ndarray) -> tuple[int, int]:

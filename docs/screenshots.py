@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_e2e_browser import CHROMIUM, CHROMIUM_ARGS, _goto, _idle, start_studio, stop_studio  # noqa: E402
 
-from engine.agents.offline import OfflineProposer  # noqa: E402
+from engine.agents.offline.proposer import OfflineProposer  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
 from engine.ingest.importer import import_path  # noqa: E402
 from engine.jobs import start_labels  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.agents.choice import AGENT_CHOICES, DEFAULT_AGENTS, make_proposer
-from engine.agents.llm import MODES
+from engine.agents.llm.proposer import MODES
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
 from engine.corpus.engines import ENGINES, EngineUnavailable
 from engine.corpus.reading import CorpusError
@@ -24,7 +24,7 @@ from engine.corpus.shards import OutputError
 from engine.embed.registry import EMBEDDERS
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve
-from engine.export import EXPORT_FORMATS, check_destination, check_pool_destination
+from engine.export.files import EXPORT_FORMATS, check_destination, check_pool_destination
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
@@ -179,7 +179,7 @@ def _same_data(store: Store, data: Path) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> dict:
-    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.apply.executor import default_executor
 
     store = args.store
     if not store.has_data():
@@ -211,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     on_event = _progress(args.verbose)
     proposer = _proposer(args, on_event)
     try:
-        with CompiledExecutor() as executor:
+        with default_executor() as executor:
             if args.agents != "offline":  # a model's code will run: say which walls this machine lacks, up front
                 _warn_weak_sandbox(executor)
             done = evolve(store, proposer, executor, args.generations, config, on_event)
@@ -229,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> dict:
     stopped = _not_complete(store, args.generations)
     if stopped:
         result["stopped"] = stopped
-    from engine.review import IDLE_ADVICE, idle_generations
+    from engine.expert.review import IDLE_ADVICE, idle_generations
 
     idle = idle_generations(store.generations())
     if idle >= 2 and done:
@@ -251,39 +251,39 @@ def _not_complete(store: Store, target: int) -> str | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> dict:
-    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.apply.executor import default_executor
     from engine.labeling import evaluate
 
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose),
                         threshold=args.threshold)
 
 
 def cmd_suggest(args: argparse.Namespace) -> None:
     """The rows worth labeling, best first, one JSON line each (`id`, `text`, `why`)."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.label_queue import suggest_rows
+    from engine.apply.executor import default_executor
+    from engine.expert.queue import suggest_rows
 
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         for suggestion in suggest_rows(args.store, executor, args.n, args.strategy, args.seed):
             print(json.dumps(suggestion.to_dict()), flush=True)
 
 
 def cmd_teach(args: argparse.Namespace) -> dict:
     """An expert's labels (CSV `id,label`) into dev, all or nothing; the rows added per class."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.label_queue import read_teach_csv, teach
+    from engine.apply.executor import default_executor
+    from engine.expert.queue import read_teach_csv, teach
 
     labeled = read_teach_csv(args.labels)
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         added = teach(args.store, executor, labeled, args.by, note=f"taught from {args.labels.name}")
     return {"added": sum(added.values()), "per_class": added, "dev_rows": args.store.count_examples("dev")}
 
 
 def cmd_export(args: argparse.Namespace) -> dict:
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.export import write_export
-    from engine.export_hf import HF_MISSING, hf_available
+    from engine.apply.executor import default_executor
+    from engine.export.files import write_export
+    from engine.export.hf import HF_MISSING, hf_available
 
     if args.format == "hf" and not hf_available():
         raise MissingExtra(HF_MISSING)
@@ -294,7 +294,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
     from engine.labeling import soft_labels
 
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose),
                              threshold=args.threshold)
     path, manifest_path = write_export(args.store, result.soft, result.hard, result.n_votes, args.out,
@@ -304,7 +304,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
            "aggregator": result.soft.aggregator}
     if args.pool_python is not None:
         from engine.atomic import write_atomically
-        from engine.export import pool_as_python
+        from engine.export.files import pool_as_python
 
         write_atomically(args.pool_python, pool_as_python(args.store).encode("utf-8"))
         out["pool_python"] = str(args.pool_python)
@@ -343,7 +343,7 @@ def _positive_int(text: str) -> int:
 
 def cmd_label(args: argparse.Namespace) -> dict:
     """Label a corpus outside the workspace: the pool and the dev-fitted aggregator, shard by shard."""
-    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.apply.executor import default_executor
     from engine.corpus.engines import label_corpus
     from engine.corpus.labeler import fit_labeler
     from engine.corpus.reading import find_files, survey
@@ -354,7 +354,7 @@ def cmd_label(args: argparse.Namespace) -> dict:
         require_ray()  # before the minutes of fitting, not after
     print(f"corpus: {len(files)} file(s), about {sum(f.rows for f in files):,} rows; fitting {args.aggregator} "
           "on the workspace's dev rows", file=sys.stderr, flush=True)
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         labeler = fit_labeler(args.store, executor, args.aggregator, seed=args.seed, text_column=args.text_column,
                               threshold=args.threshold, id_column=args.id_column)
     Store.close_all()  # workers never touch the workspace; let the studio open it while this runs
@@ -381,14 +381,14 @@ def cmd_pool(args: argparse.Namespace) -> dict | None:
 
 def cmd_pool_add(args: argparse.Namespace) -> dict:
     """Submit an expert's annotator file the way the studio's editor does; exit 1 when nothing was added."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.review import submit
+    from engine.apply.executor import default_executor
+    from engine.expert.review import submit
 
     if args.file is None:
         raise UsageError("pool add needs the annotator's FILE")
     source = args.file.read_text(encoding="utf-8")
     gate = _gate_config(args.gate_config)
-    with CompiledExecutor() as executor:
+    with default_executor() as executor:
         result = submit(args.store, executor, source, args.name or "", args.approve, gate)
     if not result["added"]:
         print(json.dumps(result))

@@ -131,10 +131,10 @@ class AnnotatorScore:
     faults: int = 0
 
 
-# the note of a version retired for its edit (engine/review.py writes it; engine/explain.py reads it)
+# the note of a version retired for its edit (engine/expert/review.py writes it; engine/expert/explain.py reads it)
 REPLACED_BY = "replaced by edited version "
 
-# the reason that carries a rejected candidate's first fault in its run (engine/evolve.py; engine/explain.py reads it)
+# the reason that carries a rejected candidate's first fault in its run (engine/evolve.py; expert/explain.py reads it)
 FIRST_FAULT = "first fault: "
 
 # the reasons the gate gives an annotator the expert locked (engine/gate.py): not written since complete_generation
@@ -203,7 +203,7 @@ class AutoChoice:
 @dataclass(frozen=True)
 class Estimate:
     """What the labels are expected to score on new rows (macro-F1), with a `level` interval, from rows that
-    neither fitted nor chose what they judge (engine/estimate.py). Classes with fewer than a handful of judged rows
+    neither fitted nor chose what they judge (metrics/estimate.py). Classes with fewer than a handful of judged rows
     (`thin`) or none (`unjudged`) cannot be judged: the interval counts that, and the studio names them."""
 
     macro_f1: float

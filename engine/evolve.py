@@ -18,15 +18,16 @@ from typing import Callable
 import numpy as np
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
+from engine.apply.votes import ensure_votes
 from engine.domain import AGENT_ROLES, AUDIT, FIRST_FAULT, FITNESS, Annotator, Estimate, Generation
-from engine.estimate import estimate_macro_f1
 from engine.events import EventKind, EventSink, RunStopped, quiet
-from engine.expert_rows import frame_inputs, rescore_on_fitness
+from engine.expert.rows import rescore_on_fitness
 from engine.gate import GateConfig, GateOutcome, run_gate
+from engine.metrics.estimate import estimate_macro_f1
+from engine.metrics.score import majority_vote, pool_macro_f1, score_annotator
 from engine.pseudo_labels import pseudo_label
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
-from engine.score import majority_vote, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 
@@ -37,35 +38,6 @@ class EvolveConfig:
     pool_sample_size: int = 4000  # unlabeled rows an agent may read for word statistics
     seed: int = 0
     pseudo_labels: bool = True  # guess the pool sample with a dev-fitted text classifier (engine/pseudo_labels.py)
-
-
-def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], split: str,
-                 on_event: EventSink = quiet) -> None:
-    """Run the sandbox for every annotator that has no stored votes on `split` yet."""
-    missing = [a for a in store.annotators(annotator_ids) if split not in store.voted_splits(a.id)]
-    if not missing:
-        return
-    task = store.load_task()
-    frame = store.examples_frame(split)
-    inputs = frame_inputs(frame)
-    on_event(EventKind.EXECUTING, {"split": split, "annotators": len(missing), "examples": len(inputs)})
-
-    def progress(done: int, total: int) -> None:
-        on_event(EventKind.EXECUTE_PROGRESS, {"split": split, "done": done, "total": total})
-
-    results = executor.run(missing, inputs, list(task.labels), on_progress=progress)
-    ids = frame["id"].tolist()  # once: a list per annotator cost 0.2 s each at 100K rows
-    for annotator, result in zip(missing, results, strict=False):
-        store.save_votes(annotator.id, split, ids, result.votes, result.faults, result.first_error, result.seconds)
-    # rows that joined the split while the sandbox ran (the expert labels pool rows into dev from the studio): the
-    # runs just saved left them abstaining and are recorded as done, so vote on them now, and on any joining meanwhile
-    done = set(ids)
-    while joined := sorted(set(store.example_ids(split)) - done):
-        late = store.examples_frame(split, ids=joined)
-        for annotator, result in zip(missing, executor.run(missing, frame_inputs(late), list(task.labels)),
-                                     strict=True):
-            store.add_votes(annotator.id, late["id"].tolist(), result.votes)
-        done.update(joined)
 
 
 def build_context(store: Store, generation: int, config: EvolveConfig,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from engine.domain import ABSTAIN, APPROVED_EARLIER, REJECTED_EARLIER, Annotator, AnnotatorScore, GateDecision
-from engine.score import (
+from engine.metrics.score import (
     chance_precision,
     fires_needed,
     pool_macro_f1,
@@ -73,7 +73,7 @@ class GateConfig:
     # dev); 0: off
     min_lift: float = 1.0
     # fewer fires (but at least this many) for an annotator whose biggest voted class dev holds fewer than min_fires
-    # rows of (`engine.score.fires_needed`); 0: min_fires for every class
+    # rows of (`engine.metrics.score.fires_needed`); 0: min_fires for every class
     small_class_fires: int = 3
 
     @classmethod
@@ -130,7 +130,7 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _small_class_note(needed: int, cfg: GateConfig, class_rows: int) -> str:
-    """What a fires verdict adds when the small-class rule set the count (engine/explain.py reads it back)."""
+    """What a fires verdict adds when the small-class rule set the count (engine/expert/explain.py reads it back)."""
     return f" (its class has {class_rows} dev rows)" if needed < cfg.min_fires else ""
 
 
@@ -408,7 +408,7 @@ def run_gate(
 ) -> GateOutcome:
     """Judge one generation's candidates against the pool on the dev split (votes: (n_dev, m) / (n_dev,)).
 
-    y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/score.py).
+    y_dev: (n_dev,) class ids, or (n_dev, k) 0/1 label sets for a multi-label task (see engine/metrics/score.py).
     pool_evidence: candidate id -> (precision estimate, weight in rows) on the unlabeled pool sample, pooled with
     the dev counts in the viability check (none: dev alone).
     rows_run: candidate id -> the rows its fault count is over, when its sandbox run covered more than the fitness

@@ -247,7 +247,7 @@ def start_evolve(workdir: str | Path, generations_more: int = 1, agents: str = D
                  budget: Mapping[str, Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Run `generations_more` more generations in a background thread.
 
-    `proposer` / `executor_factory` replace the defaults (the agents named by `agents`, a CompiledExecutor).
+    `proposer` / `executor_factory` replace the defaults (the agents named by `agents`, `default_executor()`).
     """
     from engine.evolve import EvolveConfig, evolve
 
@@ -287,9 +287,9 @@ def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None
 
 def _sandbox():
     """Template annotators compiled in this process, all other code in the sandbox's workers."""
-    from engine.agents.compiled_executor import CompiledExecutor
+    from engine.apply.executor import default_executor
 
-    return CompiledExecutor()
+    return default_executor()
 
 
 # ---- soft labels ---------------------------------------------------------------------------------------

@@ -29,13 +29,13 @@ from engine.aggregators.registry import (
     predict_labels,
 )
 from engine.aggregators.student import auto_unlabeled_sample
+from engine.apply.votes import ensure_votes
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, DevScores, Estimate, SoftLabels, Task
 from engine.embed.base import Embedder
-from engine.estimate import estimate_macro_f1
 from engine.events import EventKind, EventSink, quiet
-from engine.evolve import ensure_votes
+from engine.metrics.estimate import estimate_macro_f1
+from engine.metrics.score import accuracy, exact_match, macro_f1, majority_vote, multilabel_f1
 from engine.sandbox.executor import Executor
-from engine.score import accuracy, exact_match, macro_f1, majority_vote, multilabel_f1
 from engine.store.workspace import Store
 from engine.text_views import masked_views, relation_context, task_views
 

@@ -9,7 +9,7 @@ labels) that agreement tracked true precision with correlation 0.97 against 0.73
 estimate is weighed by how well the classifier itself does out of fold on dev (`PseudoLabels.evidence`).
 
 The guesses are also rows to mine: the offline improver looks for cues on the thousands of guessed pool rows and
-lets dev judge them (`offline_roles.guessed_label_proposals`), even when the classifier is too weak to be evidence.
+lets dev judge them (`agents.offline.roles.guessed_label_proposals`), even when the classifier is too weak to be evidence.
 
 Only the fitness rows' labels are read (never audit or test rows).
 """

@@ -3,7 +3,7 @@
 The whole sentence, its first words (the "lead": a question word and its head noun), and for relation
 tasks (two entity spans) the words between the mentions (all of them, or only when they are few: "near"), a
 few words before and after them, and each entity's name. The offline agents mine cues per view
-(engine/agents/mining.py), the emitted annotator code computes the same views (engine/agents/templates.py),
+(engine/agents/offline/cues.py), the emitted annotator code computes the same views (engine/specs/templates.py),
 and the relation text feature reads the words between and around the mentions, marked by place
 (`relation_context`).
 """

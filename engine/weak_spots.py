@@ -13,7 +13,7 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from engine.domain import ABSTAIN
-from engine.score import disagreement
+from engine.metrics.score import disagreement
 
 MAX_ROWS = 20_000  # a seeded sample above this: the picture is the same and the page stays fast
 N_TERMS = 6

@@ -3,8 +3,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import export, score
 from engine.domain import ABSTAIN, AUDIT, FITNESS
+from engine.export import files as export
+from engine.metrics import score
 from studio import figures, queries, review_ui, state, widgets
 
 widgets.header("Analytics", "the pool as a whole")

@@ -1,7 +1,7 @@
 """Annotator: read and edit one annotator's code, re-score it on dev, save a new version, see its lineage."""
 import streamlit as st
 
-from engine import explain, review
+from engine.expert import explain, review
 from engine.sandbox.checks import CodeRejected
 from studio import annotator_ui, editor, new_annotator_ui, queries, review_ui, state, widgets
 

@@ -1,8 +1,8 @@
 """Evolve: run generations in the background, watch the agents live, and judge the gate's verdicts."""
 import streamlit as st
 
-from engine import review
 from engine.agents.choice import AGENT_CHOICES, AGENTS, llm_config
+from engine.expert import review
 from engine.jobs import REGISTRY, start_evolve
 from engine.llm.client import LLMAuthError
 from engine.llm.costs import META_KEY as BUDGET_KEY

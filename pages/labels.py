@@ -1,8 +1,9 @@
 """Labels & export: turn the pool's votes into soft labels, check them, and download the labeled data."""
 import streamlit as st
 
-from engine import export, export_hf
 from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS, aggregator_entry
+from engine.export import files as export
+from engine.export import hf as export_hf
 from engine.jobs import REGISTRY, start_labels
 from engine.labeling import THRESHOLD, aggregators_for
 from engine.markdown import escape_md

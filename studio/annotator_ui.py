@@ -5,12 +5,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import review
-from engine.agents.templates import parse_spec
+from engine.apply.votes import ensure_votes
 from engine.domain import FITNESS, Annotator, AnnotatorScore
-from engine.evolve import ensure_votes
+from engine.expert import review
+from engine.metrics.score import pool_macro_f1
 from engine.sandbox.checks import docstring_title
-from engine.score import pool_macro_f1
+from engine.specs.templates import parse_spec
 from engine.store.workspace import Store
 from studio import editor, queries, state
 

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import export, score
 from engine.aggregators.choice_names import (
     STUDENT,
     describe_choice,
@@ -17,7 +16,9 @@ from engine.aggregators.choice_names import (
 )
 from engine.aggregators.registry import aggregator_entry, predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
+from engine.export import files as export
 from engine.labeling import multilabel_scores
+from engine.metrics import score
 from engine.store.saved_labels import SavedLabels, load_labels
 from engine.store.workspace import Store
 from studio import queries, workspace
@@ -156,7 +157,7 @@ def browse(name: str, store: Store, frame: pd.DataFrame, labels: tuple[str, ...]
 
 def comparison_table(comparison: pd.DataFrame) -> pd.DataFrame:
     """compare_aggregators' rows with readable headers, the best expected macro-F1 first. The expected figure is
-    each aggregator's estimate from rows that neither fitted nor chose it (engine/estimate.py), the one every screen
+    each aggregator's estimate from rows that neither fitted nor chose it (metrics/estimate.py), the one every screen
     shows; the dev and audit columns beside it are the raw out-of-fold figures."""
     table = comparison.copy()
     if "interval" in table:

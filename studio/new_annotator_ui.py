@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import review
 from engine.domain import Task
-from engine.explain import why_the_verdict
+from engine.expert import review
+from engine.expert.explain import why_the_verdict
 from engine.markdown import code_span, escape_md
 from engine.store.workspace import Store
 from studio import editor, state

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import review, score
 from engine.domain import ABSTAIN, AUDIT, FITNESS, Estimate
 from engine.evolve import pool_audit_estimate
-from engine.expert_rows import PoolLikeness
+from engine.expert import review
+from engine.expert.rows import PoolLikeness
 from engine.markdown import code_span, escape_md  # noqa: F401 - the screens' markdown helpers, kept under queries
+from engine.metrics import score
 from engine.store.workspace import Store
 from engine.weak_spots import weak_spots
 from studio import state, workspace

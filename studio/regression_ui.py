@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import review
 from engine.domain import AUDIT, FITNESS
-from engine.expert_rows import RowsLeftInDev, label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
-from engine.explain import THIN_CLASS_ROWS
+from engine.expert import review
+from engine.expert.explain import THIN_CLASS_ROWS
+from engine.expert.rows import RowsLeftInDev, label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.store.saved_labels import LABELS_DIR, SavedLabels
 from engine.store.workspace import Store
 from studio import editor, queries, state, widgets

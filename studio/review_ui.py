@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine import review
-from engine.explain import Explanation
+from engine.expert import review
+from engine.expert.explain import Explanation
 from engine.store.workspace import Store
 from studio import queries, state, widgets
 

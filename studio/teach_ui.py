@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine.agents.compiled_executor import CompiledExecutor
-from engine.expert_rows import unlabel_rows
-from engine.label_queue import suggest_rows, teach
+from engine.apply.executor import default_executor
+from engine.expert.queue import suggest_rows, teach
+from engine.expert.rows import unlabel_rows
 from engine.store.workspace import Store
 from studio import editor, state
 
@@ -19,7 +19,7 @@ def queue(store: Store, name: str) -> list[dict]:
     held = st.session_state.get(state.TEACH_QUEUE)
     if held is None or held[0] != name or not held[1]:
         skipped = set(st.session_state.get(state.TEACH_SKIPPED, ()))
-        with st.spinner("Picking the rows worth your label…"), CompiledExecutor() as executor:
+        with st.spinner("Picking the rows worth your label…"), default_executor() as executor:
             rows = [s.to_dict() for s in suggest_rows(store, executor, BATCH, exclude=skipped)]
         held = (name, rows)
         st.session_state[state.TEACH_QUEUE] = held
@@ -77,7 +77,7 @@ def votes_on(store: Store, example_id: str, labels: tuple[str, ...]) -> pd.DataF
 
 def counts_since(store: Store, labels: tuple[str, ...]) -> pd.DataFrame:
     """Per class: the rows labeled on this screen this session, and the fitness rows dev holds now."""
-    from engine.review import class_rows
+    from engine.expert.review import class_rows
 
     now = class_rows(store)
     added = pd.Series([lbl for _, lbl in done()], dtype=object).value_counts()

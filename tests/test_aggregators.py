@@ -29,7 +29,7 @@ from engine.aggregators.registry import (
 )
 from engine.domain import ABSTAIN, Task
 from engine.labeling import distinct_pairs, feature_kinds, relation_texts, text_features
-from engine.score import accuracy, macro_f1
+from engine.metrics.score import accuracy, macro_f1
 from engine.text_views import relation_context, view_text
 
 K = 3

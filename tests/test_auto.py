@@ -7,7 +7,7 @@ from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.evoagg import EvoAgg
 from engine.domain import ABSTAIN
-from engine.score import macro_f1
+from engine.metrics.score import macro_f1
 
 K = 3
 

@@ -76,7 +76,7 @@ def test_run_eval_export_pool_on_demo(tmp_path, demo_csv):
     result, out = evopool("export", "--workdir", ws, "--out", str(csv), "--aggregator", "mv",
                           "--pool-python", str(pool_py))
     assert out.returncode == 0, out.stderr
-    from engine.export import pool_as_python
+    from engine.export.files import pool_as_python
 
     assert result["pool_python"] == str(pool_py) and pool_py.read_text() == pool_as_python(Store.open(ws))
     database = Path(ws) / "workspace.duckdb"
@@ -172,7 +172,7 @@ def test_generations_that_propose_nothing_are_counted_and_told(tmp_path, demo_cs
 
 
 def test_idle_generations_counts_the_trailing_complete_ones_without_candidates():
-    from engine.review import idle_generations
+    from engine.expert.review import idle_generations
 
     frame = pd.DataFrame({"number": [1, 2, 3, 4, 5], "n_candidates": [9, 0, 3, 0, 0],
                           "status": ["complete"] * 4 + ["running"]})
@@ -386,9 +386,9 @@ def test_eval_on_test_when_every_labeled_row_went_to_dev_says_so(tmp_path, demo_
 
 
 def test_pool_add_weighs_the_pool_sample_evidence_a_generation_weighs(tmp_path, demo_csv, monkeypatch):
-    import engine.review as review
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.agents.offline import OfflineProposer
+    import engine.expert.review as review
+    from engine.agents.offline.proposer import OfflineProposer
+    from engine.apply.executor import CompiledExecutor
     from engine.evolve import EvolveConfig, evolve
     from engine.ingest.importer import import_path
 
@@ -420,10 +420,10 @@ def test_pool_add_of_a_members_replacement_retires_the_member_the_gate_prunes(tm
     that member must leave, or the pool holds both and scores below what the gate weighed (0.971 -> 0.946)."""
     from demo_ideas import WIDER_CAPS
 
-    from engine import review
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
+    from engine.apply.executor import CompiledExecutor
     from engine.evolve import current_dev_macro_f1, evolve
+    from engine.expert import review
     from engine.ingest.importer import import_path
 
     store = Store.open(tmp_path / "ws")

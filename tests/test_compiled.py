@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.agents.compiled import Views, compile_annotator, compiles, fired, needle
-from engine.agents.compiled_executor import CompiledExecutor
-from engine.agents.offline_surface import MEASURES
-from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.apply.compiled import Views, compile_annotator, compiles, fired, needle
+from engine.apply.executor import CompiledExecutor
 from engine.domain import ABSTAIN, Candidate
 from engine.sandbox.checks import make_annotator
 from engine.sandbox.executor import SandboxExecutor, jsonable
+from engine.specs.surface import MEASURES
+from engine.specs.templates import AnnotatorSpec, parse_spec, render
 from engine.text_views import LOWER_TO_ASCII, RELATION_VIEWS, normalise, normalise_all, raw_piece, view_text, window
 
 LABELS = ["ham", "spam"]
@@ -210,7 +210,7 @@ def test_compiled_and_sandbox_give_identical_results_on_random_specs(demo_csv):
 
 
 def test_the_pool_evolved_on_chemprot_votes_the_same_compiled_and_sandboxed(shared_data, tmp_path):
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
     from engine.evolve import EvolveConfig, evolve
     from engine.ingest.importer import IngestOptions, import_path
     from engine.store.workspace import Store
@@ -253,7 +253,7 @@ def test_a_template_carrying_a_hostile_cue_is_not_compiled(cues):
 def test_a_template_whose_cues_hold_too_many_words_runs_in_the_sandbox():
     """The scan runs in the app process with no CPU budget: 3 x 380 cues of 40 words passed every per-cue limit and
     held it 18 s a 65,536-row chunk (a red-team review). Past MAX_SPEC_WORDS over the whole spec it is the sandbox's."""
-    from engine.agents.compiled import MAX_SPEC_WORDS
+    from engine.apply.compiled import MAX_SPEC_WORDS
 
     long_cue = " ".join(["w"] * 37)  # with " x<i>": 38 words in at most 80 characters
     per_tuple = tuple(f"{long_cue} x{i}" for i in range(380))
@@ -298,9 +298,9 @@ def test_hostile_templates_run_in_the_sandbox_with_the_sandboxes_result():
 
 
 def test_a_threshold_too_big_for_a_float_leaves_the_annotator_to_the_sandbox():
-    from engine.agents.templates import AnnotatorSpec, render
     from engine.domain import Candidate
     from engine.sandbox.checks import make_annotator
+    from engine.specs.templates import AnnotatorSpec, render
 
     source = render(AnnotatorSpec("surface", "spam", feature="links", op=">=", threshold=10.0))
     huge = source.replace("THRESHOLD = 10\n", "THRESHOLD = 1" + "0" * 400 + "\n")

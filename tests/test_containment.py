@@ -23,7 +23,7 @@ import duckdb
 import pytest
 
 from engine.domain import ABSTAIN, Annotator, Task
-from engine.export import pool_as_python
+from engine.export.files import pool_as_python
 from engine.sandbox import confine
 from engine.sandbox.checks import CodeRejected, check_source
 from engine.sandbox.executor import ContainmentTooWeak, SandboxExecutor
@@ -427,7 +427,7 @@ def test_the_exported_pool_runs_its_annotators_in_the_sandbox(tmp_path, decoys):
     """The exported .py: sandboxed where the engine is installed, refused without it unless --unsandboxed."""
     thief = Annotator(id="thief", name="thief", agent="human", generation=0, source=(
         f"def annotate(example):\n    return 'breach' if open({str(decoys['secret'])!r}).read() else None\n"))
-    from engine.agents.templates import AnnotatorSpec, render
+    from engine.specs.templates import AnnotatorSpec, render
 
     # an offline template (its `normalise(text: object)` once failed without a sandbox: `object` was not allowed)
     # and a chatty one (print must not reach the labels on stdout)

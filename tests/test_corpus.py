@@ -20,7 +20,7 @@ from engine.corpus.engines import label_corpus
 from engine.corpus.labeler import dev_digest, fit_labeler
 from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
 from engine.corpus.shards import MANIFEST, OutputError, read_output
-from engine.export import labeled_frame
+from engine.export.files import labeled_frame
 from engine.jobs import JobRegistry, start_corpus_label
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -339,7 +339,7 @@ def annotate(example: dict) -> str | None:
 def test_the_corpus_labeler_reads_the_relation_feature_as_the_workspace_does(tmp_path):
     """On a relation task `auto` reads TF-IDF of the words around the two mentions by place: the corpus labeler
     builds it from each input's own spans exactly as labeling a workspace row does (same text, same vocabulary)."""
-    from engine import review
+    from engine.expert import review
     from engine.ingest.importer import IngestOptions, import_frame
     from engine.labeling import text_features
 

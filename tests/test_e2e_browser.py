@@ -347,14 +347,14 @@ def idea_that_would_come_back(workdir: Path) -> str:
     options and seed). The browser test rejects that one, so its check can fail."""
     import dataclasses
 
-    from engine import review
     from engine.agents.base import ExpertFeedback
     from engine.agents.feedback import repeats_rejected
-    from engine.agents.offline import OfflineProposer
-    from engine.agents.templates import parse_spec
+    from engine.agents.offline.proposer import OfflineProposer
     from engine.evolve import EvolveConfig, build_context, evolve
+    from engine.expert import review
     from engine.ingest.importer import import_path
     from engine.sandbox.executor import SandboxExecutor
+    from engine.specs.templates import parse_spec
     from engine.store.workspace import Store
     from studio import workspace as studio_ws
 
@@ -386,7 +386,7 @@ def test_a_rejection_with_a_reason_reaches_the_next_generation(tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     from engine.agents.feedback import repeats_rejected
-    from engine.agents.templates import parse_spec
+    from engine.specs.templates import parse_spec
     from engine.store.workspace import Store
 
     target = idea_that_would_come_back(tmp_path / "probe")
@@ -443,8 +443,8 @@ def test_ten_rows_labeled_on_the_keyboard_alone(tmp_path):
     what, and the next suggestion (the row taken back, first again) are checked in the workspace afterwards."""
     from playwright.sync_api import expect
 
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
+    from engine.apply.executor import CompiledExecutor
     from engine.evolve import evolve
     from engine.ingest.importer import IngestOptions, import_path
     from engine.labeling import text_features

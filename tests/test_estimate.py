@@ -1,10 +1,10 @@
-"""The honest estimate and its interval (engine/estimate.py), on hand-built predictions."""
+"""The honest estimate and its interval (engine/metrics/estimate.py), on hand-built predictions."""
 import numpy as np
 import pytest
 
 from engine.domain import Estimate
-from engine.estimate import THIN_CLASS_ROWS, estimate_macro_f1, paired_wins
-from engine.score import macro_f1
+from engine.metrics.estimate import THIN_CLASS_ROWS, estimate_macro_f1, paired_wins
+from engine.metrics.score import macro_f1
 
 
 def noisy(y: np.ndarray, k: int, accuracy: float, rng: np.random.Generator) -> np.ndarray:

@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 from demo_ideas import WIDER_CAPS
 
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import AUDIT, FITNESS, Candidate
 from engine.events import EventKind
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve, run_generation
+from engine.expert.review import approve, reject
 from engine.ingest.importer import IngestOptions, import_path
-from engine.review import approve, reject
+from engine.metrics.score import pool_macro_f1
 from engine.sandbox.executor import SandboxExecutor
-from engine.score import pool_macro_f1
 from engine.store.workspace import Store
 
 
@@ -146,7 +146,7 @@ class _LabelsRowsMidGeneration:
 
     def propose(self, role, context):
         if self.rows:
-            from engine.expert_rows import label_rows
+            from engine.expert.rows import label_rows
 
             label_rows(self.store, self.executor, self.rows, by="maria")
             self.rows = {}
@@ -186,7 +186,7 @@ class _LabelsRowsDuringDevRun:
 
     def run(self, annotators, inputs, labels, **kw):
         if self.rows and len(inputs) == self.store.count_examples("dev"):
-            from engine.expert_rows import label_rows
+            from engine.expert.rows import label_rows
 
             label_rows(self.store, self.inner, self.rows, by="maria")
             self.rows = {}
@@ -218,7 +218,7 @@ def test_rows_labeled_into_dev_while_the_agents_context_is_built_keep_its_rows_a
     pool's votes): the agents' rows and votes stay the generation's fitness rows, row for row (the votes were read
     after, so they held the new rows too and the improver indexed past dev)."""
     import engine.evolve as evolve_module
-    from engine.expert_rows import label_rows
+    from engine.expert.rows import label_rows
 
     evolve(demo_store, OfflineProposer(), executor, 1)
     fitness = evolve_module.fitness_rows(demo_store)
@@ -328,7 +328,7 @@ def test_undoing_a_verdict_returns_to_the_one_it_overrode_and_leaves_no_lock(dem
     generation's gate weighs the annotator as before; the agents no longer hear of the undone rejection; undoing an
     expert's second verdict restores their first, a lock again; an annotator the expert never judged refuses."""
     from engine.evolve import expert_feedback
-    from engine.review import undo
+    from engine.expert.review import undo
 
     evolve(demo_store, _WithRareCandidate(), executor, 1)
     member = demo_store.pool_ids()[0]
@@ -356,8 +356,8 @@ def test_undo_takes_back_only_the_verdict_shown_and_a_second_reason_is_a_step(de
     """A second reject with a new reason is a step of its own (only the gate's echoes of a lock are not); an undo
     of a verdict another tab has changed since is refused; an annotator the expert wrote has nothing to undo; the
     manifest names every undo."""
-    from engine.export import verdict_record
-    from engine.review import undo
+    from engine.expert.review import undo
+    from engine.export.files import verdict_record
 
     evolve(demo_store, OfflineProposer(), executor, 1)
     member = demo_store.pool_ids()[0]
@@ -392,7 +392,7 @@ def test_a_member_an_undo_brings_back_while_a_generation_runs_keeps_its_near_cop
                                                                                       monkeypatch):
     """The expert rejects a member, a generation starts without it, and the expert undoes the rejection while the
     gate weighs a near copy of it: the copy is judged beside the member (not admitted next to it)."""
-    from engine.review import undo
+    from engine.expert.review import undo
 
     evolve(demo_store, OfflineProposer(), executor, 1)
     member = demo_store.pool_ids()[0]
@@ -410,7 +410,7 @@ def test_a_member_an_undo_brings_back_while_a_generation_runs_keeps_its_near_cop
 def test_restoring_a_version_an_edit_replaced_takes_the_edit_out(demo_store, executor):
     """Saving an edit retires its parent; undoing that retirement brings the parent back in place of the edit, not
     beside it (both voted on the same rows: an expert's walk through the studio counted SPAM twice)."""
-    from engine.review import save_edit, undo
+    from engine.expert.review import save_edit, undo
 
     evolve(demo_store, OfflineProposer(), executor, 1)
     parent = demo_store.pool_ids()[0]
@@ -440,7 +440,7 @@ def test_restoring_a_version_an_edit_replaced_takes_the_edit_out(demo_store, exe
 def test_restoring_a_version_and_retiring_its_edit_is_one_write(demo_store, executor, monkeypatch):
     """The two verdicts of a restore land together or not at all: a generation reading between two writes saw the
     version and its edit in the pool side by side."""
-    from engine.review import save_edit, undo
+    from engine.expert.review import save_edit, undo
     from engine.store.workspace import Store as StoreClass
 
     evolve(demo_store, OfflineProposer(), executor, 1)
@@ -464,7 +464,7 @@ def test_restoring_a_version_and_retiring_its_edit_is_one_write(demo_store, exec
 def test_saving_an_edit_and_retiring_its_parent_is_one_write(demo_store, executor, monkeypatch):
     """Saving an edit approves it and retires its parent: a failure of the second write rolls back the first, as an
     undo's restore does (the edit alone, or both versions, in the pool would be a state no one chose)."""
-    from engine.review import save_edit
+    from engine.expert.review import save_edit
     from engine.store.workspace import Store as StoreClass
 
     evolve(demo_store, OfflineProposer(), executor, 1)
@@ -497,7 +497,7 @@ class _WithWrongLabel(OfflineProposer):
 def test_a_rejected_candidate_says_its_first_fault(demo_store, executor):
     """"fires 0 < 5" alone hid why: the run's first fault (here a label the task lacks) is in the reasons and in the
     verdict's plain words (a review against a small local model)."""
-    from engine.review import explain_verdicts
+    from engine.expert.review import explain_verdicts
 
     evolve(demo_store, _WithWrongLabel(), executor, 1)
     wrong = next(a.id for a in demo_store.annotators() if a.name == "wrong_label")

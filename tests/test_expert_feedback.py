@@ -7,17 +7,17 @@ from dataclasses import replace
 import numpy as np
 from test_offline_agents import HAM, SPAM  # the same toy SMS rows
 
-from engine import review
 from engine.agents.base import ExpertFeedback, ProposalContext
 from engine.agents.feedback import repeats_rejected
-from engine.agents.offline import OfflineProposer
-from engine.agents.prompts import expert_feedback_text, generator_messages, improver_messages
-from engine.agents.templates import AnnotatorSpec, parse_spec
+from engine.agents.llm.prompts import expert_feedback_text, generator_messages, improver_messages
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import AUDIT, Example, Task
 from engine.evolve import EvolveConfig, build_context, evolve, expert_feedback
+from engine.expert import review
 from engine.ingest.importer import IngestOptions, import_path
 from engine.sandbox.checks import make_annotator
 from engine.sandbox.executor import SandboxExecutor
+from engine.specs.templates import AnnotatorSpec, parse_spec
 from engine.store.workspace import Store
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import ABSTAIN, FITNESS
 from engine.evolve import evolve
-from engine.expert_rows import label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
+from engine.expert.rows import label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.ingest.importer import import_path
 from engine.labeling import soft_labels
+from engine.metrics.score import score_annotator
 from engine.sandbox.executor import SandboxExecutor
-from engine.score import score_annotator
 from engine.store.workspace import Store
 
 
@@ -169,7 +169,7 @@ def test_labeling_a_row_then_another_after_an_undo_is_a_new_state_for_every_cach
 def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as_it_was(evolved, monkeypatch):
     """The rows move to dev first, then votes and scores follow: a failure in between (a sandbox that dies, a full
     disk) returns them to the pool with their label and record dropped, and the stored scores are those of before."""
-    import engine.expert_rows as expert_rows
+    import engine.expert.rows as expert_rows
 
     store, executor = evolved
     members = store.pool_ids()
@@ -197,7 +197,7 @@ def test_labeling_that_fails_midway_leaves_the_rows_unlabeled_and_every_score_as
 def test_a_labeling_whose_undo_fails_too_says_the_rows_are_in_dev(evolved, monkeypatch):
     """Should returning the rows fail as well (the same full disk), the error says where they are: in dev, to send
     back from the record, not that nothing was labeled."""
-    import engine.expert_rows as expert_rows
+    import engine.expert.rows as expert_rows
 
     store, executor = evolved
     pool = store.examples_frame("pool", limit=1)
@@ -249,7 +249,7 @@ def test_without_soft_labels_rows_of_a_class_are_those_worded_like_its_dev_rows_
     assert rows_of_class(store, 1)["id"][0] == "p1"
     # a class without a dev row: its name's words find its rows, and its description's once given, also through a
     # likeness fitted before (the studio keeps one per state of the rows; a description changes none of them)
-    from engine.expert_rows import PoolLikeness
+    from engine.expert.rows import PoolLikeness
 
     assert list(rows_of_class(store, 2)["id"]) == ["p3"]
     likeness = PoolLikeness(store)

@@ -8,8 +8,8 @@ import sys
 from conftest import DEMO_CSV, ROOT
 from streamlit.testing.v1 import AppTest
 
-from engine import review
 from engine.domain import GateDecision
+from engine.expert import review
 from engine.ingest.importer import IngestOptions, import_path
 from engine.store.actor import UNNAMED, acting_as, acting_expert
 from engine.store.workspace import Store
@@ -112,8 +112,8 @@ def test_a_figure_read_while_another_expert_labels_a_row_is_read_again_not_an_er
 def test_a_member_accepted_then_pruned_in_one_generation_gets_one_card(tmp_path, monkeypatch):
     """bench/team_load.py: two gate verdicts of one annotator in one generation drew two forms under one key, and the
     Evolve screen failed for every session."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
+    from engine.apply.executor import CompiledExecutor
     from engine.evolve import evolve
 
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))
@@ -134,8 +134,8 @@ def test_a_member_accepted_then_pruned_in_one_generation_gets_one_card(tmp_path,
 def test_a_verdict_given_as_a_new_generation_completes_is_kept_not_lost(tmp_path, monkeypatch):
     """The Evolve screen opened the newest generation by itself, so a card being filled in when a run ended was not
     drawn on the run that carried its verdict, and the verdict was lost without a word (bench/team_load.py)."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
+    from engine.apply.executor import CompiledExecutor
     from engine.evolve import evolve
 
     monkeypatch.setenv("EVOPOOL_HOME", str(tmp_path))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from engine.domain import ABSTAIN, Annotator
-from engine.explain import explain
+from engine.expert.explain import explain
 from engine.gate import GateConfig, run_gate
-from engine.score import chance_precision, score_annotator
+from engine.metrics.score import chance_precision, score_annotator
 
 # 30 dev rows: 20 of class 0 ("ham"), 10 of class 1 ("spam")
 Y = np.array([0] * 20 + [1] * 10)
@@ -99,7 +99,7 @@ def test_a_precision_weighed_with_the_unlabeled_samples_guesses_is_explained_wit
 def test_an_accepted_verdict_names_the_bar_it_cleared_not_precise_enough():
     """"Accepted: precise enough" read wrong for an annotator right on 16 of 46 rows (a browser walk): the words
     give the bound and the bar, with the role's article."""
-    from engine.explain import why_the_verdict
+    from engine.expert.explain import why_the_verdict
 
     reasons = ["viable: precision 0.35, lower bound 0.31 over 46 fires: 0.31 >= 0.25 (improver), fires 46 >= 5",
                "marginal: pool dev macro-F1 0.600 without it, 0.620 with it"]
@@ -113,7 +113,7 @@ def test_an_accepted_verdict_names_the_bar_it_cleared_not_precise_enough():
 
 def test_a_rejection_at_chance_on_the_bound_and_a_version_retired_for_its_edit_read_right():
     from engine.domain import REPLACED_BY
-    from engine.explain import why_the_verdict
+    from engine.expert.explain import why_the_verdict
 
     (line,) = why_the_verdict("reject", ["no better than chance: precision lower bound 0.52 <= 0.53, the share of dev "
                                          "its classes hold"], "gate", {})

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import review
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import SoftLabels
 from engine.evolve import evolve
-from engine.export import pool_as_python, write_export
+from engine.expert import review
+from engine.export.files import pool_as_python, write_export
 from engine.ingest.importer import IngestOptions, import_path
 from engine.labeling import soft_labels
 from engine.sandbox.executor import SandboxExecutor
@@ -49,7 +49,7 @@ def test_export_has_dev_gold_and_the_manifest_has_verdicts_and_overrides(store, 
 @pytest.mark.parametrize("value", [[96, 117], [], [True, 1], [1.5, 2], [-1, 10**20], {"a": [1]}, ["x", 2]])
 def test_a_field_cell_is_the_json_of_a_list_or_dict(value):
     """Spans skip json.dumps for speed; every list or dict must still read back as its JSON."""
-    from engine.export import field_cell
+    from engine.export.files import field_cell
 
     assert field_cell(value) == json.dumps(value)
     assert json.loads(field_cell(value)) == value
@@ -57,7 +57,7 @@ def test_a_field_cell_is_the_json_of_a_list_or_dict(value):
 
 @pytest.mark.parametrize("value", ["aspirin", 3, None, 2.5])
 def test_a_plain_field_cell_is_the_value_itself(value):
-    from engine.export import field_cell
+    from engine.export.files import field_cell
 
     assert field_cell(value) == value
 
@@ -157,7 +157,7 @@ def test_an_export_read_back_is_labeled_from_its_gold_not_the_models_labels(stor
 
 
 def test_the_pool_file_goes_nowhere_the_export_or_the_workspace_or_a_stranger_is(store, demo_csv, tmp_path):
-    from engine.export import check_pool_destination, pool_as_python
+    from engine.export.files import check_pool_destination, pool_as_python
 
     import_path(store, demo_csv)
     out = tmp_path / "labels.csv"
@@ -177,11 +177,11 @@ def test_the_pool_file_goes_nowhere_the_export_or_the_workspace_or_a_stranger_is
 def test_a_vote_names_the_same_label_in_the_sandbox_the_compiled_path_the_specs_and_the_exported_runner():
     """The rule (a label, or the one label it folds to: `'spam'` for SPAM) lives in LabelIndex; the exported pool's
     runner keeps a copy (it runs without EvoPool) and the compiled path applies it to a template's label: all agree."""
-    from engine.agents.compiled import compile_annotator, scan
-    from engine.agents.llm_spec import _label
-    from engine.agents.templates import AnnotatorSpec, render
+    from engine.agents.llm.spec_mode import _label
+    from engine.apply.compiled import compile_annotator, scan
     from engine.domain import Task
     from engine.sandbox.checks import LabelIndex
+    from engine.specs.templates import AnnotatorSpec, render
 
     labels = ("HAM", "SPAM", "Other", "OTHER", "naïve")
     votes = ["SPAM", "spam", " Ham\n", "other", "OTHER", "NAÏVE", "nope", 1, None]

@@ -12,8 +12,8 @@ from conftest import DEMO_CSV
 from test_cli import evopool
 
 from engine.cli import main
-from engine.export import FORMULA_START, frame_bytes, spreadsheet_safe
-from engine.export_hf import HF_MISSING, hf_available
+from engine.export.files import FORMULA_START, frame_bytes, spreadsheet_safe
+from engine.export.hf import HF_MISSING, hf_available
 from engine.store.workspace import Store
 
 
@@ -129,7 +129,7 @@ def test_the_studio_download_zip_unzips_to_a_loadable_dataset(workspace, tmp_pat
     datasets = pytest.importorskip("datasets")
     import zipfile
 
-    from engine.export_hf import hf_zip_bytes
+    from engine.export.hf import hf_zip_bytes
 
     export(workspace, tmp_path / "a.csv", "csv")
     frame = pd.read_csv(tmp_path / "a.csv", keep_default_na=False)
@@ -142,7 +142,7 @@ def test_the_studio_download_zip_unzips_to_a_loadable_dataset(workspace, tmp_pat
 
 def test_hugging_face_gold_label_features_follow_the_task_type_not_the_cells():
     datasets = pytest.importorskip("datasets")
-    from engine.export_hf import dataset_dict
+    from engine.export.hf import dataset_dict
 
     def frame(column: str, predicted: list[str], gold: list[str]) -> pd.DataFrame:
         return pd.DataFrame({"id": ["a", "b", "c"], "text": ["x", "y", "z"], "split": ["dev", "dev", "pool"],

@@ -8,7 +8,7 @@ import pytest
 
 from engine.domain import ABSTAIN, Annotator
 from engine.gate import GateConfig, GateOutcome, run_gate
-from engine.score import score_annotator
+from engine.metrics.score import score_annotator
 
 Y = np.array([0] * 10 + [1] * 10)
 K = 2
@@ -148,7 +148,7 @@ def test_a_class_with_fewer_dev_rows_than_min_fires_asks_as_many_fires_as_it_has
 
 
 def test_the_small_class_rule_reads_the_biggest_class_an_annotator_votes_and_label_sets_too():
-    from engine.score import fires_needed, voted_class_rows
+    from engine.metrics.score import fires_needed, voted_class_rows
 
     y = np.array([0] * 12 + [1] * 2 + [2] * 6)
     assert voted_class_rows(np.array([1, 1, 1] + [ABSTAIN] * 17), y, 3) == 2

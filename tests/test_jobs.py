@@ -232,7 +232,7 @@ def test_a_job_that_cannot_start_leaves_the_workspace_free(tmp_path):
 
 
 def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(workdir, fake_openai):
-    from engine.agents.llm import LLMProposer
+    from engine.agents.llm.proposer import LLMProposer
     from engine.llm.client import LLMConfig, OpenAICompatibleClient
 
     fake_openai.hang(60, then="too late")  # a one-request-at-a-time local server, slow to answer

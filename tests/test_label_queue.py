@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from conftest import DEMO_CSV
 
-from engine.agents.compiled_executor import CompiledExecutor
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
+from engine.apply.executor import CompiledExecutor
 from engine.cli import main
 from engine.evolve import evolve
+from engine.expert.queue import Suggestion, _diverse, read_teach_csv, suggest_rows
 from engine.ingest.importer import IngestOptions, import_path
-from engine.label_queue import Suggestion, _diverse, read_teach_csv, suggest_rows
 from engine.store.workspace import Store
 
 

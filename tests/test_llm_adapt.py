@@ -17,12 +17,12 @@ from fake_openai_server import FakeOpenAIServer
 from test_llm_agents import DEV, TASK, context_for
 from test_llm_runs import client_for, evopool
 
-from engine.agents.llm import LLMProposer
-from engine.agents.llm_spec import spec_schema
-from engine.agents.prompts import label_vocabulary
-from engine.agents.templates import AnnotatorSpec, render
+from engine.agents.llm.prompts import label_vocabulary
+from engine.agents.llm.proposer import LLMProposer
+from engine.agents.llm.spec_mode import spec_schema
 from engine.events import EventKind
 from engine.llm.adapt import LatencyWatch, rejects_format, stretched_timeout
+from engine.specs.templates import AnnotatorSpec, render
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_REPLY = '{"annotators": [{"label": "spam", "cues": ["free", "prize"], "view": "sentence"}]}'

@@ -9,17 +9,17 @@ import pandas as pd
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from engine.agents import llm_spec, prompts
 from engine.agents.base import ExpertFeedback, ProposalContext
 from engine.agents.choice import AGENT_CHOICES, make_proposer
-from engine.agents.llm import LLMProposer, check_reply
+from engine.agents.llm import prompts, spec_mode
+from engine.agents.llm.proposer import LLMProposer, check_reply
 from engine.agents.mixed import MixedProposer
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
 from engine.events import EventKind
 from engine.llm.client import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
+from engine.metrics.score import score_annotator
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, extract_code
-from engine.score import score_annotator
 from engine.store.workspace import Store
 
 TASK = Task("sms", ("ham", "spam"), {"ham": "a normal personal message", "spam": "unsolicited advertising"},
@@ -528,6 +528,6 @@ def test_a_reply_cut_off_while_thinking_or_with_only_reasoning_gets_the_right_ad
     assert "only the model's reasoning" in error and "shorter code" not in error
     # spec mode says the same, not "give fewer objects"
     task = Task("spam", ("HAM", "SPAM"), {}, "")
-    (error,) = llm_spec.parse_specs(thinking, task, cut_off=True)[1]
+    (error,) = spec_mode.parse_specs(thinking, task, cut_off=True)[1]
     assert "still thinking" in error and "fewer objects" not in error
-    assert "only the model's reasoning" in llm_spec.parse_specs("", task, reasoning_only=True)[1][0]
+    assert "only the model's reasoning" in spec_mode.parse_specs("", task, reasoning_only=True)[1][0]

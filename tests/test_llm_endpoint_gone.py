@@ -8,7 +8,7 @@ import pytest
 from fake_openai_server import FakeOpenAIServer
 from test_llm_runs import SPAM_CODE, evopool
 
-from engine.agents.llm import LLMProposer
+from engine.agents.llm.proposer import LLMProposer
 from engine.llm.client import LLMCallSkipped, LLMConfig, LLMEndpointDown, OpenAICompatibleClient
 
 MESSAGES = [{"role": "user", "content": "Write an annotator."}]

@@ -17,13 +17,13 @@ from fake_openai_server import FakeOpenAIServer
 from test_llm_agents import FREE, context_for, fenced
 
 from engine.agents.base import ProposalContext
-from engine.agents.llm import LLMProposer
-from engine.agents.llm_spec import parse_specs
-from engine.agents.templates import AnnotatorSpec, render
+from engine.agents.llm.proposer import LLMProposer
+from engine.agents.llm.spec_mode import parse_specs
 from engine.domain import Example, Task
 from engine.events import EventKind
 from engine.llm.client import Budget, BudgetExhausted, LLMConfig, OpenAICompatibleClient
 from engine.sandbox.checks import check_source
+from engine.specs.templates import AnnotatorSpec, render
 from engine.store.workspace import Store
 
 ROOT = Path(__file__).resolve().parents[1]

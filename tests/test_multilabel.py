@@ -13,15 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
+from engine.apply.votes import ensure_votes
 from engine.domain import AUDIT, FITNESS
-from engine.evolve import current_dev_macro_f1, ensure_votes, evolve
-from engine.export import pool_as_python, write_export
+from engine.evolve import current_dev_macro_f1, evolve
+from engine.export.files import pool_as_python, write_export
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
 from engine.labeling import evaluate, fit_and_predict, soft_labels
+from engine.metrics.score import exact_match, multilabel_f1, pool_macro_f1, score_annotator
 from engine.sandbox.executor import SandboxExecutor
-from engine.score import exact_match, multilabel_f1, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 LABELS = ("politics", "sports", "tech")
@@ -315,7 +316,7 @@ def test_the_pool_as_python_writes_label_sets(evolved, executor, tmp_path):
 
 
 def test_offline_mining_counts_a_cue_right_when_its_class_is_in_the_set():
-    from engine.agents.offline_mine import build_workspace, cue_proposals
+    from engine.agents.offline.candidates import build_workspace, cue_proposals
     from engine.domain import Task
 
     task = Task("t", ("politics", "sports", "tech"))
@@ -343,7 +344,7 @@ def test_a_corpus_is_labeled_with_label_sets_as_the_export_labels_the_workspace(
     from engine.corpus.labeler import fit_labeler
     from engine.corpus.reading import survey
     from engine.corpus.shards import read_output
-    from engine.export import labeled_frame
+    from engine.export.files import labeled_frame
 
     labeler = fit_labeler(evolved, executor, "auto")
     result = soft_labels(evolved, executor, "auto")

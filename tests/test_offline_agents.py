@@ -14,17 +14,17 @@ import numpy as np
 import pytest
 
 from engine.agents.base import ProposalContext
-from engine.agents.mining import ViewIndex
-from engine.agents.offline import OfflineProposer
-from engine.agents.offline_mine import build_workspace, exception_variants
-from engine.agents.offline_roles import broaden, generator_proposals
-from engine.agents.offline_select import Proposal, SelectConfig, _viable, halves
-from engine.agents.offline_surface import MEASURES
-from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.agents.offline.candidates import build_workspace, exception_variants
+from engine.agents.offline.cues import ViewIndex
+from engine.agents.offline.proposer import OfflineProposer
+from engine.agents.offline.roles import broaden, generator_proposals
+from engine.agents.offline.selection import Proposal, SelectConfig, _viable, halves
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
+from engine.metrics.score import score_annotator
 from engine.pseudo_labels import PseudoLabels
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
-from engine.score import score_annotator
+from engine.specs.surface import MEASURES
+from engine.specs.templates import AnnotatorSpec, parse_spec, render
 from engine.text_views import NEAR, NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -586,7 +586,7 @@ def test_the_improver_mines_dev_without_guesses_or_with_the_switch_off():
 
 
 def test_with_enough_dev_rows_the_guesses_are_refitted_per_half_and_judged_on_the_other(monkeypatch):
-    import engine.agents.offline as offline
+    import engine.agents.offline.proposer as offline
 
     task, context = _guessed_context({"lunch": 0, "free": 1})
     y = context.dev_labels

@@ -1,18 +1,18 @@
-"""Cues seeded from the labels' names and descriptions (engine/agents/offline_seed.py)."""
+"""Cues seeded from the labels' names and descriptions (engine/agents/offline/task_words.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from engine.agents.base import ProposalContext
-from engine.agents.offline_mine import build_workspace
-from engine.agents.offline_roles import improver_proposals
-from engine.agents.offline_seed import label_words, seeded_proposals, seeded_specs, word_cue
-from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves
-from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.agents.offline.candidates import build_workspace
+from engine.agents.offline.roles import improver_proposals
+from engine.agents.offline.selection import Proposal, SelectConfig, greedy_select, halves
+from engine.agents.offline.task_words import label_words, seeded_proposals, seeded_specs, word_cue
 from engine.domain import ABSTAIN, Example, Task
 from engine.gate import GateConfig
 from engine.sandbox.checks import check_source
+from engine.specs.templates import AnnotatorSpec, parse_spec, render
 
 ROWS = [
     ("my card has not arrived yet", "card_arrival"),
@@ -114,7 +114,7 @@ def test_descriptions_add_cues_the_name_lacks():
 def test_a_description_saved_between_two_generations_reaches_the_offline_seeds():
     from dataclasses import replace
 
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
 
     ws = _workspace()
     dev = tuple(Example(f"d{i}", text, "dev", int(y)) for i, ((text, _), y) in enumerate(zip(ROWS, ws.y, strict=True)))
@@ -219,8 +219,8 @@ def _container_rows() -> list[dict]:
 
 
 def test_nearest_words_come_from_the_packaged_minilm_table_not_from_spelling():
-    from engine.agents.mining import ViewIndex
-    from engine.agents.word_sense import nearest_words
+    from engine.agents.offline.cues import ViewIndex
+    from engine.agents.offline.word_sense import nearest_words
 
     index = ViewIndex(_container_rows() + [{"text": "a lone crate"}], ("sentence",))
     near = nearest_words(index, "sentence", "container", 4)
@@ -263,7 +263,7 @@ def test_the_banks_read_no_label():
 
 
 def test_without_the_word_table_the_other_seeds_stay(monkeypatch):
-    from engine.agents import word_sense
+    from engine.agents.offline import word_sense
 
     def missing(*_args, **_kwargs):
         raise OSError("no model files")
@@ -276,7 +276,7 @@ def test_without_the_word_table_the_other_seeds_stay(monkeypatch):
 
 
 def test_a_specs_cached_id_is_the_id_of_its_rendered_code():
-    from engine.agents.offline import _hash, _spec_hash
+    from engine.agents.offline.proposer import _hash, _spec_hash
 
     specs = [AnnotatorSpec("cue", "refund", "sentence", ("refund*", "money back")),
              AnnotatorSpec("cue", "NOT", "between", ("not",), also=("inhibit*",), unless=("no",)),

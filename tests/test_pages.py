@@ -21,13 +21,15 @@ import pytest
 from conftest import charts, held_by_another_process, values
 from streamlit.testing.v1 import AppTest
 
-from engine import export, review, score
-from engine.agents.offline import OfflineProposer
+from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import AUDIT, FITNESS, SoftLabels
 from engine.evolve import current_dev_macro_f1, evolve, pool_audit_estimate
+from engine.expert import review
+from engine.export import files as export
 from engine.ingest.importer import IngestOptions, import_path
 from engine.jobs import REGISTRY, start_labels
 from engine.markdown import escape_md
+from engine.metrics import score
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.saved_labels import load_labels
 from engine.store.workspace import DB_NAME, Store
@@ -827,8 +829,8 @@ def test_the_aggregator_and_the_generation_chosen_survive_a_visit_to_another_scr
 
 
 def test_an_edited_version_is_named_after_the_cues_it_now_checks():
-    from engine.agents.templates import AnnotatorSpec, render
     from engine.domain import Annotator
+    from engine.specs.templates import AnnotatorSpec, render
     from studio.annotator_ui import edit_name
 
     spec = AnnotatorSpec("cue", "SPAM", "sentence", ("check*", "subscribe*", "up", "of"))
@@ -1023,7 +1025,7 @@ def test_labels_screen_before_and_after_computing(home):
     assert set(table_with(at, "n_votes")["label"]) == {"SPAM"}
     assert isinstance(table_with(at, "n_votes"), pd.DataFrame)
     # the regression list: exactly the dev rows whose saved (out-of-fold) label is not the gold one
-    from engine.expert_rows import regression_rows
+    from engine.expert.rows import regression_rows
     wrong = regression_rows(store_of(home, "label-me"), saved.example_ids, saved.probs, saved.hard)
     assert f"{len(wrong)} of {store_of(home, 'label-me').count_examples(FITNESS)} dev rows" in texts(at)
     shown_wrong = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
@@ -1045,7 +1047,7 @@ def test_labels_screen_before_and_after_computing(home):
 def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels(home):
     """The Labels screen's *Label rows for dev* (where the thin-class advice sends the expert): the classes listed
     thinnest first, the unlabeled rows likely of the one picked, and the rows labeled there join dev with a note."""
-    from engine.expert_rows import rows_of_class
+    from engine.expert.rows import rows_of_class
 
     store = seed(home, "grow-class", generations=1)
     labels = store.load_task().labels
@@ -1083,7 +1085,7 @@ def test_rows_of_a_chosen_class_are_labeled_into_dev_with_or_without_soft_labels
 def test_labels_of_the_text_alone_are_not_called_stale_when_only_the_pool_changed(home):
     """A rejection asked for a 65-second recompute of labels that read no vote (a browser walk): a model of the text
     alone is left in peace (auto, which may choose otherwise with the new pool, says so)."""
-    from engine.review import reject
+    from engine.expert.review import reject
 
     store = seed(home, "stale-text", generations=1)
     for aggregator in ("embedding", "mv"):
@@ -1099,8 +1101,8 @@ def test_labels_of_the_text_alone_are_not_called_stale_when_only_the_pool_change
 def test_the_downloads_describe_the_labels_they_hold_after_the_pool_and_dev_change(home):
     """The manifest names the pool that made the saved labels (and says the pool changed since), counts a
     spreadsheet-safe CSV's quoted cells, and the download frame's splits follow rows labeled into dev since."""
-    from engine.expert_rows import label_rows
-    from engine.review import reject
+    from engine.expert.review import reject
+    from engine.expert.rows import label_rows
 
     store = seed(home, "changed-since", generations=1)
     assert start_labels(home / "changed-since", "mv", compare=False).wait(180)
@@ -1412,7 +1414,7 @@ def test_a_malformed_wrench_folder_and_a_locked_workspace_are_messages_not_trace
 
 
 def test_rows_labeled_into_dev_can_go_back_to_the_pool_from_the_labels_screen(home):
-    from engine.expert_rows import label_rows
+    from engine.expert.rows import label_rows
 
     store = seed(home, "undo-me", generations=1)
     dev_before = store.example_ids("dev")
@@ -1550,7 +1552,7 @@ def test_the_disagreement_filter_sees_the_pool_rows_once_a_labels_job_voted_on_t
 
 
 def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_pool(home):
-    from engine.review import reject
+    from engine.expert.review import reject
 
     store = seed(home, "judged", generations=2, options=IngestOptions(audit_fraction=0.5))
     first = store.pool_ids()[0]
@@ -1571,7 +1573,7 @@ def test_the_timeline_and_the_audit_metric_agree_after_the_expert_changes_the_po
 def test_without_audit_rows_the_timeline_and_the_dev_metric_agree_after_the_expert_changes_the_pool(home):
     """The demo has no audit rows (dev is too small): the timeline beside the Pool dev macro-F1 metric drew each
     generation's stored figure, so after a rejection its last point (and pool size) disagreed with the metric."""
-    from engine.review import reject
+    from engine.expert.review import reject
 
     store = seed(home, "judged-no-audit", generations=2)
     assert not store.count_examples(AUDIT)
@@ -1683,8 +1685,8 @@ def test_llm_agents_without_a_key_or_endpoint_say_so_before_run(home, monkeypatc
 def test_a_row_another_expert_labeled_meanwhile_says_so_after_the_key_press(home):
     """Two sessions were shown the same row; the second key press wrote nothing and its error vanished with the
     rerun that followed, so the expert never knew (bench/team_load.py counted such labels lost)."""
-    from engine.agents.compiled_executor import CompiledExecutor
-    from engine.expert_rows import label_rows
+    from engine.apply.executor import CompiledExecutor
+    from engine.expert.rows import label_rows
 
     store = seed(home, "teach-twice", generations=1)
     at = run("teach-twice", "pages/teach.py")

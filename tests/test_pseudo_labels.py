@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from engine.agents.base import ProposalContext
-from engine.agents.offline_select import Proposal, SelectConfig, greedy_select
-from engine.agents.templates import AnnotatorSpec
+from engine.agents.offline.selection import Proposal, SelectConfig, greedy_select
 from engine.domain import ABSTAIN, FITNESS, Candidate, Example, Task
 from engine.evolve import EvolveConfig, pool_evidence, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
 from engine.pseudo_labels import MINED_ON_GUESSES, PseudoLabels, _refits, pseudo_label
 from engine.sandbox.checks import make_annotator
+from engine.specs.templates import AnnotatorSpec
 from engine.store.workspace import Store
 
 

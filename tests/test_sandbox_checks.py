@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from engine.agents.llm import split_reply
+from engine.agents.llm.proposer import split_reply
 from engine.domain import Candidate, code_hash
 from engine.sandbox.checks import (
     ALLOWED_IMPORTS,

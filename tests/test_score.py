@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engine.domain import ABSTAIN
-from engine.score import (
+from engine.metrics.score import (
     accuracy,
     audit_and_fitness_f1,
     conflict_matrix,

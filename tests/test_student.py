@@ -20,7 +20,7 @@ from engine.aggregators.student import (
 )
 from engine.aggregators.voting import MajorityVote
 from engine.domain import ABSTAIN
-from engine.score import macro_f1
+from engine.metrics.score import macro_f1
 
 WORDS = (["refund", "money", "charge", "payment", "bank", "card", "fee", "cash"],
          ["goal", "match", "team", "score", "league", "coach", "player", "season"])

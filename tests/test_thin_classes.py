@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 
 from engine.domain import ABSTAIN, FITNESS
+from engine.expert.review import thin_classes
 from engine.ingest.importer import IngestOptions, import_frame
-from engine.review import thin_classes
 
 
 def test_thin_classes_names_the_voted_classes_with_few_fitness_rows(store):
@@ -28,7 +28,7 @@ def test_thin_classes_names_the_voted_classes_with_few_fitness_rows(store):
 
 def test_the_plain_words_verdict_says_a_class_is_too_thin_and_what_to_do():
     from engine.domain import AnnotatorScore
-    from engine.explain import explain
+    from engine.expert.explain import explain
 
     score = AnnotatorScore("a", fires=4, coverage=0.1, precision=0.75, label=1, correct=3)
     thin = explain("accept", ["viable: ..."], score, "rare", 40, 0.1, class_rows=4).text()

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, held_by_another_process
 from streamlit.testing.v1 import AppTest
 
-from engine import review
+from engine.expert import review
 from engine.ingest.importer import IngestOptions, import_path
 from engine.store import workspaces
 from engine.store.workspace import Store, WorkspaceLocked

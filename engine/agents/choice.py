@@ -30,11 +30,11 @@ def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Map
     in `store` and capped by `budget` (default: the workspace's stored limits, when there is a store)."""
     if agents not in AGENTS:
         raise ValueError(f"agents must be one of {', '.join(AGENT_CHOICES)}, not {agents!r}")
-    from engine.agents.offline import OfflineProposer
+    from engine.agents.offline.proposer import OfflineProposer
 
     if agents == "offline":
         return OfflineProposer()
-    from engine.agents.llm import LLMProposer
+    from engine.agents.llm.proposer import LLMProposer
     from engine.llm.client import OpenAICompatibleClient, PriceTable
 
     config = llm_config(llm_overrides, secrets)

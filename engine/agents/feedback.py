@@ -1,13 +1,13 @@
 """The expert's judgement as the agents use it: a rejected idea is not proposed again, in any wording.
 
-A rejected annotator written from a template (engine/agents/templates.py) is read back into its spec; a new
+A rejected annotator written from a template (engine/specs/templates.py) is read back into its spec; a new
 proposal repeats it when it votes the same class the same way: the same surface feature, or cues in the same
 view that mostly overlap (Jaccard >= 0.5). Free-form code is matched by its exact hash only (in the proposer).
 """
 from __future__ import annotations
 
 from engine.agents.base import ExpertFeedback
-from engine.agents.templates import AnnotatorSpec, parse_spec
+from engine.specs.templates import AnnotatorSpec, parse_spec
 
 SAME_IDEA_JACCARD = 0.5
 

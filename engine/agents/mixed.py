@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from engine.agents.base import ProposalContext, Proposer
-from engine.agents.llm import endpoint_stopped_note
+from engine.agents.llm.proposer import endpoint_stopped_note
 from engine.domain import Candidate
 from engine.events import EventKind, EventSink, quiet
 from engine.llm.client import LLMCallSkipped, LLMEndpointDown, LLMError

@@ -42,8 +42,8 @@ from engine.aggregators.parallel import run_calls
 from engine.aggregators.student import StudentAggregator, student_rows, student_sample_size
 from engine.aggregators.voting import MajorityVote, WeightedMajorityVote
 from engine.domain import AUDIT, AUDIT_MIN_ROWS_TO_JUDGE, Estimate
-from engine.estimate import estimate_by_difference, estimate_macro_f1, paired_wins
-from engine.score import macro_f1
+from engine.metrics.estimate import estimate_by_difference, estimate_macro_f1, paired_wins
+from engine.metrics.score import macro_f1
 
 # the student's text views, the first set present: on relation tasks the masked sentence embeddings, the TF-IDF of the
 # words between and around the two mentions and the whole text's TF-IDF; else the sentence embeddings and TF-IDF

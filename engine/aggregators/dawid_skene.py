@@ -15,7 +15,7 @@ from scipy.special import logsumexp
 
 from engine.aggregators.base import BaseAggregator, Features, check_labels, check_votes, class_prior, onehot_votes
 from engine.domain import ABSTAIN
-from engine.score import vote_counts
+from engine.metrics.score import vote_counts
 
 
 def _responses(votes: np.ndarray, n_classes: int):

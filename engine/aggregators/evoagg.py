@@ -32,7 +32,7 @@ from engine.aggregators.base import (
     onehot_votes,
     select_feature,
 )
-from engine.score import macro_f1
+from engine.metrics.score import macro_f1
 
 # the vote block's scale beside a text block, chosen on rows that are neither dev nor test: the withheld gold labels
 # of the unlabeled pool rows (bench/vote_weight.py, results in bench/results/vote_weight.md)

@@ -12,7 +12,7 @@ import numpy as np
 
 from engine.aggregators.base import make_folds, oof_proba
 from engine.aggregators.evoagg import TextOnly
-from engine.score import macro_f1
+from engine.metrics.score import macro_f1
 
 REPEATS = 3
 

@@ -13,7 +13,7 @@ from engine.aggregators.base import (
     softmax,
 )
 from engine.domain import ABSTAIN
-from engine.score import vote_counts
+from engine.metrics.score import vote_counts
 
 
 class MajorityVote(BaseAggregator):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.agents.compiled_executor import CompiledExecutor
+from engine.apply.executor import default_executor
 from engine.corpus.labeler import Labeler
 from engine.corpus.reading import CorpusBatch, CorpusError, CorpusFile, check_batch_size, file_names, iter_batches
 from engine.corpus.shards import (
@@ -51,7 +51,7 @@ class ShardWriter:
     def __init__(self, labeler: Labeler, output: str, sandbox_workers: int = 1):
         self.labeler = labeler
         self.output = Path(output)
-        self.executor = CompiledExecutor(workers=sandbox_workers)
+        self.executor = default_executor(workers=sandbox_workers)
 
     def write(self, batch: CorpusBatch) -> ShardRecord:
         labeled = self.labeler.label(batch, self.executor)

@@ -18,11 +18,11 @@ import pandas as pd
 
 from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures, fitted_tfidf, join_unit_rows
 from engine.aggregators.registry import MultiLabelEvoAgg, aggregator_entry, make_aggregator, predict_labels
+from engine.apply.votes import ensure_votes
 from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
-from engine.evolve import ensure_votes
-from engine.export import add_label_columns, field_cell, field_column, label_separator
+from engine.export.files import add_label_columns, field_cell, field_column, label_separator
 from engine.labeling import (
     THRESHOLD,
     feature_kinds,

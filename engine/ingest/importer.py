@@ -265,7 +265,7 @@ EXPORT_LABELS = "gold_label"  # an export's own gold: the expert's dev labels (t
 
 def model_columns(columns) -> list[str] | None:
     """The columns a model wrote into an EvoPool file (a workspace export or an `evopool label` shard, both by
-    `engine.export.add_label_columns`): label or labels, confidence, a p_<class> per class (between confidence and
+    `engine.export.files.add_label_columns`): label or labels, confidence, a p_<class> per class (between confidence and
     n_votes, in the task's label order), n_votes, aggregator. None for a file of any other kind."""
     names = [str(c) for c in columns]
     if not {"confidence", "n_votes", "aggregator"} <= set(names) or not {"label", "labels"} & set(names):

@@ -18,15 +18,15 @@ from itertools import permutations
 
 import numpy as np
 
-from engine.agents.mining import MIN_PREFIX, dedupe_prefixes, stems
-from engine.agents.offline_mine import OfflineWorkspace
-from engine.agents.offline_select import Proposal
-from engine.agents.templates import AnnotatorSpec
-from engine.agents.word_sense import nearest_words
+from engine.agents.offline.candidates import OfflineWorkspace
+from engine.agents.offline.cues import MIN_PREFIX, dedupe_prefixes, stems
+from engine.agents.offline.selection import Proposal
+from engine.agents.offline.word_sense import nearest_words
+from engine.specs.templates import AnnotatorSpec
 
 SEED_BOOST = 2.0  # rank seeded cues above mined ones of equal dev lift: their choice did not read dev
 MAX_WORDS = 6  # content words kept per label (name first, then description)
-NEIGHBOURS = 8  # words of like meaning added to a label word's bank (engine/agents/word_sense.py)
+NEIGHBOURS = 8  # words of like meaning added to a label word's bank (engine/agents/offline/word_sense.py)
 # views where a label word's neighbours name a class: an entity's own name ("bottle", "suitcase" for a container)
 BANK_VIEWS = ("entity1", "entity2")
 STOPWORDS = frozenset(

@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from engine.agents.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.domain import Task
 from engine.sandbox.checks import LabelIndex, fenced_blocks
+from engine.specs.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.text_views import mined_views, task_views
 
 MAX_CUES = 8

@@ -6,7 +6,7 @@ improver:  mines the unlabeled pool sample against a dev-fitted classifier's gue
            gets wrong, leaves uncovered or disputes, favouring weak classes.
 refiner:   widens precise but narrow pool members (more cues, a wider view, fewer conditions); the cues it adds are
            mined on one half of dev and judged on the other, like the generator's.
-Every role previews the gate in-process (offline_select) and sends only candidates likely to pass.
+Every role previews the gate in-process (selection.py) and sends only candidates likely to pass.
 """
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.agents import offline_roles as roles
 from engine.agents.base import ProposalContext
 from engine.agents.feedback import rejected_specs, repeats_rejected
-from engine.agents.offline_mine import OfflineWorkspace, build_workspace
-from engine.agents.offline_select import Proposal, SelectConfig, greedy_select, halves, vote_counts
-from engine.agents.templates import AnnotatorSpec, parse_spec, render
+from engine.agents.offline import roles
+from engine.agents.offline.candidates import OfflineWorkspace, build_workspace
+from engine.agents.offline.selection import Proposal, SelectConfig, greedy_select, halves, vote_counts
 from engine.domain import ABSTAIN, AGENT_ROLES, Candidate, code_hash
 from engine.pseudo_labels import MINED_ON_GUESSES
+from engine.specs.templates import AnnotatorSpec, parse_spec, render
 from engine.text_views import mined_views
 
 ROLE_OFFSET = {"generator": 0, "improver": 7919, "refiner": 15881}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from engine.apply.votes import ensure_votes, frame_inputs
 from engine.domain import (
     ABSTAIN,
     FITNESS,
@@ -22,14 +23,13 @@ from engine.domain import (
     GateDecision,
     restored_by_undo,
 )
-from engine.evolve import build_context, current_dev_macro_f1, ensure_votes, next_generation_config, pool_evidence
-from engine.expert_rows import frame_inputs
-from engine.explain import THIN_CLASS_ROWS, Explanation, explain
+from engine.evolve import build_context, current_dev_macro_f1, next_generation_config, pool_evidence
+from engine.expert.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.markdown import escape_md
+from engine.metrics.score import chance_precision, pool_macro_f1, score_annotator
 from engine.sandbox.checks import CodeRejected, make_annotator
 from engine.sandbox.executor import Executor
-from engine.score import chance_precision, pool_macro_f1, score_annotator
 from engine.store.workspace import Store
 
 

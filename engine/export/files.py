@@ -20,7 +20,7 @@ from engine.sandbox.checks import ALLOWED_BUILTINS, ALLOWED_IMPORTS
 from engine.store.workspace import Store
 
 FORMATS = ("csv", "jsonl", "parquet")  # one file each
-EXPORT_FORMATS = (*FORMATS, "hf")  # hf: a Hugging Face DatasetDict folder (engine/export_hf.py)
+EXPORT_FORMATS = (*FORMATS, "hf")  # hf: a Hugging Face DatasetDict folder (engine/export/hf.py)
 # what a spreadsheet reads as the start of a formula (OWASP, "CSV injection"): a comment that begins "=HYPERLINK("
 # runs when the CSV is opened in Excel or LibreOffice
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -167,7 +167,7 @@ def frame_bytes(frame: pd.DataFrame, fmt: str, spreadsheet: bool = False) -> byt
     elif fmt == "jsonl":
         frame.to_json(buffer, orient="records", lines=True, force_ascii=False)
     else:
-        from engine.export_hf import arrow_safe  # pyarrow's half of the export; `datasets` is not imported
+        from engine.export.hf import arrow_safe  # pyarrow's half of the export; `datasets` is not imported
 
         arrow_safe(frame).to_parquet(buffer, index=False)
     return buffer.getvalue()
@@ -263,7 +263,7 @@ def write_export(store: Store, soft: SoftLabels, hard: np.ndarray, n_votes: np.n
         written, quoted = spreadsheet_safe(frame)
         extra = {**(extra or {}), "spreadsheet_safe": {"quoted_cells": quoted}}
     if fmt == "hf":
-        from engine.export_hf import write_hf
+        from engine.export.hf import write_hf
 
         path = write_hf(frame, store.load_task().labels, out, label_separator(store))
     else:
@@ -402,7 +402,7 @@ def votes_all(rows, unsandboxed=False):
                      "(pip install evopool-studio) or pass --unsandboxed after reading the code (see the header)")
         return _unsandboxed_votes(rows)
     try:  # unedited template annotators run compiled (no code of theirs runs), the rest in the sandbox
-        from engine.agents.compiled_executor import CompiledExecutor as Executor
+        from engine.apply.executor import CompiledExecutor as Executor
     except ImportError:  # an EvoPool from before compiled annotators
         Executor = SandboxExecutor
     pool = [Annotator(id=_id, name=_id, source=source, agent="export", generation=0)

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.aggregators.evoagg import TextOnly
+from engine.apply.votes import ensure_votes
 from engine.domain import ABSTAIN, FITNESS
-from engine.evolve import ensure_votes
-from engine.expert_rows import label_rows
-from engine.explain import THIN_CLASS_ROWS
+from engine.expert.explain import THIN_CLASS_ROWS
+from engine.expert.rows import label_rows
 from engine.labeling import text_features
+from engine.metrics.score import vote_counts
 from engine.sandbox.executor import Executor
-from engine.score import vote_counts
 from engine.store.workspace import Store
 
 STRATEGIES = ("queue", "uncertainty", "random")

@@ -1,7 +1,7 @@
 """The default `Executor`: unedited template annotators run compiled in this process, the rest in the sandbox.
 
-`CompiledExecutor.run` splits the pool with `engine.agents.compiled.compile_annotator`: compiled members are
-scanned here (engine.agents.compiled.scan, a regex pass per annotator over the pool's views), everything else
+`CompiledExecutor.run` splits the pool with `engine.apply.compiled.compile_annotator`: compiled members are
+scanned here (engine.apply.compiled.scan, a regex pass per annotator over the pool's views), everything else
 (LLM- or human-written code, an edited template, a cue outside the miners' charset) goes to the wrapped
 `SandboxExecutor`, unchanged. Results come back in the pool's order with the sandbox's fields; the votes are
 the same either way, only faster (tests/test_compiled.py).
@@ -13,7 +13,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from engine.agents.compiled import CompiledAnnotator, Views, compile_annotator, scan
+from engine.apply.compiled import CompiledAnnotator, Views, compile_annotator, scan
 from engine.domain import ABSTAIN, Annotator, ExecutionResult
 from engine.sandbox.executor import Executor, Progress, SandboxExecutor
 
@@ -106,3 +106,9 @@ class CompiledExecutor:
             if on_progress is not None:
                 on_progress((start + len(chunk)) * len(pool), total)
         return list(zip(votes, faults, errors, seconds, strict=True))
+
+
+def default_executor(**sandbox_options: Any) -> CompiledExecutor:
+    """The executor the CLI, jobs and studio apply pools with: compiled where it can, sandboxed elsewhere. The one
+    place that choice is made, so every path gives the same votes at the same speed."""
+    return CompiledExecutor(**sandbox_options)

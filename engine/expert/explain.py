@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.domain import FIRST_FAULT, REPLACED_BY, AnnotatorScore
 from engine.markdown import escape_md
-from engine.score import lift
+from engine.metrics.score import lift
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 AT_CHANCE_LIFT = 1.0  # at or below: the precision says nothing about the class
@@ -164,7 +164,7 @@ def too_few_rows(label: str, rows: int) -> str:
 def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, label: str, n_dev: int,
             chance: float, decided_by: str = "gate", names: Mapping[str, str] | None = None,
             class_rows: int | None = None, note: str = "") -> Explanation:
-    """The whole explanation of one verdict, in markdown (`chance`: see engine.score.chance_precision;
+    """The whole explanation of one verdict, in markdown (`chance`: see engine.metrics.score.chance_precision;
     `class_rows`: the fitness rows of its class, said when too few to judge it). `label` and `names` are shown as
     given: escape them first (engine.markdown.escape_md), as review.explain_verdicts does."""
     lines: list[str] = []

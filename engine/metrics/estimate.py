@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.domain import AUDIT, Estimate
-from engine.score import per_class_f1
+from engine.metrics.score import per_class_f1
 
 THIN_CLASS_ROWS = 5  # fewer judged rows than this: one row moves the class's F1 by 0.2 or more
 LEVEL = 0.9

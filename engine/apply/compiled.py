@@ -8,7 +8,7 @@ regex is taken from the source: a validated cue becomes a literal byte string (`
 can bring no pattern (ReDoS) or code into this process.
 
 `scan` applies many compiled annotators at once: the words of each view of every row are found once for the
-whole pool and numbered (engine.agents.word_index; texts become one byte per character, a view is a byte range
+whole pool and numbered (engine.apply.word_index; texts become one byte per character, a view is a byte range
 per row), so an annotator's cues cost one test per cue word on the vocabulary and a gather over the word ids,
 whatever the number of rows; a cue set shared by several annotators is looked up once. Only literal words are
 compared, so a crafted cue has no pattern to bring.
@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.agents import offline_surface as surface
-from engine.agents.templates import AnnotatorSpec, parse_spec, render
-from engine.agents.word_index import Runs, ViewWords
+from engine.apply.word_index import Runs, ViewWords
 from engine.domain import ABSTAIN
 from engine.sandbox.checks import MAX_SOURCE_CHARS, LabelIndex, check_source
 from engine.sandbox.executor import jsonable
+from engine.specs import surface
+from engine.specs.templates import AnnotatorSpec, parse_spec, render
 from engine.text_views import LEAD, LOWER_TO_ASCII, NEAR, SPAN_VIEWS, WINDOW, normalise_all, span_pieces, window
 
 CUE_FORM = re.compile(r"\*?[a-z0-9]+(?: [a-z0-9]+)*\*?")  # what the miners emit; nothing else is compiled
@@ -127,7 +127,7 @@ def needle(cue: str) -> bytes:
 
 
 class Views:
-    """The words of each view of every row, found once for the whole pool (engine.agents.word_index), and which
+    """The words of each view of every row, found once for the whole pool (engine.apply.word_index), and which
     rows hold a set of cues, kept for other annotators with that set.
 
     Rows whose fields the sandbox sees unchanged take the vectorised path: texts that are strings (no character

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from engine.agents.mining import ViewIndex
+    from engine.agents.offline.cues import ViewIndex
 
 WORD_EMBEDDER = "static"  # ~15k words/s here; MiniLM itself ranks single words no better (read ad hoc)
 MIN_ROWS = 2  # a word must occur on this many rows of the index: a one-off spelling is no cue to widen with

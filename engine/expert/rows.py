@@ -12,17 +12,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from engine.apply.votes import frame_inputs
 from engine.domain import ABSTAIN, FITNESS
+from engine.metrics.score import score_annotator
 from engine.sandbox.executor import Executor
-from engine.score import score_annotator
 from engine.store.workspace import Store
 
 SIMILAR_SCAN = 20_000  # unlabeled rows compared with a regression row (the first ones, in import order)
-
-
-def frame_inputs(frame: pd.DataFrame) -> list[dict]:
-    """What an annotator reads of each row of `store.examples_frame(...)`: its fields and its text."""
-    return [{**f, "text": t} for f, t in zip(frame["fields"].tolist(), frame["text"].tolist(), strict=True)]
 
 
 def regression_rows(store: Store, example_ids: Sequence[str], probs: np.ndarray, hard: np.ndarray) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from engine import text_views as views
-from engine.agents import offline_surface as surface
+from engine.specs import surface
 
 VIEW_PHRASES = {
     "sentence": "anywhere in the text",
@@ -103,7 +103,7 @@ class AnnotatorSpec:
     """What one offline annotator checks. kind "cue": any of `cues` in `view` (and, when set, any of
     `also` in the whole text, and none of `unless` in `unless_view`: the whole text, or on a relation task the
     words between the mentions, where a negation such as "did not inhibit" belongs to this pair and not to
-    another one in the sentence). kind "surface": a measured property of the raw text (see offline_surface.py)
+    another one in the sentence). kind "surface": a measured property of the raw text (see surface.py)
     compared with `threshold`."""
 
     kind: str
@@ -194,7 +194,7 @@ def render(spec: AnnotatorSpec) -> str:
 
 
 def _render_surface(spec: AnnotatorSpec) -> str:
-    """Source of a threshold annotator on one surface feature (its code and phrases: offline_surface.py)."""
+    """Source of a threshold annotator on one surface feature (its code and phrases: surface.py)."""
     setup, doc, body = surface.SOURCE[spec.feature]
     condition = surface.describe_surface(spec.feature, spec.op, spec.threshold)
     compare = ">=" if spec.op == ">=" else "<="

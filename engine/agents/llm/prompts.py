@@ -16,9 +16,9 @@ import numpy as np
 
 from engine.agents.base import ProposalContext
 from engine.domain import ABSTAIN, Annotator, Example, Task
-from engine.explain import THIN_CLASS_ROWS
+from engine.expert.explain import THIN_CLASS_ROWS
+from engine.metrics.score import class_counts, majority_vote, per_class_f1
 from engine.sandbox.checks import ALLOWED_IMPORTS
-from engine.score import class_counts, majority_vote, per_class_f1
 
 MAX_TEXT_CHARS = 280
 MAX_EXAMPLES = 36  # dev rows quoted by the generator and the improver, however many labels the task has
@@ -86,7 +86,7 @@ def system_message(task: Task, mode: str = "code", views: Sequence[str] | None =
     """The task and the contract: free code (`mode` "code") or a JSON spec the engine renders ("spec"), naming
     one of `views` (none or empty: every view of the task)."""
     if mode == "spec":
-        from engine.agents.llm_spec import spec_contract
+        from engine.agents.llm.spec_mode import spec_contract
 
         return {"role": "system", "content": (
             "You choose cue words for labeling functions (annotators) in a weak-supervision pool.\n\n"

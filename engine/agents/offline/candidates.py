@@ -1,7 +1,7 @@
 """Turning dev statistics into candidate annotators: single cues, keyword banks, surface thresholds.
 
 Works on an `OfflineWorkspace` (the dev and pool-sample indexes built once per proposal call) and yields
-`Proposal`s, each carrying the exact dev rows it fires on, for `offline_select.greedy_select` to rank.
+`Proposal`s, each carrying the exact dev rows it fires on, for `selection.greedy_select` to rank.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from engine.agents import offline_surface as surface
-from engine.agents.mining import ViewIndex, class_counts, smoothed_precision
-from engine.agents.offline_select import Proposal
-from engine.agents.templates import AnnotatorSpec
+from engine.agents.offline.cues import ViewIndex, class_counts, smoothed_precision
+from engine.agents.offline.selection import Proposal
 from engine.domain import Task
+from engine.specs import surface
+from engine.specs.templates import AnnotatorSpec
 
 FLUKE_P = 0.005  # Poisson tail below which a cue's dev rate is too high for its pool rate
 RELATION_SHARE = 0.3  # share of a sentence cue's pool hits that must fall between the two entities

@@ -6,21 +6,21 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.agents import offline_surface as surface
 from engine.agents.base import ProposalContext
-from engine.agents.mining import dedupe_prefixes, stems
-from engine.agents.offline_mine import (
+from engine.agents.offline.candidates import (
     OfflineWorkspace,
     cue_proposals,
     exception_variants,
     keyword_banks,
     surface_proposals,
 )
-from engine.agents.offline_seed import seeded_proposals
-from engine.agents.offline_select import Proposal, predictions, vote_counts
-from engine.agents.templates import AnnotatorSpec, parse_spec
+from engine.agents.offline.cues import dedupe_prefixes, stems
+from engine.agents.offline.selection import Proposal, predictions, vote_counts
+from engine.agents.offline.task_words import seeded_proposals
+from engine.metrics.score import per_class_f1
 from engine.pseudo_labels import MINED_ON_GUESSES
-from engine.score import per_class_f1
+from engine.specs import surface
+from engine.specs.templates import AnnotatorSpec, parse_spec
 
 WEAK_F1 = 0.40
 # a cue mined on the pool sample's guessed labels fires this often there (twice dev's min_fires on eight times the

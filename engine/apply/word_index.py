@@ -2,14 +2,14 @@
 a gather instead of a scan of the text per annotator.
 
 A chunk's text is one byte buffer, one byte per character, in which exactly the characters `normalise` keeps as
-word characters are ASCII letters and digits (engine.agents.compiled builds it: any other character is a
+word characters are ASCII letters and digits (engine.apply.compiled builds it: any other character is a
 separator byte). A word is a maximal run of such bytes, lower-cased. `Runs` finds every run of the buffer and
 numbers the distinct ones (Arrow's dictionary_encode), once per buffer. A view of each row is a byte range of
 that buffer and an optional window (its first or last k words): `Runs.view(lo, hi, keep)` gives its words as
 ids, in order, row after row; a word the range cuts (a span boundary inside a word) is a word of its own, with
 an id past the vocabulary.
 
-A cue (engine.agents.compiled.needle: whole words, a `*` letting the word go on) becomes one test per cue word
+A cue (engine.apply.compiled.needle: whole words, a `*` letting the word go on) becomes one test per cue word
 on the vocabulary (equal / starts with / ends with / contains). `ViewWords.hits` answers many cue sets in one
 gather: each vocabulary word gets a bit per set it passes, and each row ORs its words' bits.
 """

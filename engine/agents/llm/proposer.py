@@ -6,7 +6,7 @@ then what still fails is dropped with its reason (`last_dropped`, and `candidate
 budget ends proposing cleanly with what was gathered; bad credentials propagate as `LLMAuthError`.
 
 Modes: "code" asks for free Python; "spec" asks for a JSON spec (label, cues, view) that the engine renders
-into the offline agents' readable templates (`llm_spec.py`), which small local models can fill, the more so as
+into the offline agents' readable templates (`spec_mode.py`), which small local models can fill, the more so as
 the request carries the spec's JSON schema for servers that constrain decoding to it; "auto" starts with code
 and switches to spec for the rest of the run once free-code replies keep failing the checks.
 A run interrupted while calls are in flight (Ctrl-C, a stop from the studio) cancels them: their connections
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.agents import llm_spec, prompts
 from engine.agents.base import ProposalContext
+from engine.agents.llm import prompts, spec_mode
 from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
 from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMCallSkipped, LLMClient, LLMReply
@@ -82,10 +82,10 @@ def check_reply(text: str, cut_off: bool = False, reasoning_only: bool = False
     `<think>` drafts are not its answer: they are left out. `reasoning_only`: the server sent the model's reasoning
     and no answer."""
     try:
-        blocks = split_reply(llm_spec.without_thoughts(text))
+        blocks = split_reply(spec_mode.without_thoughts(text))
     except CodeRejected as err:
         # "write shorter code" was wrong advice where no code was written: the model was still thinking
-        return [], [err.reason + llm_spec.why_no_answer(text, cut_off, reasoning_only, _CUT_OFF)]
+        return [], [err.reason + spec_mode.why_no_answer(text, cut_off, reasoning_only, _CUT_OFF)]
     # a block that defines no annotate beside one that does is an example of its use (`print(annotate(...))`), not
     # an annotator: checking it cost a repair call per reply and a "rejected" line (a review against small models)
     if any(_DEFINES_ANNOTATE.search(code) for _, code in blocks):
@@ -244,7 +244,7 @@ class LLMProposer:
     def _jobs(self, role: str, context: ProposalContext) -> list[_Job]:
         jobs, mode = [], self.writing
         # spec mode offers the views the offline agents mine on this dev (no "near" where it copies "between")
-        views = llm_spec.views_for(context.task, [ex.as_input() for ex in context.dev]) if mode == "spec" else ()
+        views = spec_mode.views_for(context.task, [ex.as_input() for ex in context.dev]) if mode == "spec" else ()
         targets: list[Annotator | None] = (
             list(self.refine_targets(context)) if role == "refiner" else [None] * self.n_per_role)
         for index, parent in enumerate(targets):
@@ -342,7 +342,7 @@ class LLMProposer:
 
     def _complete(self, job: _Job, messages: list[dict]) -> LLMReply:
         if job.mode == "spec" and job.task is not None:  # constrained decoding, where the server offers it
-            schema = llm_spec.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary), job.views)
+            schema = spec_mode.spec_schema(job.task, self.per_call, job.label, list(job.vocabulary), job.views)
             reply = self.client.complete(messages, role=job.role, seed=job.seed, schema=schema)
         else:
             reply = self.client.complete(messages, role=job.role, seed=job.seed)
@@ -354,7 +354,7 @@ class LLMProposer:
     def _check(self, job: _Job, reply: LLMReply) -> tuple[list[tuple[str, str]], list[str]]:
         """Usable sources and errors of one reply, read as code or as a spec as the job asked."""
         if job.mode == "spec" and job.task is not None:
-            return llm_spec.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length",
+            return spec_mode.parse_specs(reply.text, job.task, job.views, cut_off=reply.finish_reason == "length",
                                         reasoning_only=reply.reasoning_only)
         good, errors = check_reply(reply.text, cut_off=reply.finish_reason == "length",
                                    reasoning_only=reply.reasoning_only)

@@ -11,9 +11,9 @@ from typing import Callable
 
 import numpy as np
 
-from engine.agents.templates import AnnotatorSpec
 from engine.domain import ABSTAIN
-from engine.score import fires_needed, macro_f1, multilabel_f1, wilson_lower
+from engine.metrics.score import fires_needed, macro_f1, multilabel_f1, wilson_lower
+from engine.specs.templates import AnnotatorSpec
 
 
 @dataclass
@@ -107,7 +107,7 @@ class SelectConfig:
     # with cross_fit: the generator, and the refiner for the cues it adds, mine on each half and a pick's precision is
     # judged on the other (`Proposal.held`; bench/cross_fit.py)
     mine_halves: bool = True
-    # the improver mines the pool sample's guessed labels (`offline_roles.guessed_label_proposals`) when it has them;
+    # the improver mines the pool sample's guessed labels (`roles.guessed_label_proposals`) when it has them;
     # False: dev's failing rows, as before (bench/cross_fit.py compares the two)
     improve_on_pool: bool = True
     # viability reads the Wilson lower bound of precision at this z (0: raw). Stricter than the gate's 0.5: the

@@ -1,0 +1,1 @@
+"""Files out: the labeled dataset, its manifest and the pool as a .py file (`files`); the Hugging Face layout (`hf`)."""

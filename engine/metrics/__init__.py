@@ -1,0 +1,1 @@
+"""Figures: dev fitness and the pool's analytics (`score`), and honest estimates with an interval (`estimate`)."""

@@ -101,13 +101,14 @@ def _proposer(args: argparse.Namespace, on_event):
     proposer = make_proposer(args.agents, args.store, llm_overrides=overrides, budget=budget, prices=prices,
                              on_event=on_event)
     for member in getattr(proposer, "proposers", (proposer,)):
-        config = getattr(getattr(member, "client", None), "config", None)
+        client = getattr(member, "client", None)
+        config = getattr(client, "config", None)
         if config is not None:
             preset = f", preset {config.preset}" if config.preset else ""
             print(f"LLM {config.model} at {config.base_url or 'the OpenAI API'}: {config.max_parallel} request(s) "
                   f"at a time, {config.timeout_s:.0f} s timeout, {config.max_retries} retries, mode {config.mode}"
                   f"{preset}; workspace budget: {budget.describe()}", file=sys.stderr, flush=True)
-            prices = getattr(member.client, "prices", None)
+            prices = getattr(client, "prices", None)
             if budget.max_usd is not None and prices is not None and prices.price(config.model) is None:
                 print(f"--max-usd: no price is known for {config.model}, so its calls count as $0 and the dollar "
                       "limit never stops them; give its prices with --prices FILE, or limit --max-calls",
@@ -377,6 +378,7 @@ def cmd_pool(args: argparse.Namespace) -> dict | None:
         print(json.dumps({"id": a.id, "name": a.name, "agent": a.agent, "generation": a.generation,
                           "author": a.author, "written_by": a.provenance, "precision": s and round(s.precision, 4),
                           "coverage": s and round(s.coverage, 4), "fires": s and s.fires, "source": a.source}))
+    return None
 
 
 def cmd_pool_add(args: argparse.Namespace) -> dict:

@@ -115,7 +115,7 @@ class VoteMatrix:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.votes.shape  # type: ignore[return-value]
+        return self.votes.shape
 
 
 @dataclass(frozen=True)

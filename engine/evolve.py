@@ -144,8 +144,9 @@ def _check_candidates(store: Store, proposer: Proposer, context: ProposalContext
             on_event(EventKind.CANDIDATE, {"generation": number, "agent": role, "annotator_id": annotator.id,
                                    "name": annotator.name})
         finished = {"generation": number, "agent": role, "proposed": len(proposals), "kept": kept}
-        if proposals and getattr(proposer, "last_skipped", None):  # the others proposed; a skipped one says so
-            finished["skipped"] = "; ".join(proposer.last_skipped)
+        skipped = getattr(proposer, "last_skipped", None)
+        if proposals and skipped:  # the others proposed; a skipped one says so
+            finished["skipped"] = "; ".join(skipped)
         if not proposals:
             finished["why"] = empty_reason(proposer)
         on_event(EventKind.AGENT_FINISHED, finished)

@@ -86,8 +86,9 @@ class GateConfig:
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ValueError(f"unknown gate setting(s) {unknown}; known: {sorted(fields)}")
-        return cls(**{k: _setting(k, v, int if isinstance(fields[k].default, int) else float)
-                      for k, v in values.items()})
+        settings: dict[str, Any] = {k: _setting(k, v, int if isinstance(fields[k].default, int) else float)
+                                    for k, v in values.items()}
+        return cls(**settings)
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
@@ -225,7 +226,7 @@ class GenerationState:
         members = [p for p in self.pool_ids if not (allow_prunes and self.pruned_by.get(p) in newcomers)]
         members += [r.id for r in self.records if r.id in newcomers]
         by_id = {r.id: r.votes for r in self.records}
-        matrix = (np.column_stack([columns.get(m, by_id.get(m)) for m in members]) if members
+        matrix = (np.column_stack([columns[m] if m in columns else by_id[m] for m in members]) if members
                   else self.pool_votes[:, :0])
         return members, matrix
 

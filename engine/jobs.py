@@ -281,7 +281,8 @@ def _proposer(agents: str, store: Store, llm_overrides: Mapping[str, Any] | None
     """The studio's agents; its budget fields (the workspace's limits, kept for later runs) use 0 for "no limit"."""
     from engine.llm.costs import Budget
 
-    limits = Budget.for_workspace(store, **{k: (v if v else -1) for k, v in (budget or {}).items()})
+    given: dict[str, Any] = {k: (v if v else -1) for k, v in (budget or {}).items()}
+    limits = Budget.for_workspace(store, **given)
     return make_proposer(agents, store, llm_overrides=llm_overrides, secrets=secrets, budget=limits)
 
 

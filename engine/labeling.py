@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -293,11 +294,12 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
         fit_on_dev(model, aggregator, votes[dev], y_dev, take_rows(features or None, dev), audit,
              votes_selected, unlabeled)
     probs = predict_rows(model, votes, features)
+    fitted: Any = model  # auto's fitted attributes (oof_proba_, chosen_, judged_on_, estimate_), read where present
     oof, dev_scores = None, DevScores()
     if score_dev and unlabeled is not None and getattr(model, "oof_proba_", np.zeros(0)).shape[0] == len(dev):
         # auto with the pool rows: its chosen model's own out-of-fold probabilities (the choice was made on
         # the same folds, so slightly optimistic); five nested refits with students took minutes per dataset
-        oof = model.oof_proba_
+        oof = fitted.oof_proba_
         probs[dev] = oof
     elif score_dev:
         oof = dev_oof(aggregator, n_classes, votes[dev], y_dev, take_rows(features or None, dev), seed,
@@ -306,6 +308,7 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
     n_votes = (votes != ABSTAIN).sum(axis=1)
     hard = hard_labels(aggregator, probs, n_votes)
     if score_dev:
+        assert oof is not None  # both branches above set it when score_dev
         dev_scores = DevScores(macro_f1=round(macro_f1(y_dev, hard[dev], n_classes), 4),
                                accuracy=round(accuracy(y_dev, hard[dev]), 4),
                                ece=round(expected_calibration_error(y_dev, oof), 4), n=int(len(dev)))
@@ -315,8 +318,8 @@ def fit_and_predict(store: Store, executor: Executor, aggregator: str, splits: t
                 n_audit=int(audit.sum()))
     uses_pool = bool(getattr(model, "uses_votes_", aggregator_entry(aggregator).reads_votes)) and votes.shape[1] > 0
     if hasattr(model, "chosen_"):  # judged_on_: where what reads the pool was judged ("audit" rows, or "dev")
-        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(model.chosen_, model.judged_on_),
-                                         estimate=model.estimate_)
+        dev_scores = dataclasses.replace(dev_scores, choice=AutoChoice(fitted.chosen_, fitted.judged_on_),
+                                         estimate=fitted.estimate_)
     elif oof is not None:
         dev_scores = dataclasses.replace(dev_scores, estimate=fixed_model_estimate(
             y_dev, oof.argmax(axis=1), n_classes, audit, uses_pool and votes_selected, seed))
@@ -357,7 +360,8 @@ def _fit_and_predict_multi(store: Store, executor: Executor, aggregator: str, sp
         probs[dev] = oof
     hard = predict_labels(probs, threshold)
     if score_dev:
-        dev_scores = DevScores(**multilabel_scores(Y_dev, hard[dev]), n=int(len(dev)), threshold=threshold)
+        scores: dict[str, Any] = multilabel_scores(Y_dev, hard[dev])
+        dev_scores = DevScores(**scores, n=int(len(dev)), threshold=threshold)
         if audit.any():
             dev_scores = dataclasses.replace(
                 dev_scores, audit_macro_f1=multilabel_scores(Y_dev[audit], hard[dev][audit])["macro_f1"],

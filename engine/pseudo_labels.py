@@ -9,7 +9,7 @@ labels) that agreement tracked true precision with correlation 0.97 against 0.73
 estimate is weighed by how well the classifier itself does out of fold on dev (`PseudoLabels.evidence`).
 
 The guesses are also rows to mine: the offline improver looks for cues on the thousands of guessed pool rows and
-lets dev judge them (`agents.offline.roles.guessed_label_proposals`), even when the classifier is too weak to be evidence.
+lets dev judge them (`offline.roles.guessed_label_proposals`), even when the classifier is too weak to be evidence.
 
 Only the fitness rows' labels are read (never audit or test rows).
 """
@@ -135,7 +135,7 @@ def pseudo_label(store: Store, dev: Sequence[Example], pool_sample: Sequence[Exa
     too weak out of fold for its agreement to say anything (`MIN_OVERALL_SKILL`) gives untrusted guesses: no
     evidence, but still rows for the improver to mine (dev judges what it finds there)."""
     labeled = [ex for ex in dev if ex.label is not None]
-    task = store.load_task()
+    task = store.find_task()
     if not pool_sample or len(labeled) < 10 or task is None or task.multi_label:
         return None
     y = np.array([ex.label for ex in labeled], dtype=np.int64)

@@ -105,7 +105,7 @@ def load_demo() -> tuple[str, ImportReport]:
 @st.cache_data(show_spinner=False, max_entries=64)
 def _summary(name: str, version: tuple) -> dict:
     store = open_store(name)
-    task = store.load_task()
+    task = store.find_task()
     return {"rows": store.count_examples(), "splits": store.split_counts(),
             "labels": list(task.labels) if task else [], "task": task.name if task else "",
             "generation": store.last_complete_generation(), "pool": len(store.pool_ids())}

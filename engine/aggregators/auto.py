@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from engine.aggregators.base import (
     Aggregator,
     BaseAggregator,
     Features,
+    Predictor,
     check_labels,
     check_votes,
     feature_dict,
@@ -72,17 +74,30 @@ def _oof_at_each_C(make: Callable[[float], Aggregator], Cs: Sequence[float], v: 
     first = make(Cs[0])
     if hasattr(first, "oof_path"):
         return first.oof_path(v, y, feats, folds, Cs)
-    return [oof_proba(lambda C=C: make(C), v, y, feats, folds) for C in Cs]
+    return [oof_proba(partial(make, C), v, y, feats, folds) for C in Cs]
 
 
 class _Average:
     """The mean of fitted aggregators' probabilities."""
 
-    def __init__(self, members: list):
+    def __init__(self, members: list[Predictor]):
         self.members = members
 
     def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray:
         return np.mean([m.predict_proba(votes, X) for m in self.members], axis=0)
+
+
+def _taught() -> Aggregator:
+    """The teacher factory of a student given its fitted teacher (`fit_from_teacher`): never called."""
+    raise AssertionError("a student fitted from its teacher builds no teacher of its own")
+
+
+def _text_only(k: int, feature: str, seed: int, C: float) -> Aggregator:
+    return TextOnly(k, feature=feature, Cs=(C,), seed=seed)
+
+
+def _evoagg(k: int, feature: str | None, seed: int, C: float) -> Aggregator:
+    return EvoAgg(k, feature=feature, Cs=(C,), seed=seed)
 
 
 def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...], n_classes: int, seed: int,
@@ -92,7 +107,7 @@ def _student_fold(parts: list[Callable[[], Aggregator]], views: tuple[str, ...],
     the fitted student itself."""
     sub = {name: mat[train] for name, mat in feats.items()}
     teacher = _Average([make().fit(v[train], y[train], sub) for make in parts])
-    student = StudentAggregator(n_classes, lambda: None, "", views, C=STUDENT_C, seed=seed)
+    student = StudentAggregator(n_classes, _taught, "", views, C=STUDENT_C, seed=seed)
     student.fit_from_teacher(teacher, v[train], y[train], sub, unlabeled_votes, unlabeled_X)
     if held is None:
         return student
@@ -139,10 +154,10 @@ class AutoAggregator(BaseAggregator):
             return [], [_Model("mv", lambda C: MajorityVote(k), False), _Model("wmv", lambda C: WeightedMajorityVote(k),
                                                                                False),
                         _Model("ds", lambda C: DawidSkene(k), False),
-                        _Model("evoagg[votes]", lambda C: EvoAgg(k, feature=None, Cs=(C,), seed=seed), True)]
+                        _Model("evoagg[votes]", partial(_evoagg, k, None, seed), True)]
         views = teacher_views(feats)
-        text = [_Model(f"{n}-only", lambda C, n=n: TextOnly(k, feature=n, Cs=(C,), seed=seed), True) for n in views]
-        pool = [_Model(f"evoagg[{n}]", lambda C, n=n: EvoAgg(k, feature=n, Cs=(C,), seed=seed), True) for n in views]
+        text = [_Model(f"{n}-only", partial(_text_only, k, n, seed), True) for n in views]
+        pool = [_Model(f"evoagg[{n}]", partial(_evoagg, k, n, seed), True) for n in views]
         return text, pool
 
     def _fit_models(self, models: list[_Model], v: np.ndarray, y: np.ndarray, feats: dict | None, folds: list,
@@ -150,14 +165,14 @@ class AutoAggregator(BaseAggregator):
         """Each model's out-of-fold probabilities at its best C (scored on its judging rows), and a factory of it."""
         paths = run_calls([(_oof_at_each_C, (m.make, tuple(self.Cs) if m.tuned else (1.0,), v, y, feats, folds))
                            for m in models], self.n_jobs, len(y) * self.n_classes)
-        out = {}
+        out: dict[str, tuple[np.ndarray, Callable[[], Aggregator]]] = {}
         for model, path in zip(models, paths, strict=True):
             Cs = self.Cs if model.tuned else (1.0,)
             at = rows(model.name)
             scores = [self._f1(y, proba.argmax(axis=1), at) for proba in path]
             best = int(np.argmax(scores))  # ties keep the smaller C
             self.C_[model.name] = float(Cs[best])
-            out[model.name] = (path[best], lambda make=model.make, C=Cs[best]: make(C))
+            out[model.name] = (path[best], partial(model.make, Cs[best]))
         return out
 
     def _f1(self, y: np.ndarray, predicted: np.ndarray, rows: np.ndarray) -> float:
@@ -204,7 +219,10 @@ class AutoAggregator(BaseAggregator):
             pool_judged_on = np.arange(len(y))
 
         def rows(name: str) -> np.ndarray:
-            return pool_judged_on if reads_votes(name) else np.arange(len(y))
+            if reads_votes(name):
+                assert pool_judged_on is not None, "what reads the pool is fitted only with rows to judge it"
+                return pool_judged_on
+            return np.arange(len(y))
 
         folds = make_folds(y, self.n_splits, self.seed)
         self.C_: dict[str, float] = {}
@@ -215,9 +233,9 @@ class AutoAggregator(BaseAggregator):
         parts: dict[str, list[str]] = {}  # the models each candidate averages (a student: its teacher's)
         for group in groups:
             names = [m.name for m in group]
-            for members in ([names] if feats else [[n] for n in names]):  # without text: each vote reader alone
-                oof[_mean_name(members)] = np.mean([fitted[n][0] for n in members], axis=0)
-                parts[_mean_name(members)] = members
+            for averaged in ([names] if feats else [[n] for n in names]):  # without text: each vote reader alone
+                oof[_mean_name(averaged)] = np.mean([fitted[n][0] for n in averaged], axis=0)
+                parts[_mean_name(averaged)] = averaged
         students: dict[str, tuple[np.ndarray, StudentAggregator | None]] = {}
         if self.students and feats and unlabeled_votes is not None and len(unlabeled_votes):
             sample, _ = student_rows(len(unlabeled_votes), self.seed, student_sample_size(self.n_classes))
@@ -232,13 +250,15 @@ class AutoAggregator(BaseAggregator):
         self.oof_scores_[self.chosen_] = round(self._f1(y, self.oof_proba_.argmax(axis=1), rows(self.chosen_)), 4)
         self.uses_votes_ = reads_votes(self.chosen_) and v.shape[1] > 0
         self.estimate_ = self._nested_estimate(oof, y, rows, folds) if honest_pool or not self.uses_votes_ else None
-        self.members_ = []
+        self.members_: list[Predictor] = []
         for name in members:
             if name.startswith(STUDENT):
+                assert feats, "a student is trained only where there is text to read"
                 teacher = name[len(STUDENT):-1]
                 model = students[teacher][1] or _student_fold(
                     [fitted[n][1] for n in parts[teacher]], student_views(feats), self.n_classes, self.seed, v, y,
                     feats, np.arange(len(y)), None, *unlabeled)
+                assert isinstance(model, StudentAggregator)
                 model.teacher_name = teacher
                 self.members_.append(model)
             else:

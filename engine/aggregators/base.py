@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias, overload
 
 import numpy as np
 from scipy import sparse
@@ -20,9 +20,17 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from engine.domain import ABSTAIN
 
-Matrix = np.ndarray | sparse.spmatrix | sparse.sparray
-Features = Matrix | Mapping[str, Matrix] | None
+# a numpy array or a scipy sparse matrix; Any to the type checker, which reads no types from scipy here
+Matrix: TypeAlias = Any
+# a Matrix, {feature name: Matrix}, or None
+Features: TypeAlias = Any
 Folds = list[tuple[np.ndarray, np.ndarray]]
+
+
+class Predictor(Protocol):
+    """What gives soft labels once fitted: an aggregator, or an average of fitted ones."""
+
+    def predict_proba(self, votes: np.ndarray, X: Features = None) -> np.ndarray: ...
 
 
 class Aggregator(Protocol):
@@ -45,6 +53,10 @@ def check_votes(votes: np.ndarray, n_classes: int, min_rows: int = 1) -> np.ndar
     return v
 
 
+@overload
+def check_labels(y: None, n_classes: int, n_rows: int) -> None: ...
+@overload
+def check_labels(y: np.ndarray, n_classes: int, n_rows: int) -> np.ndarray: ...
 def check_labels(y: np.ndarray | None, n_classes: int, n_rows: int) -> np.ndarray | None:
     """(n,) int64 class ids in [-1, k-1] (-1: unlabeled), one per vote row; None stays None."""
     if y is None:

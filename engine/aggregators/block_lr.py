@@ -13,16 +13,20 @@ classes present, one sigmoid when two are, so the fitted model is the same one t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 from scipy import optimize, sparse
 from scipy.special import expit, log_expit, logsumexp
 
-Block = np.ndarray | sparse.spmatrix
+Block: TypeAlias = Any  # a numpy array or a scipy sparse matrix (the type checker reads no types from scipy)
 
 
 def _dot(blocks: Sequence[Block], coefs: Sequence[np.ndarray]) -> np.ndarray:
-    return sum(np.asarray(b @ c) for b, c in zip(blocks, coefs, strict=True))
+    total = np.zeros(())  # as sum() would, from nothing: 0 + x is x
+    for b, c in zip(blocks, coefs, strict=True):
+        total = total + np.asarray(b @ c)
+    return total
 
 
 class BlockLogisticRegression:

@@ -42,14 +42,14 @@ class DawidSkene(BaseAggregator):
         total = counts.sum(axis=1, keepdims=True)
         labeled = np.zeros(n, dtype=bool) if y is None else y >= 0
         seen = counts.sum(axis=0) > 0
-        if labeled.any():
+        if y is not None and labeled.any():
             seen[np.unique(y[labeled])] = True
         self.classes_seen_ = seen if seen.any() else np.ones(k, dtype=bool)
         start_prior = class_prior(y, k) * self.classes_seen_
         start_prior /= start_prior.sum()
         post = np.where(total > 0, (counts + 0.01) / (total + 0.01 * k), start_prior) * self.classes_seen_
         post /= post.sum(axis=1, keepdims=True)
-        if labeled.any():
+        if y is not None and labeled.any():
             post[labeled] = np.eye(k)[y[labeled]]
         self.n_iter_ = 0
         for it in range(1, self.max_iter + 1):

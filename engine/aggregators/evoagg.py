@@ -168,7 +168,8 @@ class _LinearAggregator(BaseAggregator):
         F = self._design(v, Xf)
         out = {float(C): np.zeros((len(y), self.n_classes)) for C in Cs}
         for train, held in folds or [(np.arange(len(y)), np.arange(len(y)))]:
-            F_train, F_held, model = F[train], F[held], None
+            F_train, F_held = F[train], F[held]
+            model: _Linear | None = None
             for C in sorted(out):
                 model = _Linear(F_train, y[train], C, self.n_classes, self.seed, self.max_iter) if model is None \
                     else model.refit(F_train, y[train], C)

@@ -66,7 +66,7 @@ class TfidfFeatures:
         self.fit_transform(texts)
         return self
 
-    def transform(self, texts: Sequence[str]) -> sparse.csr_matrix:
+    def transform(self, texts: Sequence[str] | np.ndarray) -> sparse.csr_matrix:
         """Each distinct text is analysed once (a row's TF-IDF depends on its text alone): corpora repeat texts
         (retweets, template messages, ChemProt's sentences with several entity pairs)."""
         if not hasattr(self, "vectorizers_"):

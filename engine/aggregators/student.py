@@ -29,6 +29,7 @@ from engine.aggregators.base import (
     Aggregator,
     BaseAggregator,
     Features,
+    Predictor,
     check_votes,
     class_prior,
     onehot_votes,
@@ -110,7 +111,7 @@ def student_design(X: Features, views: Sequence[str], n_rows: int, votes: np.nda
     """The student's design as column blocks, one per view: unit-norm rows, each block scaled by
     1/sqrt(#views) so that together they weigh as one; dense views stay dense (see block_lr). With `vote_weight`
     > 0, the one-hot `votes` (over `n_classes`) times it are the last block."""
-    blocks = []
+    blocks: list[Block] = []
     for view in views:
         block = select_feature(X, view, n_rows)
         if block is None:
@@ -142,7 +143,8 @@ def frequent_columns(blocks: Sequence[Block], limit: int = MAX_COLUMNS) -> list[
     sparse_blocks = [sparse.csr_matrix(b) for b in blocks if sparse.issparse(b)]
     df = np.concatenate([np.bincount(b.indices, minlength=b.shape[1]) for b in sparse_blocks])
     chosen = np.sort(np.argsort(-df, kind="stable")[:max(room, 0)])
-    out, offset = [], 0
+    out: list[np.ndarray | None] = []
+    offset = 0
     for b in blocks:
         if not sparse.issparse(b):
             out.append(None)
@@ -258,7 +260,7 @@ class StudentAggregator(BaseAggregator):
         teacher = self.teacher().fit(v, y, X)
         return self.fit_from_teacher(teacher, v, y, X, unlabeled_votes, unlabeled_X)
 
-    def fit_from_teacher(self, teacher: Aggregator, votes: np.ndarray, y: np.ndarray, X: Features,
+    def fit_from_teacher(self, teacher: Predictor, votes: np.ndarray, y: np.ndarray, X: Features,
                          unlabeled_votes: np.ndarray | None, unlabeled_X: Features,
                          shift_X: Features = None) -> StudentAggregator:
         """Fit the student from an already fitted teacher (auto reuses its fold models this way). `shift_X`: text

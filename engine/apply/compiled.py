@@ -109,7 +109,7 @@ def _sent_example(example: dict) -> dict:
     """The example itself when the fields the views read survive JSON unchanged (the usual case: strings and
     int spans), else those fields as the worker would see them."""
     for key in FIELDS:
-        value = example.get(key)
+        value: Any = example.get(key)
         kind = type(value)
         if kind in _PLAIN or ((kind is list or kind is tuple) and len(value) == 2
                               and type(value[0]) is int and type(value[1]) is int):
@@ -217,7 +217,7 @@ class Views:
 
     def _text_runs(self) -> tuple[Runs, np.ndarray, np.ndarray] | None:
         if self._texts is False:
-            texts = [ex.get("text") for ex in self.examples]
+            texts: list[Any] = [ex.get("text") for ex in self.examples]
             self._texts = _char_runs(texts) if set(map(type, texts)) <= {str} else None
         return self._texts  # type: ignore[return-value]
 

@@ -86,8 +86,8 @@ class CompiledExecutor:
 
             rest = self.sandbox.run([annotators[i] for i in sandboxed], examples, labels,
                                     forward if on_progress is not None else None)
-            for i, result in zip(sandboxed, rest, strict=True):
-                results[i] = result
+            for i, executed in zip(sandboxed, rest, strict=True):
+                results[i] = executed
         return [r for r in results if r is not None]
 
     def _scan(self, pool: list[CompiledAnnotator], examples: Sequence[dict], labels: Sequence[str],
@@ -95,7 +95,8 @@ class CompiledExecutor:
         """(votes, faults, first_error, seconds) of each compiled annotator, chunk by chunk of rows."""
         n = len(examples)
         votes = [np.full(n, ABSTAIN, dtype=np.int64) for _ in pool]
-        faults, errors, seconds = [0] * len(pool), [None] * len(pool), [0.0] * len(pool)
+        faults, seconds = [0] * len(pool), [0.0] * len(pool)
+        errors: list[str | None] = [None] * len(pool)
         for start in range(0, n, self.chunk_rows):
             chunk = examples[start:start + self.chunk_rows]
             for j, out in enumerate(scan(pool, chunk, labels, Views(chunk), offset=start)):

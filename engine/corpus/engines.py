@@ -171,7 +171,7 @@ def _run_ray(labeler: Labeler, output: Path, batches: Iterator[CorpusBatch], cou
         remote_writer = ray.remote(num_cpus=1, max_restarts=2, max_task_retries=2)(ShardWriter)
         labeler_ref = ray.put(labeler)
         actors = [remote_writer.remote(labeler_ref, str(output)) for _ in range(n_actors)]
-        idle, in_flight, out = list(actors), {}, []
+        idle, in_flight, out = list(actors), dict[Any, Any](), []
         nodes = len({n["NodeID"] for n in ray.nodes() if n.get("Alive")})
 
         def collect_one() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.aggregators.base import Aggregator
 from engine.aggregators.features import RELATION_NGRAMS, TfidfFeatures, fitted_tfidf, join_unit_rows
 from engine.aggregators.registry import MultiLabelEvoAgg, aggregator_entry, make_aggregator, predict_labels
 from engine.apply.votes import ensure_votes
@@ -259,7 +260,7 @@ def fit_labeler(store: Store, executor: Executor, aggregator: str = "auto", seed
         position = {e: i for i, e in enumerate(store.example_ids("dev"))}
         Y_dev = store.label_matrix("dev")[[position[e] for e in frame["id"].to_numpy()[dev]]]
         used = votes if entry.reads_votes else votes[:, :0]
-        model = MultiLabelEvoAgg(len(task.labels), seed=seed).fit(used[dev], Y_dev, dev_features)
+        model: Aggregator = MultiLabelEvoAgg(len(task.labels), seed=seed).fit(used[dev], Y_dev, dev_features)
         made_by = "auto:evoagg" if entry.evoagg_on_multi_label else aggregator
     else:
         model = make_aggregator(aggregator, len(task.labels), seed)

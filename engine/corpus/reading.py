@@ -172,7 +172,7 @@ class _HeldLines:
     """The lines a csv reader takes, kept until the record they make is read (a reader takes no line past it)."""
 
     def __init__(self, lines: Iterator[str]):
-        self.lines, self.held = lines, []
+        self.lines, self.held = lines, list[str]()
 
     def __iter__(self) -> Iterator[str]:
         for line in self.lines:

@@ -81,13 +81,13 @@ def distill_table(dim: int = 256, sif: float = 1e-3, vocab_limit: int | None = N
     if dim < raw.shape[1]:  # PCA in torch: numpy's BLAS threads fight torch's on a busy CPU (10x slower)
         _, eigvecs = torch.linalg.eigh(centred[:-1].T @ centred[:-1])  # ascending eigenvalues
         centred = centred @ eigvecs[:, -dim:].flip(1)
-    centred = centred.float().numpy()
+    vectors = centred.float().numpy()
     rank = np.arange(1, len(token_ids) + 1, dtype=np.float64)
     zipf_p = (1.0 / rank) / np.sum(1.0 / rank)
     weights = sif / (sif + zipf_p) if sif > 0 else np.ones_like(zipf_p)
-    table = np.zeros((vocab_size, centred.shape[1]), dtype=np.float32)
-    table[token_ids] = centred[:-1] * weights[:, None].astype(np.float32)
-    empty = normalise_rows(centred[-1:])[0]
+    table = np.zeros((vocab_size, vectors.shape[1]), dtype=np.float32)
+    table[token_ids] = vectors[:-1] * weights[:, None].astype(np.float32)
+    empty = normalise_rows(vectors[-1:])[0]
     return table, empty
 
 

@@ -78,7 +78,7 @@ def suggest_rows(store: Store, executor: Executor, n: int = 25, strategy: str = 
         return [Suggestion(frame["id"][i], frame["text"][i], "drawn at random", 0.0) for i in rows]
     k = len(task.labels)
     dev = store.examples_frame("dev")
-    embed = text_features(store, frame, ("embedding",))["embedding"]
+    embed = np.asarray(text_features(store, frame, ("embedding",))["embedding"])
     signals = _signals(store, executor, frame, dev, embed, k, seed)
     if strategy == "uncertainty":
         order = np.argsort(-signals.uncertain, kind="stable")[:n]

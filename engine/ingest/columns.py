@@ -36,5 +36,5 @@ def choose_text_column(frame: pd.DataFrame) -> str | None:
     named = [c for c in scores if c.lower() in TEXT_NAMES and scores[c] > 0]
     if named:
         return named[0]
-    best = max(scores, key=scores.get, default=None)
+    best = max(scores, key=lambda c: scores[c], default=None)
     return best if best is not None and scores[best] > 0 else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -155,7 +156,8 @@ def _unknown(names: list[str], labels: tuple[str, ...]) -> str | None:
     return f"labels {', '.join(map(repr, bad))} are not in the label set ({', '.join(labels)})"
 
 
-def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None):
+def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] | None = None
+             ) -> tuple[pd.DataFrame, tuple[str, ...], list[RowProblem]]:
     """Check and normalise a raw frame. Returns (clean frame, label names, problems).
 
     A problem's row is the row of the file: the frame's index where a reader set it to the row positions, else
@@ -187,7 +189,8 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         labels = tuple(sorted({lab for names in raw_labels if names for lab in names}))
         problems += variant_problems(raw_labels, lambda i: places.get(positions[i]) or f"row {positions[i] + 1}")
     seen_ids: dict[str, int] = {}
-    keep, out = [], {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
+    keep: list[int] = []
+    out: dict[str, list[Any]] = {"id": [], "text": [], "label": [], "label_set": [], "split": [], "fields": []}
     # each column as a list once (the cells boxed as `.iloc` boxes them): a pandas lookup per cell cost
     # ~0.1 ms, a minute at 100K rows
     texts = list(frame[opts.text_column].array)
@@ -201,7 +204,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
         if _missing(text) or not str(text).strip():  # pd.NA too: a Parquet string column's gap is no "<NA>"
             problems.append(RowProblem(row_no, f"empty text in column {opts.text_column!r}", where))
             continue
-        row_id = cell_text(row_ids[i]) if has_id else str(row_no)
+        row_id = cell_text(row_ids[i]) if row_ids is not None else str(row_no)
         if not row_id:
             problems.append(RowProblem(row_no, "empty id", where))
             continue
@@ -216,7 +219,7 @@ def validate(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...] |
             problems.append(RowProblem(row_no, refused, where))
             continue
         split = None
-        if has_split:
+        if cells is not None:  # has_split
             cell = cell_text(cells[i]).lower()
             split = SPLIT_ALIASES.get(cell) if cell else None
             if cell and split is None:
@@ -338,6 +341,7 @@ def plan_import(frame: pd.DataFrame, opts: IngestOptions, labels: tuple[str, ...
     frame, opts, export_notes = _from_an_export(frame, opts)
     resolved = with_text_column(frame, opts)  # chosen once, here, when the caller named none
     text_column = resolved.text_column
+    assert text_column is not None  # with_text_column names one or refuses
     for role, column in (("id", opts.id_column), ("label", opts.label_column), ("split", opts.split_column)):
         if column is not None and column == text_column:  # the form's fallback when no column reads like text
             raise IngestError(f"the text column {text_column!r} is also the {role} column: the annotators would "

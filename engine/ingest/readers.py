@@ -43,7 +43,7 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
     """
     frame, problems = read_rows(source, name)
     if problems:
-        raise IngestError(f"{name or source} has rows that cannot be read", problems)
+        raise IngestError(f"{name or source!s} has rows that cannot be read", problems)
     return frame
 
 
@@ -60,7 +60,7 @@ def read_rows(source: str | Path | bytes, name: str | None = None) -> tuple[pd.D
     if not raw.strip():
         raise IngestError(f"{name} is empty: there is nothing to import")
     if suffix == ".parquet":
-        frame, problems = _read_parquet(raw, name), []
+        frame, problems = _read_parquet(raw, name), list[RowProblem]()
     elif suffix in (".jsonl", ".ndjson", ".json"):
         frame, problems = _read_jsonl(_decode(raw, name))
     elif suffix in (".csv", ".tsv", ".txt"):
@@ -258,7 +258,7 @@ def read_wrench_rows(folder: str | Path) -> tuple[pd.DataFrame, tuple[str, ...],
         raise IngestError(f"label.json must name the labels 0 to {len(names) - 1}; it has no "
                           f"{', '.join(map(repr, missing))} (its keys: {', '.join(map(repr, names))})")
     labels = tuple(str(names[str(i)]) for i in range(len(names)))
-    rows, index, places, problems = [], [], {}, []
+    rows, index, places, problems = [], [], dict[int, str](), list[RowProblem]()
     for file_split, split in (("train", "pool"), ("valid", "dev"), ("test", "test")):
         path = folder / f"{file_split}.json"
         if not path.exists():

@@ -76,11 +76,11 @@ def _stratified(labels: pd.Series, size: int, rng: np.random.Generator) -> pd.In
     size = max(0, min(size, len(labels)))
     if size == len(labels):
         return labels.index
-    picked = []
+    picked: list = []
     groups = {k: rng.permutation(v.to_numpy()) for k, v in labels.groupby(labels).groups.items()}
     quotas = {k: max(1, int(round(size * len(v) / len(labels)))) for k, v in groups.items()}
     while sum(quotas.values()) > size:  # rounding overshoot: trim the largest classes
-        quotas[max(quotas, key=quotas.get)] -= 1
+        quotas[max(quotas, key=lambda c: quotas[c])] -= 1
     for k, members in groups.items():
         picked.extend(members[: quotas[k]])
     leftover = rng.permutation(np.setdiff1d(labels.index.to_numpy(), np.array(picked, dtype=labels.index.dtype)))

@@ -578,7 +578,7 @@ class OpenAICompatibleClient:
                 fmt = adapt.response_format(call.format_shape, schema, "annotator_specs") if schema else None
                 try:
                     client = self._openai.with_options(timeout=self.timeout_s)
-                    response = client.chat.completions.create(**request, **(
+                    response = client.chat.completions.create(**request, **(  # type: ignore[call-overload]
                         {"response_format": fmt} if fmt is not None else {}))
                 except _FormatRejected as err:
                     self._format_refused(err)

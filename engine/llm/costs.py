@@ -7,7 +7,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.store.workspace import Store
@@ -54,7 +54,7 @@ class PriceTable:
             if len(pair) != 2 or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in pair):
                 raise ValueError(f"{path}: price of {model!r} should be [input, output] USD per 1M tokens, "
                                  f"not {entry!r}")
-            prices[model] = (float(pair[0]), float(pair[1]))
+            prices[model] = (float(pair[0]), float(pair[1]))  # type: ignore[arg-type]  # numbers: checked above
         return cls(prices)
 
     def price(self, model: str) -> tuple[float, float] | None:
@@ -175,7 +175,7 @@ class Budget:
         with self._lock:
             return {"calls": self.calls, "tokens": self.tokens, "usd": round(self.usd, 6)}
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, Any]:
         """Limits, spending (in all and in this run) and what remains, for the CLI and the studio."""
         with self._lock:
             limits = {"calls": self.max_calls, "tokens": self.max_tokens, "usd": self.max_usd}
@@ -226,7 +226,7 @@ class Usage:
         with self._lock:
             self.failed_calls += 1
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         with self._lock:
             return {"calls": self.calls, "cached": self.cached, "attempts": self.attempts,
                     "failed_calls": self.failed_calls, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
@@ -234,7 +234,7 @@ class Usage:
 
     def describe(self) -> str:
         d = self.as_dict()
-        failures = ", ".join(f"{n} {kind}" for kind, n in d["failures"].items()) or "none"  # type: ignore[union-attr]
+        failures = ", ".join(f"{n} {kind}" for kind, n in d["failures"].items()) or "none"
         return (f"{d['calls']} calls ({d['cached']} from the cache, {d['failed_calls']} failed), "
                 f"{d['attempts']} HTTP attempts, {d['tokens_in']} + {d['tokens_out']} tokens, "
                 f"${d['cost_usd']:.4f}; failed attempts: {failures}")

@@ -17,7 +17,7 @@ import string
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.domain import Annotator, Candidate
@@ -273,7 +273,9 @@ def _check_annotate(tree: ast.Module) -> None:
     if len(defs) > 1:
         raise CodeRejected(f"`annotate` is defined {len(defs)} times; define it once")
     for stmt in tree.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        targets: list[Any] = list(stmt.targets) if isinstance(stmt, ast.Assign) else []
+        if not isinstance(stmt, ast.Assign):
+            targets.append(getattr(stmt, "target", None))
         if any(isinstance(t, ast.Name) and t.id == "annotate" for t in targets):
             raise CodeRejected(f"line {stmt.lineno}: `annotate` is reassigned; it must be a plain function")
     fn = defs[0]

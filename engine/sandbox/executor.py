@@ -70,7 +70,7 @@ def _honest_seconds(reported: object, elapsed: float) -> float:
     if type(reported) not in (int, float):  # type(): not a bool
         return 0.0
     try:  # an int of 4,000 digits is valid JSON, and too big for a float
-        seconds = float(reported)
+        seconds = float(reported)  # type: ignore[arg-type]  # an int or a float: checked above
     except OverflowError:
         return 0.0
     return min(max(seconds, 0.0), elapsed) if math.isfinite(seconds) else 0.0

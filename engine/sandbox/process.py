@@ -194,7 +194,7 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
         if stream is None:
             continue
         try:
-            stream.close()  # type: ignore[union-attr]
+            stream.close()
         except OSError:
             pass
 

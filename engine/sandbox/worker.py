@@ -306,7 +306,7 @@ def _checked(reply: dict, batch: _Batch) -> dict:
         seconds = float(seconds) if abs(seconds) < 1 << 53 else 0.0  # 4,000 digits of JSON overflow a float
     if type(seconds) is not float or not math.isfinite(seconds):
         seconds = 0.0
-    return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,  # type: ignore[arg-type]
+    return _reply(reply["votes"], faults if type(faults) is int and 0 <= faults <= n else n,
                   error[:300] if isinstance(error, str) else None, reply.get("stopped") is True, seconds)
 
 
@@ -339,7 +339,7 @@ def run_isolated(source_bytes: int, batch: _Batch, budget_s: float, wall_s: floa
         frames = FrameReader(read_fd)
         write_all(reply_fd, encode(AWAITING_SOURCE))
         try:
-            ready = frames.read(wall_s, 64)
+            ready: dict[str, Any] | str = frames.read(wall_s, 64)
         except FrameError as exc:
             ready = str(exc)
         if ready != _READY:  # our own code failed before the annotator's: stdin may hold the rest of the source
@@ -396,14 +396,14 @@ def serve(reply_fd: int) -> int:
         try:
             msg = json.loads(line)
             if msg["op"] == "load":
-                batch = None  # free the previous chunk before parsing grows the next one
+                batch = None  # type: ignore[assignment]  # free the previous chunk before parsing grows the next one
                 batch = _Batch(int(msg["offset"]), [str(x) for x in msg["labels"]], list(msg["examples"]))
                 gc.collect()
                 gc.freeze()  # the chunk leaves the collector's view: a child's collections do not copy its pages
                 reply: dict[str, Any] = {"ok": True, "n": len(batch.examples)}
             elif msg["op"] == "run":
                 out_of_step = True  # until the run returns: stdin may hold the rest of a source nobody read
-                reply = None  # the previous run's reply (its votes) must not be in the frame the next run inherits
+                reply = None  # type: ignore[assignment]  # the previous run's reply (its votes) must not be in the next run's frame
                 reply = run_isolated(int(msg["source_bytes"]), batch, float(msg["budget_s"]),
                                      float(msg["wall_s"]), reply_fd)
                 out_of_step = False

@@ -23,12 +23,13 @@ import pandas as pd
 
 from engine.domain import Example, Task
 from engine.store.actor import acting_expert
+from engine.store.base import StoreBase
 from engine.store.sql import split_filter, utc_now
 
 ROWS_VERSION = "rows_version"  # meta key: a fresh token whenever rows are added or change split
 
 
-class ExamplesMixin:
+class ExamplesMixin(StoreBase):
     """Task, examples and label matrices of a workspace (mixed into `engine.store.workspace.Store`)."""
 
     # workspace path -> (rows_version token, {("split", name): (ids, ords), "index": (id index, ords)});
@@ -52,7 +53,7 @@ class ExamplesMixin:
         """Set one label's description (blank: remove it) and return the one it replaces ("" when none). The agents
         read descriptions from the next generation on: the offline agents seed cues from their words, the LLM
         agents' prompts quote them."""
-        task = self.load_task()
+        task = self.find_task()
         if task is None:
             raise ValueError("this workspace has no task yet: import data first")
         task.check_label(label)
@@ -71,7 +72,14 @@ class ExamplesMixin:
         """Every description given to a label after import: label, description, previous, expert, recorded_at."""
         return self._df("SELECT * FROM label_descriptions_log ORDER BY recorded_at")
 
-    def load_task(self) -> Task | None:
+    def load_task(self) -> Task:
+        """The workspace's task; LookupError before any data was imported (`find_task` answers None then)."""
+        task = self.find_task()
+        if task is None:
+            raise LookupError("this workspace has no task yet: import data first")
+        return task
+
+    def find_task(self) -> Task | None:
         rows = self._q("SELECT * FROM task")
         if not rows:
             return None
@@ -280,6 +288,6 @@ class ExamplesMixin:
 
     def gold(self, split: str) -> np.ndarray:
         """What scoring compares votes with: (n,) class ids, or (n, k) 0/1 label sets on a multi-label task."""
-        task = self.load_task()
+        task = self.find_task()
         return self.label_matrix(split) if task is not None and task.multi_label else self.label_indices(split)
 

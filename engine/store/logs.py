@@ -13,10 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from engine.store.base import StoreBase
 from engine.store.sql import utc_now
 
 
-class LogsMixin:
+class LogsMixin(StoreBase):
     """Events, LLM calls, embeddings and jobs of a workspace (mixed into `engine.store.workspace.Store`)."""
 
     # ---- events (live progress) --------------------------------------------------------------
@@ -25,7 +26,7 @@ class LogsMixin:
                 [run_id, utc_now(), kind, json.dumps(payload, default=str)])
 
     def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 500) -> list[dict]:
-        sql, params = "SELECT seq, run_id, recorded_at, kind, payload FROM events WHERE seq > ?", [after_seq]
+        sql, params = "SELECT seq, run_id, recorded_at, kind, payload FROM events WHERE seq > ?", list[Any]([after_seq])
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,10 +31,11 @@ from engine.domain import (
 )
 from engine.store import vote_codes
 from engine.store.actor import acting_expert
+from engine.store.base import StoreBase
 from engine.store.sql import utc_now
 
 
-class PoolMixin:
+class PoolMixin(StoreBase):
     """Annotators, scores, votes, generations and verdicts of a workspace (mixed into `Store`)."""
 
     # ---- annotators, scores ------------------------------------------------------------------
@@ -62,7 +63,7 @@ class PoolMixin:
         return self._annotator(rows[0]) if rows else None
 
     def annotators(self, ids: Sequence[str] | None = None, generation: int | None = None) -> list[Annotator]:
-        sql, params = f"SELECT {self._ANN_COLS} FROM annotators", []
+        sql, params = f"SELECT {self._ANN_COLS} FROM annotators", list[Any]()
         if ids is not None:
             sql += " WHERE id IN (SELECT unnest(?))"
             params.append(list(ids))
@@ -332,7 +333,7 @@ class PoolMixin:
         return self._df("SELECT * FROM generations ORDER BY number")
 
     def verdicts(self, annotator_id: str | None = None, generation: int | None = None) -> pd.DataFrame:
-        sql, params, where = "SELECT * FROM verdicts", [], []
+        sql, params, where = "SELECT * FROM verdicts", list[Any](), list[str]()
         if annotator_id is not None:
             where.append("annotator_id = ?")
             params.append(annotator_id)

@@ -17,7 +17,7 @@ import numpy as np
 from engine.domain import ABSTAIN
 
 CHUNK_ROWS = 65536  # rows per BLOB: 64 KiB at int8. Changing it needs a migration that re-packs the votes
-_DTYPES = {1: np.dtype("<i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
+_DTYPES: dict[int, np.dtype[np.signedinteger]] = {1: np.dtype("<i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
 def width_for(votes: np.ndarray) -> int:

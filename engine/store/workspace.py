@@ -121,7 +121,7 @@ class Store(ExamplesMixin, PoolMixin, LogsMixin):
             conn = cls._connections.pop(str(path), None)
             if conn is not None:
                 conn.close()
-            cls.forget_split_rows(path)
+            cls.forget_split_rows(str(path))
 
     @classmethod
     def close_all(cls) -> None:

@@ -165,7 +165,7 @@ class LLMProposer:
         config = getattr(client, "config", None)
         self.model = getattr(config, "model", "") or "unknown model"
         self.written_by = f"llm:{self.model}"
-        self.parallel = max(1, parallel or getattr(config, "max_parallel", 1))
+        self.parallel: int = max(1, int(parallel or getattr(config, "max_parallel", 1) or 1))
         self.on_event = on_event
         self.last_dropped: list[tuple[str, str]] = []
         self.budget_exhausted = False
@@ -175,7 +175,7 @@ class LLMProposer:
         self.code_drafts = {"checked": 0, "passed": 0}  # free-code replies (and repairs) read, and those with code
         self._event_lock = threading.Lock()
         if hasattr(client, "on_note"):
-            client.on_note = self._note  # type: ignore[attr-defined]
+            client.on_note = self._note
 
     def usage(self) -> dict[str, Any]:
         """Calls, attempts, tokens, cost and failures of this run, the budget, and how the agents adapted."""
@@ -234,7 +234,7 @@ class LLMProposer:
         # a call failed only if it gave nothing: a failed repair leaves the first reply's good code standing
         failed = [o for _, o in outcomes if o.failed is not None and not o.sources]
         if outcomes and len(failed) == len(outcomes):  # the endpoint is down or unusable: say so, not propose nothing
-            sent = [o.failed for o in failed if not o.skipped]  # the call that found it so, not those never sent
+            sent = [o.failed for o in failed if o.failed is not None and not o.skipped]  # the call that found it so
             if sent:
                 raise sent[0]
             raise LLMCallSkipped(endpoint_stopped_note(*(self.stopped_at or (context.generation, role))))
@@ -259,6 +259,7 @@ class LLMProposer:
                 messages = prompts.improver_messages(context, rng, self.per_call, mode=mode, label=label,
                                                      words=words, views=views)
             else:
+                assert parent is not None  # the refiner's calls each widen a member
                 messages = prompts.refiner_messages(context, parent, rng, self.per_call, mode=mode, views=views)
             jobs.append(_Job(role, index, seed, messages, (parent.id,) if parent else (), mode, context.task,
                              label, words, views))
@@ -316,7 +317,7 @@ class LLMProposer:
 
     def _call(self, job: _Job) -> _Outcome:
         """One call plus at most one repair turn; budget and call failures become part of the outcome."""
-        outcome, errors = _Outcome(), []
+        outcome, errors = _Outcome(), list[str]()
         try:
             reply = self._complete(job, job.messages)
             outcome.sources, errors = self._check(job, reply)

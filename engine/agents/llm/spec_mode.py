@@ -66,8 +66,8 @@ def spec_schema(task: Task, n: int, label: str | None = None, vocabulary: list[s
     unaided. The root is an object (OpenAI's structured outputs require one); `parse_specs` reads the
     inner objects, so a reply with or without the wrapper parses the same. `label`: the only label allowed
     (a call aimed at one label); `vocabulary`: the only words cues may be (`prompts.label_vocabulary`)."""
-    cue = ({"type": "string", "enum": list(vocabulary)} if vocabulary else
-           {"type": "string", "pattern": CUE_PATTERN, "maxLength": 40})
+    cue: dict[str, Any] = ({"type": "string", "enum": list(vocabulary)} if vocabulary else
+                           {"type": "string", "pattern": CUE_PATTERN, "maxLength": 40})
     spec = {"type": "object", "additionalProperties": False, "required": ["label", "cues", "view"],
             "properties": {
                 "label": {"type": "string", "enum": [label] if label is not None else list(task.labels)},

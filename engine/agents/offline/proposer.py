@@ -137,10 +137,11 @@ class OfflineProposer:
             fires: dict[str, np.ndarray] = {}
             for p in added:
                 member = p.parent_ids[0] if p.parent_ids else None
-                if p.held is None or specs.get(member) is None:
+                spec = specs.get(member) if member is not None else None
+                if p.held is None or member is None or spec is None:
                     continue
                 if member not in fires:
-                    fires[member] = ws.fires(specs[member])
+                    fires[member] = ws.fires(spec)
                 p.held = p.held & ~fires[member]  # a new mask: a half's proposals share theirs
                 p.held_outside_member = True
         return _once(free + added)
@@ -152,6 +153,7 @@ class OfflineProposer:
         fitted on all of dev and judged there like a cue mined on dev (5 fires, z 1.5). A spec found twice is kept as
         the first half found it."""
         pseudo = context.pseudo
+        assert pseudo is not None  # called only with the pool sample's guesses (on_pool)
         same_rows = pseudo.dev_ids == tuple(ex.id for ex in context.dev)
         if not halved or len(ws.y) < GUESS_HALVES_ROWS or pseudo.dev_y is None or not same_rows:
             return roles.guessed_label_proposals(ws, pseudo.guess, floor, None)

@@ -90,6 +90,7 @@ def guessed_label_proposals(ws: OfflineWorkspace, guess: np.ndarray, min_precisi
     which the classifier was fitted on, at the full fires and bound of a cue mined on dev. Thousands of guessed rows
     give a cue wider support than a few hundred dev rows (bench/cross_fit.py). On relation tasks a sentence cue must
     be a relation word in the sample, as a dev-mined one must (`OfflineWorkspace.relation_word`)."""
+    assert ws.pool is not None  # the guesses are of the pool sample's rows
     n = ws.pool.n_rows
     guess = np.asarray(guess[:n], dtype=np.int64)
     onehot = np.zeros((n, ws.n_classes), dtype=np.int32)

@@ -201,7 +201,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
     members = _Taken(taken, len(gold))
     picks: list[Proposal] = []
     use_pool = pool_covered is not None and pool_mask_of is not None and pool_covered.size > 0
-    covered = pool_covered.copy() if use_pool else None
+    covered = pool_covered.copy() if use_pool and pool_covered is not None else None
     while viable and len(picks) < config.max_picks:
         viable = [p for p in viable if not members.too_close(p.fired, config.max_jaccard)]
         best, best_gain, best_score = -1, 0.0, -np.inf
@@ -212,6 +212,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
             gain = min(gain, full_gain) if p.mined else full_gain  # a seed's whole-dev gain: it wins near-ties
             reach = 0.0  # precision-weighted share of the pool sample it newly covers
             if use_pool and gain >= config.min_dev_gain - 1e-12:
+                assert covered is not None and pool_mask_of is not None  # use_pool
                 if p.pool_fired is None:
                     p.pool_fired = pool_mask_of(p)
                 reach = p.stats["precision"] * np.count_nonzero(p.pool_fired & ~covered) / covered.size
@@ -232,6 +233,7 @@ def greedy_select(proposals: list[Proposal], gold: np.ndarray, n_classes: int, b
             viable.pop(i)
         for c in chosen:
             if use_pool:
+                assert covered is not None and pool_mask_of is not None
                 covered |= c.pool_fired if c.pool_fired is not None else pool_mask_of(c)
             counts[c.fired, c.label] += 1
             c.stats["gain"] = round(best_gain / len(chosen), 4)
@@ -287,7 +289,7 @@ def _viable(p: Proposal, gold: np.ndarray, config: SelectConfig) -> bool:
     fired = p.fired if p.held is None else p.fired & p.held
     fires = int(fired.sum())
     judged = gold if p.held is None else gold[p.held]
-    class_rows = np.count_nonzero(judged == p.label) if gold.ndim == 1 else np.count_nonzero(judged[:, p.label])
+    class_rows = int(np.count_nonzero(judged == p.label) if gold.ndim == 1 else np.count_nonzero(judged[:, p.label]))
     min_fires = config.min_fires if p.held is None else -(-config.min_fires // 2)
     # a mined cue keeps the full count: scanning thousands of cues finds some right on 2 of a small class's 3 rows
     if fires < fires_needed(min_fires, class_rows, 0 if p.mined else config.small_class_fires):

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 from engine.agents.llm import prompts  # noqa: E402
 from engine.agents.llm.proposer import LLMProposer  # noqa: E402
 from engine.evolve import EvolveConfig, build_context  # noqa: E402
-from engine.llm.client import DEFAULT_MODEL, estimate_tokens  # noqa: E402
+from engine.llm.client import estimate_tokens  # noqa: E402
+from engine.llm.config import DEFAULT_MODEL  # noqa: E402
 from engine.llm.costs import PriceTable  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

@@ -28,8 +28,8 @@ from engine.export.files import EXPORT_FORMATS, check_destination, check_pool_de
 from engine.gate import GateConfig
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
-from engine.llm.client import LLMError
 from engine.llm.presets import PRESETS
+from engine.llm.seam import LLMError
 from engine.store import workspaces
 from engine.store.actor import command_line_expert, set_acting_expert
 from engine.store.workspace import DB_NAME, Store, WorkspaceUnavailable
@@ -92,7 +92,7 @@ def _progress(verbose: bool):
 def _proposer(args: argparse.Namespace, on_event):
     """The agents named by --agents; the LLM ones get the endpoint, mode and prices from the flags, and the
     workspace's budget (the limits given here are stored as the workspace's, for later runs too)."""
-    from engine.llm.client import Budget, PriceTable
+    from engine.llm.costs import Budget, PriceTable
 
     budget = Budget.for_workspace(args.store, max_calls=args.max_calls, max_tokens=args.max_tokens,
                                   max_usd=args.max_usd)

@@ -4,9 +4,9 @@ import streamlit as st
 from engine.agents.choice import AGENT_CHOICES, AGENTS, llm_config
 from engine.expert import review
 from engine.jobs import REGISTRY, start_evolve
-from engine.llm.client import LLMAuthError
 from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
+from engine.llm.seam import LLMAuthError
 from studio import editor, figures, progress, queries, review_ui, state, widgets
 from studio.refresh import AppRefresh
 

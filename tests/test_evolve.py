@@ -513,7 +513,7 @@ class _FailsForGood(OfflineProposer):
 
     def propose(self, role, context):
         if role == "improver":
-            from engine.llm.client import LLMCallFailed
+            from engine.llm.seam import LLMCallFailed
 
             raise LLMCallFailed("the improver call failed after 5 attempts: HTTP 500")
         return super().propose(role, context)
@@ -522,7 +522,7 @@ class _FailsForGood(OfflineProposer):
 def test_a_generation_whose_agent_fails_for_good_is_recorded_failed_not_left_running(demo_store, executor):
     """It stayed "running", which reads as a run still going or one the studio was stopped in (a review against a
     server that failed mid-generation). A rerun redoes it."""
-    from engine.llm.client import LLMCallFailed
+    from engine.llm.seam import LLMCallFailed
 
     with pytest.raises(LLMCallFailed):
         evolve(demo_store, _FailsForGood(), executor, 1)

@@ -233,7 +233,8 @@ def test_a_job_that_cannot_start_leaves_the_workspace_free(tmp_path):
 
 def test_stop_now_cuts_an_llm_call_in_flight_instead_of_waiting_for_its_answer(workdir, fake_openai):
     from engine.agents.llm.proposer import LLMProposer
-    from engine.llm.client import LLMConfig, OpenAICompatibleClient
+    from engine.llm.client import OpenAICompatibleClient
+    from engine.llm.config import LLMConfig
 
     fake_openai.hang(60, then="too late")  # a one-request-at-a-time local server, slow to answer
     client = OpenAICompatibleClient(LLMConfig(base_url=fake_openai.base_url, api_key="sk-test", timeout_s=120,

@@ -9,17 +9,10 @@ import pandas as pd
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from engine.llm.client import (
-    LOCAL_KEY,
-    Budget,
-    BudgetExhausted,
-    LLMAuthError,
-    LLMCallFailed,
-    LLMConfig,
-    OpenAICompatibleClient,
-    PriceTable,
-    request_hash,
-)
+from engine.llm.client import OpenAICompatibleClient, request_hash
+from engine.llm.config import LOCAL_KEY, LLMConfig
+from engine.llm.costs import Budget, BudgetExhausted, PriceTable
+from engine.llm.seam import LLMAuthError, LLMCallFailed
 from engine.store.workspace import Store
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -466,9 +459,9 @@ def test_a_server_that_stops_answering_is_not_waited_for_call_after_call(fake_op
 def test_a_long_wait_before_a_retry_is_said_and_a_context_overflow_names_the_setting(fake_openai, monkeypatch):
     """A 429 with Retry-After: 120 was honoured in silence (minutes that looked like a hang); a context-length
     refusal did not name the setting that makes the request smaller."""
-    import engine.llm.client as client_module
+    import engine.llm.transport as transport_module
 
-    monkeypatch.setattr(client_module, "LONG_WAIT_S", 1.0)  # a test-sized "long" wait
+    monkeypatch.setattr(transport_module, "LONG_WAIT_S", 1.0)  # a test-sized "long" wait
     fake_openai.fail(429, headers={"Retry-After": "1"})
     fake_openai.reply("done")
     client = make_client(fake_openai)

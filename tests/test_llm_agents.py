@@ -17,7 +17,10 @@ from engine.agents.mixed import MixedProposer
 from engine.agents.offline.proposer import OfflineProposer
 from engine.domain import ABSTAIN, Annotator, AnnotatorScore, Candidate, Example, Task, code_hash
 from engine.events import EventKind
-from engine.llm.client import Budget, LLMAuthError, LLMCallFailed, LLMConfig, OpenAICompatibleClient
+from engine.llm.client import OpenAICompatibleClient
+from engine.llm.config import LLMConfig
+from engine.llm.costs import Budget
+from engine.llm.seam import LLMAuthError, LLMCallFailed
 from engine.metrics.score import score_annotator
 from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, extract_code
 from engine.store.workspace import Store

@@ -9,7 +9,9 @@ from fake_openai_server import FakeOpenAIServer
 from test_llm_runs import SPAM_CODE, evopool
 
 from engine.agents.llm.proposer import LLMProposer
-from engine.llm.client import LLMCallSkipped, LLMConfig, LLMEndpointDown, OpenAICompatibleClient
+from engine.llm.client import OpenAICompatibleClient
+from engine.llm.config import LLMConfig
+from engine.llm.seam import LLMCallSkipped, LLMEndpointDown
 
 MESSAGES = [{"role": "user", "content": "Write an annotator."}]
 

@@ -21,7 +21,9 @@ from engine.agents.llm.proposer import LLMProposer
 from engine.agents.llm.spec_mode import parse_specs
 from engine.domain import Example, Task
 from engine.events import EventKind
-from engine.llm.client import Budget, BudgetExhausted, LLMConfig, OpenAICompatibleClient
+from engine.llm.client import OpenAICompatibleClient
+from engine.llm.config import LLMConfig
+from engine.llm.costs import Budget, BudgetExhausted
 from engine.sandbox.checks import check_source
 from engine.specs.templates import AnnotatorSpec, render
 from engine.store.workspace import Store

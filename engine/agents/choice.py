@@ -12,7 +12,7 @@ from engine.agents.base import Proposer
 from engine.events import EventSink, quiet
 
 if TYPE_CHECKING:
-    from engine.llm.client import LLMConfig
+    from engine.llm.config import LLMConfig
     from engine.llm.costs import Budget, PriceTable
     from engine.store.workspace import Store
 
@@ -35,7 +35,8 @@ def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Map
     if agents == "offline":
         return OfflineProposer()
     from engine.agents.llm.proposer import LLMProposer
-    from engine.llm.client import OpenAICompatibleClient, PriceTable
+    from engine.llm.client import OpenAICompatibleClient
+    from engine.llm.costs import PriceTable
 
     config = llm_config(llm_overrides, secrets)
     if budget is None and store is not None:
@@ -54,6 +55,6 @@ def make_proposer(agents: str, store: Store | None = None, *, llm_overrides: Map
 def llm_config(llm_overrides: Mapping[str, Any] | None, secrets: Mapping[str, Any] | None) -> LLMConfig:
     """The LLM agents' settings as a run resolves them: the caller's non-blank overrides, then the environment, then
     `secrets` (the studio checks them before Run with this, so the check and the run agree)."""
-    from engine.llm.client import LLMConfig
+    from engine.llm.config import LLMConfig
 
     return LLMConfig.from_env({k: v for k, v in (llm_overrides or {}).items() if v}, secrets=secrets)

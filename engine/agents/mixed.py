@@ -14,7 +14,7 @@ from engine.agents.base import ProposalContext, Proposer
 from engine.agents.llm.proposer import endpoint_stopped_note
 from engine.domain import Candidate
 from engine.events import EventKind, EventSink, quiet
-from engine.llm.client import LLMCallSkipped, LLMEndpointDown, LLMError
+from engine.llm.seam import LLMCallSkipped, LLMEndpointDown, LLMError
 
 
 class MixedProposer:

@@ -1,5 +1,5 @@
-"""The LLM seam: the `LLMClient` protocol and the adapter for any OpenAI-compatible endpoint (client.py),
-prices and the spending budget (costs.py).
-
-The only package that imports openai. May import `engine.domain` and `engine.store`.
+"""The LLM seam, the only package that imports openai: what the agents need (`seam`: LLMClient, LLMReply, the
+errors), the settings (`config`), the adapter for any OpenAI-compatible endpoint (`client`) over its HTTP layer
+(`transport`), reading the server (`adapt`, `presets`), and prices and the spending budget (`costs`).
+May import `engine.domain` and `engine.store`.
 """

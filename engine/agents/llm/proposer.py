@@ -28,7 +28,8 @@ from engine.agents.base import ProposalContext
 from engine.agents.llm import prompts, spec_mode
 from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
-from engine.llm.client import BudgetExhausted, LLMCallFailed, LLMCallSkipped, LLMClient, LLMReply
+from engine.llm.costs import BudgetExhausted
+from engine.llm.seam import LLMCallFailed, LLMCallSkipped, LLMClient, LLMReply
 from engine.sandbox.checks import CodeRejected, Fenced, check_source, extract_code, fenced_blocks
 
 MODES = ("code", "spec", "auto")

@@ -14,7 +14,7 @@ import pytest
 from engine.agents.choice import AGENT_CHOICES
 from engine.aggregators.choice_names import reads_votes
 from engine.aggregators.registry import AGGREGATORS, DEFAULT_AGGREGATOR
-from engine.cli import build_parser
+from engine.cli.parser import build_parser
 from engine.domain import AUDIT, FITNESS
 from engine.embed.registry import EMBEDDERS
 from engine.jobs import start_labels
@@ -444,7 +444,7 @@ def test_pool_add_of_a_members_replacement_retires_the_member_the_gate_prunes(tm
 
 
 def test_a_run_with_model_code_names_the_sandbox_layers_this_machine_lacks(capsys):
-    from engine.cli import _warn_weak_sandbox
+    from engine.cli.commands import _warn_weak_sandbox
 
     class Machine:  # what a machine without Landlock and cgroups reports
         def containment(self):

@@ -35,7 +35,7 @@ from engine.metrics.score import (  # noqa: E402
     pool_macro_f1,
     score_annotator,  # noqa: E402
 )
-from engine.sandbox.checks import make_annotator  # noqa: E402
+from engine.sandbox.annotators import make_annotator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.domain import Candidate  # noqa: E402
-from engine.sandbox.checks import make_annotator  # noqa: E402
+from engine.sandbox.annotators import make_annotator  # noqa: E402
 from engine.sandbox.executor import SandboxExecutor  # noqa: E402
 
 WORDS = ["check", "subscribe", "channel", "free", "http", "love", "song", "video", "please", "money",

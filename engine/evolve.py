@@ -26,7 +26,8 @@ from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.metrics.estimate import estimate_macro_f1
 from engine.metrics.score import majority_vote, pool_macro_f1, score_annotator
 from engine.pseudo_labels import pseudo_label
-from engine.sandbox.checks import CodeRejected, make_annotator
+from engine.sandbox.annotators import make_annotator
+from engine.sandbox.checks import CodeRejected
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 

@@ -9,7 +9,7 @@ from engine.apply.votes import ensure_votes
 from engine.domain import FITNESS, Annotator, AnnotatorScore
 from engine.expert import review
 from engine.metrics.score import pool_macro_f1
-from engine.sandbox.checks import docstring_title
+from engine.sandbox.annotators import docstring_title
 from engine.specs.templates import parse_spec
 from engine.store.workspace import Store
 from studio import editor, queries, state

@@ -363,7 +363,7 @@ def test_pool_add_submits_an_expert_file_like_the_editor(tmp_path, demo_csv, cap
 def result_name(path: Path) -> str:
     """The name make_annotator gives a file without --name or docstring: human-<first six of its id>."""
     from engine.domain import Candidate
-    from engine.sandbox.checks import make_annotator
+    from engine.sandbox.annotators import make_annotator
 
     return make_annotator(Candidate(path.read_text(), "human"), 0, author="human").name
 

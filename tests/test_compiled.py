@@ -19,7 +19,7 @@ import pytest
 from engine.apply.compiled import Views, compile_annotator, compiles, fired, needle
 from engine.apply.executor import CompiledExecutor
 from engine.domain import ABSTAIN, Candidate
-from engine.sandbox.checks import make_annotator
+from engine.sandbox.annotators import make_annotator
 from engine.sandbox.executor import SandboxExecutor, jsonable
 from engine.specs.surface import MEASURES
 from engine.specs.templates import AnnotatorSpec, parse_spec, render
@@ -299,7 +299,7 @@ def test_hostile_templates_run_in_the_sandbox_with_the_sandboxes_result():
 
 def test_a_threshold_too_big_for_a_float_leaves_the_annotator_to_the_sandbox():
     from engine.domain import Candidate
-    from engine.sandbox.checks import make_annotator
+    from engine.sandbox.annotators import make_annotator
     from engine.specs.templates import AnnotatorSpec, render
 
     source = render(AnnotatorSpec("surface", "spam", feature="links", op=">=", threshold=10.0))

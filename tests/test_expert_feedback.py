@@ -15,7 +15,7 @@ from engine.domain import AUDIT, Example, Task
 from engine.evolve import EvolveConfig, build_context, evolve, expert_feedback
 from engine.expert import review
 from engine.ingest.importer import IngestOptions, import_path
-from engine.sandbox.checks import make_annotator
+from engine.sandbox.annotators import make_annotator
 from engine.sandbox.executor import SandboxExecutor
 from engine.specs.templates import AnnotatorSpec, parse_spec
 from engine.store.workspace import Store

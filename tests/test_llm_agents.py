@@ -22,7 +22,8 @@ from engine.llm.config import LLMConfig
 from engine.llm.costs import Budget
 from engine.llm.seam import LLMAuthError, LLMCallFailed
 from engine.metrics.score import score_annotator
-from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, extract_code
+from engine.sandbox.checks import ALLOWED_IMPORTS, check_source
+from engine.sandbox.replies import extract_code
 from engine.store.workspace import Store
 
 TASK = Task("sms", ("ham", "spam"), {"ham": "a normal personal message", "spam": "unsolicited advertising"},

@@ -22,7 +22,8 @@ from engine.agents.offline.selection import Proposal, SelectConfig, _viable, hal
 from engine.domain import ABSTAIN, Annotator, Candidate, Example, Task
 from engine.metrics.score import score_annotator
 from engine.pseudo_labels import PseudoLabels
-from engine.sandbox.checks import ALLOWED_IMPORTS, check_source, make_annotator
+from engine.sandbox.annotators import make_annotator
+from engine.sandbox.checks import ALLOWED_IMPORTS, check_source
 from engine.specs.surface import MEASURES
 from engine.specs.templates import AnnotatorSpec, parse_spec, render
 from engine.text_views import NEAR, NEAR_MIN_SHARE, TEXT_VIEWS, mined_views, view_text

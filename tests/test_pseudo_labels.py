@@ -14,7 +14,7 @@ from engine.domain import ABSTAIN, FITNESS, Candidate, Example, Task
 from engine.evolve import EvolveConfig, pool_evidence, run_generation
 from engine.ingest.importer import IngestOptions, import_frame
 from engine.pseudo_labels import MINED_ON_GUESSES, PseudoLabels, _refits, pseudo_label
-from engine.sandbox.checks import make_annotator
+from engine.sandbox.annotators import make_annotator
 from engine.specs.templates import AnnotatorSpec
 from engine.store.workspace import Store
 

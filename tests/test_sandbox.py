@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.domain import ABSTAIN, Annotator, Candidate
-from engine.sandbox.checks import make_annotator
+from engine.sandbox.annotators import make_annotator
 from engine.sandbox.executor import Executor, SandboxExecutor
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""engine.sandbox.checks: extracting annotator source from LLM text, checking it, normalising and naming it."""
+"""engine.sandbox.replies, checks and annotators: annotator source out of LLM text, checked, normalised and named."""
 from __future__ import annotations
 
 import json
@@ -8,14 +8,9 @@ import pytest
 
 from engine.agents.llm.proposer import split_reply
 from engine.domain import Candidate, code_hash
-from engine.sandbox.checks import (
-    ALLOWED_IMPORTS,
-    CodeRejected,
-    check_source,
-    extract_code,
-    fenced_blocks,
-    make_annotator,
-)
+from engine.sandbox.annotators import make_annotator
+from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, check_source
+from engine.sandbox.replies import extract_code, fenced_blocks
 
 GOOD = textwrap.dedent('''
     """Spam words."""

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from engine.domain import Candidate
-from engine.sandbox.checks import make_annotator
+from engine.sandbox.annotators import make_annotator
 from engine.sandbox.executor import SandboxExecutor
 from studio.sandboxes import SandboxLeases
 

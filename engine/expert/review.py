@@ -28,7 +28,8 @@ from engine.expert.explain import THIN_CLASS_ROWS, Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.markdown import escape_md
 from engine.metrics.score import chance_precision, pool_macro_f1, score_annotator
-from engine.sandbox.checks import CodeRejected, make_annotator
+from engine.sandbox.annotators import make_annotator
+from engine.sandbox.checks import CodeRejected
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 

@@ -16,11 +16,10 @@ import re
 import string
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.domain import Annotator, Candidate
+    pass
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"re", "math", "string", "collections", "itertools", "functools", "unicodedata"}
@@ -85,35 +84,6 @@ ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(_public_names(
     re, math, string, collections, itertools, functools, unicodedata,
 ) - {"mro", "Formatter", "format_map"})
 MAX_SOURCE_CHARS = 100_000
-# a fence opens at the start of a line (a reply's inline ```code``` span is prose) and closes at the start of a later
-# one, or the block runs to the end of the reply (a reply cut off inside it)
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:(^[ \t]*```)|\Z)", re.DOTALL | re.MULTILINE)
-_DEFINES_ANNOTATE = re.compile(r"^\s*def\s+annotate\s*\(", re.MULTILINE)
-_PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
-
-
-@dataclass(frozen=True)
-class Fenced:
-    """One fenced block of a reply: its tag (``python`` -> "python"), its body, where it spans in the reply, and
-    whether its closing fence came (False: the reply ended inside it)."""
-
-    tag: str
-    body: str
-    start: int
-    end: int
-    closed: bool
-
-    @property
-    def python(self) -> bool:
-        """Tagged python (or untagged) and not empty: a block that may hold code."""
-        return self.tag.lower() in _PYTHON_TAGS and bool(self.body.strip())
-
-
-def fenced_blocks(text: str) -> list[Fenced]:
-    """Every fenced block of `text` in order (the one fence grammar of code replies, spec replies and the editor)."""
-    return [Fenced(m.group(1), m.group(2), m.start(), m.end(), m.group(3) is not None) for m in _FENCE.finditer(text)]
-
-
 class CodeRejected(ValueError):
     """Source that will not become an annotator; `reason` says why in one line."""
 
@@ -122,39 +92,13 @@ class CodeRejected(ValueError):
         self.reason = reason
 
 
-def extract_code(text: str) -> str:
-    """Pull the annotator source out of an LLM reply.
-
-    Fenced blocks tagged python (or untagged) win; among several, the last one defining `annotate`
-    (a reply's revised version usually comes last). Unfenced text is taken as-is when it parses as code.
-    """
-    blocks = [block.body for block in fenced_blocks(text) if block.python]
-    if blocks:
-        with_annotate = [b for b in blocks if _DEFINES_ANNOTATE.search(b)]
-        chosen = with_annotate[-1] if with_annotate else blocks[0]
-        return chosen.strip("\n") + "\n"
-    if "```" not in text and _looks_like_code(text):
-        return text.strip("\n") + "\n"
-    raise CodeRejected("no code block found")
-
-
-def _looks_like_code(text: str) -> bool:
-    """Prose can parse as Python (`hello`), so require a definition, import or assignment."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    kinds = (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
-    return any(isinstance(node, kinds) for node in tree.body)
-
-
 def check_source(source: str) -> str:
     """Check annotator source and return it normalised (`ast.unparse`: comments and layout dropped). Code nested
     too deep for the checker's own recursion is rejected, never an error of the checker's."""
-    return _checked(source)[1]
+    return checked(source)[1]
 
 
-def _checked(source: str) -> tuple[ast.Module, str]:
+def checked(source: str) -> tuple[ast.Module, str]:
     """The checked tree and its normalised source; code nested too deep for the checker's recursion is rejected."""
     try:
         tree = _checked_tree(source)
@@ -401,53 +345,10 @@ def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and len(name) > 4
 
 
-def make_annotator(candidate: Candidate, generation: int, author: str = "agent") -> Annotator:
-    """Check and normalise a proposer's candidate into an `Annotator` whose id is its code hash."""
-    from engine.domain import Annotator, code_hash  # runtime import: keeps numpy out of the worker
-
-    source = candidate.source
-    if "```" in source:
-        source = extract_code(source)
-    tree, normalised = _checked(source)
-    annotator_id = code_hash(normalised)
-    name = clean_text(candidate.name.strip() or _docstring_title(tree) or f"{candidate.agent}-{annotator_id[:6]}")
-    return Annotator(
-        id=annotator_id,
-        name=name,
-        source=normalised,
-        agent=candidate.agent,
-        generation=generation,
-        parent_ids=tuple(candidate.parent_ids),
-        author=author,
-        rationale=clean_text(candidate.rationale),
-        mined_on_guesses=candidate.mined_on_guesses,
-    )
-
-
 def clean_text(text: str) -> str:
     """Text from untrusted code or a model (a name, an error message) made storable: a lone surrogate, which UTF-8
     cannot hold and DuckDB refuses (every later run then failed on the same row), becomes its `\\udXXX` escape."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def docstring_title(source: str) -> str:
-    """The name `make_annotator` reads from a source's `annotate` docstring ("" when it has none or does not
-    parse)."""
-    try:
-        return _docstring_title(ast.parse(source))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return ""
-
-
-def _docstring_title(tree: ast.Module) -> str:
-    """First non-empty line of `annotate`'s docstring, trimmed to a short name."""
-    for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef) and stmt.name == "annotate":
-            doc = ast.get_docstring(stmt) or ""
-            for text_line in doc.splitlines():
-                if text_line.strip():
-                    return text_line.strip()[:80]
-    return ""
 
 
 class LabelIndex:

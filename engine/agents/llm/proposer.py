@@ -30,7 +30,8 @@ from engine.domain import AGENT_ROLES, Annotator, Candidate, Task, code_hash
 from engine.events import EventKind, EventSink
 from engine.llm.costs import BudgetExhausted
 from engine.llm.seam import LLMCallFailed, LLMCallSkipped, LLMClient, LLMReply
-from engine.sandbox.checks import CodeRejected, Fenced, check_source, extract_code, fenced_blocks
+from engine.sandbox.checks import CodeRejected, check_source
+from engine.sandbox.replies import Fenced, extract_code, fenced_blocks
 
 MODES = ("code", "spec", "auto")
 AUTO_SWITCH_AFTER = 2  # free-code calls in a row with nothing usable before "auto" switches to spec

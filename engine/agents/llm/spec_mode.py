@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.domain import Task
-from engine.sandbox.checks import LabelIndex, fenced_blocks
+from engine.sandbox.checks import LabelIndex
+from engine.sandbox.replies import fenced_blocks
 from engine.specs.templates import VIEW_PHRASES, AnnotatorSpec, render
 from engine.text_views import mined_views, task_views
 

@@ -37,7 +37,8 @@ from engine.embed.cache import embed_texts  # noqa: E402
 from engine.embed.registry import get_embedder  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
-from engine.labeling import masked_embeddings, soft_labels  # noqa: E402
+from engine.labeling.features import masked_embeddings  # noqa: E402
+from engine.labeling.fit import soft_labels  # noqa: E402
 from engine.metrics.score import macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

@@ -41,7 +41,7 @@ from engine.agents.offline.selection import SelectConfig  # noqa: E402
 from engine.aggregators.auto import AutoAggregator  # noqa: E402
 from engine.domain import AUDIT  # noqa: E402
 from engine.evolve import current_dev_macro_f1  # noqa: E402
-from engine.labeling import labeling_inputs  # noqa: E402
+from engine.labeling.fit import labeling_inputs  # noqa: E402
 from engine.metrics.score import pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

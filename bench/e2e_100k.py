@@ -48,7 +48,7 @@ from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.export.files import write_export  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
-from engine.labeling import soft_labels  # noqa: E402
+from engine.labeling.fit import soft_labels  # noqa: E402
 from engine.metrics.score import macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

@@ -32,7 +32,7 @@ from engine.apply.executor import CompiledExecutor  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.expert.queue import STRATEGIES, suggest_rows, teach  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_path  # noqa: E402
-from engine.labeling import evaluate  # noqa: E402
+from engine.labeling.evaluate import evaluate  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 
 WHO = "simulated expert"

@@ -49,7 +49,7 @@ from engine.embed.registry import get_embedder  # noqa: E402
 from engine.evolve import EvolveConfig, current_dev_macro_f1, evolve  # noqa: E402
 from engine.gate import GateConfig  # noqa: E402
 from engine.ingest.importer import IngestOptions, import_frame, import_path  # noqa: E402
-from engine.labeling import evaluate  # noqa: E402
+from engine.labeling.evaluate import evaluate  # noqa: E402
 from engine.metrics.score import accuracy, macro_f1, majority_vote, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 from engine.text_views import masked_views, task_views  # noqa: E402

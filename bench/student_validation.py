@@ -40,7 +40,7 @@ from engine.apply.executor import CompiledExecutor  # noqa: E402
 from engine.apply.votes import ensure_votes  # noqa: E402
 from engine.evolve import EvolveConfig, evolve  # noqa: E402
 from engine.ingest.readers import read_wrench  # noqa: E402
-from engine.labeling import labeling_inputs  # noqa: E402
+from engine.labeling.fit import labeling_inputs  # noqa: E402
 from engine.metrics.score import macro_f1, pool_macro_f1  # noqa: E402
 from engine.store.workspace import Store  # noqa: E402
 

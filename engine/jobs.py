@@ -298,12 +298,12 @@ def start_embed(workdir: str | Path, registry: JobRegistry = REGISTRY) -> Job:
     """Embed every row in the background as soon as it is imported (while the expert reads the data and evolves
     the pool), so the first soft labels need not wait minutes for it. Stopped, it keeps every round it saved; run
     again, it embeds only what is missing."""
-    from engine import labeling
+    from engine.labeling import features
 
     def work(ctx: JobContext) -> int:
         _yield_the_cpu()
         ctx.begin_stage(0.0, 1.0, "embedding texts")
-        return labeling.warm_embeddings(ctx.store, on_event=ctx.emit)
+        return features.warm_embeddings(ctx.store, on_event=ctx.emit)
 
     return registry.start("embed", workdir, work, {})
 
@@ -334,7 +334,7 @@ def _wait_for_embedding(ctx: JobContext, registry: JobRegistry) -> None:
 def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, compare: bool = True,
                  executor_factory: Callable[[], Any] | None = None, registry: JobRegistry = REGISTRY) -> Job:
     """Compute soft labels for every row (votes on all splits, embeddings, aggregator fit) in the background."""
-    from engine import labeling
+    from engine.labeling import evaluate, fit
 
     def work(ctx: JobContext) -> Path:
         store = ctx.store
@@ -344,14 +344,14 @@ def start_labels(workdir: str | Path, aggregator: str = DEFAULT_AGGREGATOR, *, c
         _wait_for_embedding(ctx, registry)
         with (executor_factory or _sandbox)() as executor:
             ctx.begin_stage(0.02, 0.4 if compare else 0.98, f"labeling every row with {aggregator}")
-            result = labeling.soft_labels(store, executor, aggregator, on_event=ctx.emit)
+            result = fit.soft_labels(store, executor, aggregator, on_event=ctx.emit)
             comparison = None
             if compare:
                 # the labels first: the screen shows them (and their estimate) while the comparison, which took twice
                 # as long as the labels on ChemProt, goes on
                 save_labels(ctx.job.workdir, aggregator, result, None, key, pool)
                 ctx.begin_stage(0.4, 0.98, "soft labels saved; comparing aggregators on dev (out-of-fold)")
-                comparison = labeling.compare_aggregators(store, executor, on_event=ctx.emit)
+                comparison = evaluate.compare_aggregators(store, executor, on_event=ctx.emit)
         return save_labels(ctx.job.workdir, aggregator, result, comparison, key, pool)
 
     return registry.start("labels", workdir, work, {"aggregator": aggregator, "compare": compare})

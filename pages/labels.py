@@ -5,7 +5,8 @@ from engine.aggregators.registry import DEFAULT_AGGREGATOR, DESCRIPTIONS, aggreg
 from engine.export import files as export
 from engine.export import hf as export_hf
 from engine.jobs import REGISTRY, start_labels
-from engine.labeling import THRESHOLD, aggregators_for
+from engine.labeling.features import aggregators_for
+from engine.labeling.fit import THRESHOLD
 from engine.markdown import escape_md
 from engine.store.saved_labels import stale_reason
 from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets

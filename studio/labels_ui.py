@@ -17,7 +17,7 @@ from engine.aggregators.choice_names import (
 from engine.aggregators.registry import aggregator_entry, predict_labels
 from engine.domain import ABSTAIN, AUDIT, AutoChoice, SoftLabels
 from engine.export import files as export
-from engine.labeling import multilabel_scores
+from engine.labeling.fit import multilabel_scores
 from engine.metrics import score
 from engine.store.saved_labels import SavedLabels, load_labels
 from engine.store.workspace import Store

@@ -28,7 +28,7 @@ from engine.aggregators.registry import (
     reliability,
 )
 from engine.domain import ABSTAIN, Task
-from engine.labeling import distinct_pairs, feature_kinds, relation_texts, text_features
+from engine.labeling.features import distinct_pairs, feature_kinds, relation_texts, text_features
 from engine.metrics.score import accuracy, macro_f1
 from engine.text_views import relation_context, view_text
 
@@ -338,7 +338,7 @@ def test_predicting_in_chunks_gives_every_row_the_same_probabilities(monkeypatch
     """`predict_rows` cuts large corpora into chunks (and large TF-IDF into per-chunk lazy rows): every
     aggregator must label each row as it does in one piece, and a chunk computes only the TF-IDF it reads."""
     import engine.aggregators.features as features
-    from engine.labeling import predict_rows
+    from engine.labeling.fit import predict_rows
 
     rng = np.random.default_rng(3)
     words = np.array(["free", "prize", "call", "now", "later", "win", "see", "you", "me", "cash", "ok", "go"])

@@ -22,7 +22,7 @@ from engine.corpus.reading import CorpusError, find_files, iter_batches, survey
 from engine.corpus.shards import MANIFEST, OutputError, read_output
 from engine.export.files import labeled_frame
 from engine.jobs import JobRegistry, start_corpus_label
-from engine.labeling import soft_labels
+from engine.labeling.fit import soft_labels
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store
 
@@ -341,7 +341,7 @@ def test_the_corpus_labeler_reads_the_relation_feature_as_the_workspace_does(tmp
     builds it from each input's own spans exactly as labeling a workspace row does (same text, same vocabulary)."""
     from engine.expert import review
     from engine.ingest.importer import IngestOptions, import_frame
-    from engine.labeling import text_features
+    from engine.labeling.features import text_features
 
     verbs = ("inhibits", "activates", "binds")
     rows = []
@@ -386,7 +386,7 @@ def test_auto_labels_equal_the_workspace_export_on_a_pool_larger_than_its_studen
     import engine.embed.cache as embed_cache
     from engine.aggregators.student import unlabeled_sample
 
-    monkeypatch.setattr("engine.labeling.auto_unlabeled_sample",
+    monkeypatch.setattr("engine.labeling.fit.auto_unlabeled_sample",
                         lambda n, seed, n_classes: unlabeled_sample(n, seed, n // 2))
     store = Store.open(workspace)
     embedded: list[int] = []

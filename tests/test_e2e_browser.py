@@ -447,7 +447,7 @@ def test_ten_rows_labeled_on_the_keyboard_alone(tmp_path):
     from engine.apply.executor import CompiledExecutor
     from engine.evolve import evolve
     from engine.ingest.importer import IngestOptions, import_path
-    from engine.labeling import text_features
+    from engine.labeling.features import text_features
     from engine.store.workspace import Store
 
     home = tmp_path / "home"

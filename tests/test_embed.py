@@ -238,12 +238,12 @@ def test_the_masked_views_progress_counts_both_views_once(store, minilm, monkeyp
     """The masked feature embeds two views of each row, one call each: both had reported 0..n, so the job's count
     went back to 0 halfway."""
     import engine.embed.registry as registry
-    from engine import labeling
+    from engine.labeling import features
 
     monkeypatch.setattr(registry, "get_embedder", lambda name="minilm": minilm)
     frame = pd.DataFrame({"text": ["aspirin inhibits cox", "drug binds the receptor"],
                           "fields": [{"span1": [0, 7], "span2": [17, 20]}, {"span1": [0, 4], "span2": [15, 23]}]})
     events = []
-    labeling.masked_embeddings(store, frame, lambda kind, payload: events.append((payload["done"], payload["total"])))
+    features.masked_embeddings(store, frame, lambda kind, payload: events.append((payload["done"], payload["total"])))
     done = [d for d, _ in events]
     assert done == sorted(done) and events[-1] == (4, 4) and {t for _, t in events} == {4}

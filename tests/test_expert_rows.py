@@ -10,7 +10,7 @@ from engine.domain import ABSTAIN, FITNESS
 from engine.evolve import evolve
 from engine.expert.rows import label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.ingest.importer import import_path
-from engine.labeling import soft_labels
+from engine.labeling.fit import soft_labels
 from engine.metrics.score import score_annotator
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store

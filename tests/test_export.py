@@ -14,7 +14,7 @@ from engine.evolve import evolve
 from engine.expert import review
 from engine.export.files import pool_as_python, write_export
 from engine.ingest.importer import IngestOptions, import_path
-from engine.labeling import soft_labels
+from engine.labeling.fit import soft_labels
 from engine.sandbox.executor import SandboxExecutor
 
 

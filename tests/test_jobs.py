@@ -341,19 +341,19 @@ def test_the_soft_labels_wait_for_a_running_embedding_job_instead_of_embedding_t
 
 def test_the_labels_are_saved_before_the_comparison_so_the_screen_shows_them_first(workdir, monkeypatch):
     """On ChemProt the comparison took twice as long as the labels themselves, and the screen waited for both."""
-    from engine import labeling
+    from engine.labeling import evaluate
 
     registry = JobRegistry()
     assert start_evolve(workdir, 1, proposer=KeywordProposer(), registry=registry).wait(120)
     comparing, release = threading.Event(), threading.Event()
-    real = labeling.compare_aggregators
+    real = evaluate.compare_aggregators
 
     def held(*args, **kwargs):
         comparing.set()
         release.wait(60)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(labeling, "compare_aggregators", held)
+    monkeypatch.setattr(evaluate, "compare_aggregators", held)
     job = start_labels(workdir, "mv", compare=True, registry=registry)
     assert comparing.wait(120)
     early = load_labels(workdir, "mv")

@@ -20,7 +20,8 @@ from engine.evolve import current_dev_macro_f1, evolve
 from engine.export.files import pool_as_python, write_export
 from engine.ingest.errors import IngestError
 from engine.ingest.importer import IngestOptions, import_path
-from engine.labeling import evaluate, fit_and_predict, soft_labels
+from engine.labeling.evaluate import evaluate
+from engine.labeling.fit import fit_and_predict, soft_labels
 from engine.metrics.score import exact_match, multilabel_f1, pool_macro_f1, score_annotator
 from engine.sandbox.executor import SandboxExecutor
 from engine.store.workspace import Store

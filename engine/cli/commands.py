@@ -218,7 +218,7 @@ def _not_complete(store: Store, target: int) -> str | None:
 
 def cmd_eval(args: argparse.Namespace) -> dict:
     from engine.apply.executor import default_executor
-    from engine.labeling import evaluate
+    from engine.labeling.evaluate import evaluate
 
     with default_executor() as executor:
         return evaluate(args.store, executor, args.split, args.aggregator, on_event=_progress(args.verbose),
@@ -258,7 +258,7 @@ def cmd_export(args: argparse.Namespace) -> dict:
         check_pool_destination(args.store, args.pool_python, args.out)
     if args.spreadsheet_safe and fmt != "csv":
         raise UsageError(f"--spreadsheet-safe makes a CSV safe to open in a spreadsheet; this export is {fmt}")
-    from engine.labeling import soft_labels
+    from engine.labeling.fit import soft_labels
 
     with default_executor() as executor:
         result = soft_labels(args.store, executor, args.aggregator, on_event=_progress(args.verbose),

@@ -24,15 +24,8 @@ from engine.corpus.reading import CorpusBatch, CorpusError
 from engine.domain import ABSTAIN, Annotator
 from engine.embed.registry import DEFAULT_EMBEDDER
 from engine.export.files import add_label_columns, field_cell, field_column, label_separator
-from engine.labeling import (
-    THRESHOLD,
-    feature_kinds,
-    fit_on_dev,
-    hard_labels,
-    masked_embeddings,
-    relation_texts,
-    student_unlabeled_rows,
-)
+from engine.labeling.features import feature_kinds, masked_embeddings, relation_texts
+from engine.labeling.fit import THRESHOLD, fit_on_dev, hard_labels, student_unlabeled_rows
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 from engine.text_views import masked_views, relation_context

@@ -22,7 +22,7 @@ from engine.apply.votes import ensure_votes
 from engine.domain import ABSTAIN, FITNESS
 from engine.expert.explain import THIN_CLASS_ROWS
 from engine.expert.rows import label_rows
-from engine.labeling import text_features
+from engine.labeling.features import text_features
 from engine.metrics.score import vote_counts
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store

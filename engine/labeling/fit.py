@@ -1,15 +1,7 @@
-"""From the pool's votes to soft labels: features, fitting on dev, honest dev scores, evaluation.
-
-Aggregators are fitted on dev labels only (Dawid–Skene, which needs no labels, on every row's votes).
-Dev rows get out-of-fold predictions, so every dev figure the studio or CLI shows is honest.
-Test labels are read only by `evaluate(split="test")`, after fitting.
-A multi-label task is labeled by MultiLabelEvoAgg (one binary model per class; "evoagg", "auto" and "auto-pool"
-all name it, "embedding" is it without the votes); a row gets every class whose probability reaches `threshold`.
-"""
+"""Fitting an aggregator on dev and labeling every row: out-of-fold dev figures, the estimate, multi-label tasks."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +9,9 @@ import numpy as np
 import pandas as pd
 
 from engine.aggregators.base import make_folds, oof_proba, take_rows
-from engine.aggregators.features import RELATION_NGRAMS, join_unit_rows, tfidf_rows
 from engine.aggregators.learning_curve import learning_curve_gain
 from engine.aggregators.parallel import prewarm_workers
 from engine.aggregators.registry import (
-    AGGREGATORS,
-    DEFAULT_AGGREGATOR,
     MultiLabelEvoAgg,
     aggregator_entry,
     expected_calibration_error,
@@ -31,14 +20,13 @@ from engine.aggregators.registry import (
 )
 from engine.aggregators.student import auto_unlabeled_sample
 from engine.apply.votes import ensure_votes
-from engine.domain import ABSTAIN, AUDIT, AutoChoice, DevScores, Estimate, SoftLabels, Task
-from engine.embed.base import Embedder
+from engine.domain import ABSTAIN, AUDIT, AutoChoice, DevScores, Estimate, SoftLabels
 from engine.events import EventKind, EventSink, quiet
+from engine.labeling.features import feature_kinds, text_features
 from engine.metrics.estimate import estimate_macro_f1
-from engine.metrics.score import accuracy, exact_match, macro_f1, majority_vote, multilabel_f1
+from engine.metrics.score import accuracy, exact_match, macro_f1, multilabel_f1
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
-from engine.text_views import masked_views, relation_context, task_views
 
 THRESHOLD = 0.5  # multi-label: a class is predicted where its probability reaches this
 # rows predicted at once: every aggregator reads each row alone, so chunks give the same numbers, and at 100K rows
@@ -54,115 +42,6 @@ class LabelingResult:
     dev_scores: DevScores = field(default_factory=DevScores)  # dev out-of-fold figures, and auto's choice
     dev_oof_probs: np.ndarray | None = None  # (n_dev, k)
     threshold: float | None = None  # multi-label only: the probability a class needs to be predicted
-
-
-def aggregators_for(task: Task) -> tuple[str, ...]:
-    """The aggregators a task can use: vote-only ones give one label per row, so none of them is multi-label."""
-    return tuple(a for a in AGGREGATORS if not (task.multi_label and aggregator_entry(a).votes_only))
-
-
-def feature_kinds(task: Task, aggregator: str) -> tuple[str, ...]:
-    """The text views an aggregator reads. `auto` weighs them all: sentence embeddings, TF-IDF n-grams and,
-    on relation tasks (two entity spans), TF-IDF of the words between and around the mentions marked by place, the
-    classic relation cue that a whole-sentence embedding dilutes, and embeddings of the sentence with the mentions
-    masked."""
-    if aggregator_entry(aggregator).chooses:
-        relation = "between" in task_views(task.fields)
-        return ("embedding", "tfidf") + (("relation", "masked") if relation else ())
-    return ("embedding",) if aggregator_entry(aggregator).reads_text else ()
-
-
-def distinct_pairs(frame: pd.DataFrame) -> tuple[list[int], np.ndarray]:
-    """The row position of each distinct (text, spans), in first-occurrence order, and each row's index among them.
-    The relation views read nothing else of a row, and a corpus repeats them (100K rows resampled from ChemProt's
-    train split hold at most its 12,861): each is worked out once per distinct pair."""
-    position: dict[tuple[str, str, str], int] = {}
-    first: list[int] = []
-    inverse = np.empty(len(frame), dtype=np.int64)
-    for row, (fields, text) in enumerate(zip(frame["fields"], frame["text"], strict=True)):
-        key = (text, repr(fields.get("span1")), repr(fields.get("span2")))
-        index = position.setdefault(key, len(position))
-        if index == len(first):
-            first.append(row)
-        inverse[row] = index
-    return first, inverse
-
-
-def relation_texts(frame: pd.DataFrame, distinct: tuple[list[int], np.ndarray] | None = None) -> list[str]:
-    """Each row's `relation_context`: the words between and around its two entity mentions, marked by place.
-    `distinct`: `distinct_pairs(frame)`, when the caller has it."""
-    first, inverse = distinct or distinct_pairs(frame)
-    fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
-    context = [relation_context({**fields[row], "text": texts[row]}) for row in first]
-    return [context[index] for index in inverse]
-
-
-def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
-                  on_event: EventSink = quiet, fit_frame: pd.DataFrame | None = None,
-                  embedder: Embedder | None = None) -> dict[str, object]:
-    """Named feature matrices for the rows of `frame`: sentence embeddings (cached in the workspace), TF-IDF
-    of the text and, for "relation", TF-IDF of the words between and around the two entity mentions. The TF-IDF
-    vocabularies are fitted on `fit_frame`'s texts (default: `frame`'s): pass every row of the workspace so a
-    row gets the same features whichever splits are being labeled (no label is read there)."""
-    texts = list(frame["text"])
-    fit_texts = None if fit_frame is None else list(fit_frame["text"])
-    out: dict[str, object] = {}
-    if "embedding" in kinds:
-        from engine.embed.cache import embed_texts
-        from engine.embed.registry import workspace_embedder
-
-        def progress(done: int, total: int) -> None:
-            on_event(EventKind.EMBEDDING, {"done": done, "total": total})
-
-        out["embedding"] = embed_texts(store, texts, embedder or workspace_embedder(store), progress)
-    if "tfidf" in kinds:
-        out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
-    distinct = distinct_pairs(frame) if {"masked", "relation"} & set(kinds) else None
-    if "masked" in kinds:
-        out["masked"] = masked_embeddings(store, frame, on_event, distinct, embedder)
-    if "relation" in kinds:
-        context = relation_texts(frame, distinct)
-        if any(context):  # no well-formed entity pair anywhere: no such view to learn from
-            out["relation"] = tfidf_rows(context, fit_texts=None if fit_frame is None else relation_texts(fit_frame),
-                                         word_ngrams=RELATION_NGRAMS)
-    return out
-
-
-def warm_embeddings(store: Store, on_event: EventSink = quiet) -> int:
-    """Embed every row the way the default labels will read it (the sentence, and on relation tasks its masked
-    views), into the workspace's cache, so the soft labels need not wait for it. Returns the rows covered."""
-    from engine.embed.registry import workspace_embedder
-
-    kinds = tuple(k for k in feature_kinds(store.load_task(), DEFAULT_AGGREGATOR) if k in ("embedding", "masked"))
-    frame = store.examples_frame()
-    embedder = workspace_embedder(store)
-    if hasattr(embedder, "num_threads"):  # one core for the work ahead, the other for the screens the expert uses
-        embedder.num_threads = 1
-    text_features(store, frame, kinds, on_event, embedder=embedder)
-    return len(frame)
-
-
-def masked_embeddings(store: Store, frame: pd.DataFrame, on_event: EventSink = quiet,
-                      distinct: tuple[list[int], np.ndarray] | None = None,
-                      embedder: Embedder | None = None) -> np.ndarray:
-    """The "masked" feature of relation tasks: sentence embeddings of the two `masked_views` (mentions replaced
-    by X and Y; the sentence, and the part between the mentions), joined. Cached in the workspace like any text."""
-    from engine.embed.cache import embed_texts
-    from engine.embed.registry import workspace_embedder
-
-    first, inverse = distinct or distinct_pairs(frame)  # joined once per distinct pair, then spread to its rows
-    fields, texts = frame["fields"].to_numpy(), frame["text"].to_numpy()
-    pairs = [masked_views({**fields[row], "text": texts[row]}) for row in first]
-    embedder = embedder or workspace_embedder(store)
-
-    def progress(part: int) -> Callable[[int, int], None]:
-        """One count over both views' texts: each call of `embed_texts` counts its own from 0."""
-        def report(done: int, total: int) -> None:
-            on_event(EventKind.EMBEDDING, {"done": part * total + done, "total": 2 * total, "view": "masked"})
-        return report
-
-    joined = join_unit_rows(*(embed_texts(store, [p[i] for p in pairs], embedder, progress(i)) for i in (0, 1)))
-    return joined if len(first) == len(frame) else joined[inverse]
 
 
 def predict_rows(model, votes: np.ndarray, features: dict | None, chunk: int = PREDICT_ROWS) -> np.ndarray:
@@ -385,81 +264,3 @@ def soft_labels(store: Store, executor: Executor, aggregator: str = "auto", seed
                 on_event: EventSink = quiet, threshold: float = THRESHOLD) -> LabelingResult:
     """Soft labels for every row of the workspace (what `export` writes)."""
     return fit_and_predict(store, executor, aggregator, None, seed, on_event, threshold=threshold)
-
-
-def evaluate(store: Store, executor: Executor, split: str = "test", aggregator: str = "mv", seed: int = 0,
-             on_event: EventSink = quiet, threshold: float = THRESHOLD) -> dict:
-    """Quality on a labeled split. Every row counts: a row that gets no label is wrong."""
-    if split not in ("test", "dev"):
-        raise ValueError("evaluate on 'test' or 'dev'")
-    if not store.count_examples(split):  # every labeled row went to dev (no more than the dev size): nothing to score
-        raise ValueError(f"the workspace has no {split} rows to score" + (
-            ": every labeled row went to dev; import more labeled rows, or score dev (--split dev)"
-            if split == "test" else ""))
-    splits = ("dev",) if split == "dev" else ("dev", split)
-    # dev rows must be out-of-fold only when dev is the split being scored
-    result = fit_and_predict(store, executor, aggregator, splits, seed, on_event, score_dev=split == "dev",
-                             threshold=threshold)
-    task = store.load_task()
-    gold = store.gold(split)  # (n,) labels, or (n, k) label sets on a multi-label task
-    gold_row = {e: i for i, e in enumerate(store.example_ids(split))}
-    rows = np.array([i for i, ex in enumerate(result.soft.example_ids) if ex in gold_row], dtype=int)
-    y = gold[[gold_row[result.soft.example_ids[i]] for i in rows]]
-    hard = result.hard[rows]
-    coverage = round(float((result.n_votes[rows] > 0).mean()), 4)
-    if task.multi_label:
-        figures = {"multi_label": True, "threshold": threshold, **multilabel_scores(y, hard), "coverage": coverage,
-                   "labeled": round(float(hard.any(axis=1).mean()), 4) if len(rows) else 0.0}
-    else:
-        figures = {"macro_f1": round(macro_f1(y, hard, len(task.labels)), 4), "accuracy": round(accuracy(y, hard), 4),
-                   "coverage": coverage, "labeled": round(float((hard != ABSTAIN).mean()), 4)}
-    out = {
-        "split": split,
-        "aggregator": aggregator,
-        **figures,
-        "n": int(len(rows)),
-        "pool_size": len(store.pool_ids()),
-        "generation": store.last_complete_generation(),
-        **{key: value for key, value in result.dev_scores.to_dict().items()
-           if key in ("chosen", "chosen_on", "uses_pool", "estimate", "interval", "judged_on", "n_rows",
-                      "thin_classes", "unjudged_classes")},
-    }
-    if not task.multi_label:
-        out["pool_majority_vote"] = pool_majority_vote(store, y, [result.soft.example_ids[i] for i in rows],
-                                                       len(task.labels))
-        if out.get("uses_pool") is False:
-            out["note"] = ("these labels read no votes: the pool did not shape them (the model chosen learned from "
-                           "the text alone); pool_majority_vote is the pool's own figure")
-    return out
-
-
-def pool_majority_vote(store: Store, y: np.ndarray, example_ids: list[str], n_classes: int) -> dict | None:
-    """The pool's own figure on these rows: its majority vote's macro-F1 (a row nobody votes on is wrong) and the
-    share of rows it covers; None for an empty pool."""
-    pool = store.pool_ids()
-    if not pool:
-        return None
-    votes = store.vote_matrix(pool, example_ids=example_ids).votes
-    return {"macro_f1": round(macro_f1(y, majority_vote(votes, n_classes), n_classes), 4),
-            "coverage": round(float((votes != ABSTAIN).any(axis=1).mean()), 4) if len(votes) else 0.0}
-
-
-# what the studio's comparison fits: all but `auto-pool`, a second full `auto` (students included) whose dev figure,
-# without audit rows, is the inflated one; `evopool eval --aggregator auto-pool` and bench/quality.py report it on test
-COMPARED = tuple(name for name in AGGREGATORS if name != "auto-pool")
-
-
-def compare_aggregators(store: Store, executor: Executor, names: tuple[str, ...] = COMPARED, seed: int = 0,
-                        on_event: EventSink = quiet) -> list[dict]:
-    """Dev out-of-fold scores of each aggregator, side by side (dev only: no test label is read).
-
-    On a multi-label task only those that can label it, and not `auto` or `auto-pool` (they are `evoagg` there).
-    """
-    task = store.load_task()
-    if task.multi_label:
-        names = tuple(n for n in names if n in aggregators_for(task) and not aggregator_entry(n).evoagg_on_multi_label)
-    out = []
-    for name in names:
-        result = fit_and_predict(store, executor, name, ("dev",), seed, on_event)
-        out.append({"aggregator": name, **result.dev_scores.to_dict()})
-    return out

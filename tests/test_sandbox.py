@@ -204,7 +204,7 @@ def test_runtime_restrictions_hold_even_without_the_ast_check(tmp_path):
         w._disable_network()
         import signal
         from engine.sandbox import confine
-        signal.signal(signal.SIGPROF, w._Alarm.fire)
+        signal.signal(signal.SIGPROF, w.Alarm.fire)
         confine.apply_rlimits(256)
         batch = w._Batch(0, ["ok"], [{"text": "x"}])
         bodies = {

@@ -44,6 +44,7 @@ import unicodedata
 from typing import Any
 
 from engine.sandbox import confine, seccomp
+from engine.sandbox.alarm import Alarm, Timeout
 from engine.sandbox.checks import ALLOWED_IMPORTS, CodeRejected, LabelIndex, check_source
 from engine.sandbox.wire import (
     AWAITING_NONCE,
@@ -74,54 +75,6 @@ _UNCHECKED = False  # set once by main(); see --unchecked
 _RUN_FILTER = seccomp.run_filter()  # built once; each run's child only loads it
 _SECCOMP_ON = False  # set by main() when the worker's BASE filter loaded: a child that cannot add RUN then exits
 _UNREAPED: list[int] = []  # killed children of answered runs, reaped once the reply is out
-
-
-class _Timeout(BaseException):
-    """Raised by the CPU-time alarm; a BaseException so `except Exception` in user code does not eat it."""
-
-
-class _Alarm:
-    """Per-annotator CPU-time alarm; `expired` survives user code that swallows the exception."""
-
-    armed = False
-    expired = False
-
-    @classmethod
-    def fire(cls, signum: int, frame: object) -> None:
-        cls.expired = True
-        if cls.armed:
-            raise _Timeout()
-
-    @classmethod
-    def start(cls, budget_s: float) -> None:
-        cls.expired = False
-        used = _cpu_seconds()
-        # Kernel backstop for C-level loops (e.g. sum over a huge range) where Python signal handlers never run.
-        _set_cpu_soft_limit(math.ceil(used + budget_s + 0.5))
-        cls.armed = True
-        signal.setitimer(signal.ITIMER_PROF, max(budget_s, 0.001), 0.05)
-
-    @classmethod
-    def stop(cls) -> None:
-        cls.armed = False
-        signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        _set_cpu_soft_limit(None)
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _set_cpu_soft_limit(seconds: int | None) -> None:
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = hard if seconds is None else seconds
-    if hard != resource.RLIM_INFINITY and soft > hard:
-        soft = hard
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    except (ValueError, OSError):
-        pass
 
 
 def _guarded_import(name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0):
@@ -164,7 +117,7 @@ def _compiled(source: str) -> Any:
 def _describe(exc: BaseException) -> str:
     try:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    except _Timeout:
+    except Timeout:
         raise
     except BaseException:  # noqa: BLE001 - user-defined __str__ may do anything
         text = type(exc).__name__
@@ -197,23 +150,23 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
     label_index = batch.label_index
     done = 0  # examples before `done` are finished; a timeout voids the rest
     try:
-        _Alarm.start(budget_s)
+        Alarm.start(budget_s)
         try:
             table = builtins.__dict__ if _UNCHECKED else _restricted_builtins()
             namespace: dict[str, Any] = {"__builtins__": table, "__name__": "annotator"}
             exec(code, namespace)  # noqa: S102 - the one place annotator code runs, under limits
             annotate = namespace["annotate"]
-        except _Timeout:
+        except Timeout:
             raise
         except BaseException as exc:  # noqa: BLE001 - user code may raise SystemExit and the like
             return _reply(votes, n, f"{_describe(exc)} at module level", True, time.perf_counter() - started)
         for i, example in enumerate(batch.examples):
             done = i
-            if _Alarm.expired:
-                raise _Timeout()
+            if Alarm.expired:
+                raise Timeout()
             try:
                 out = annotate(example)  # a mutation reaches later rows of this run only: the child dies after
-            except _Timeout:
+            except Timeout:
                 raise
             except BaseException as exc:  # noqa: BLE001 - any failure of user code is a fault
                 faulted[i] = 1
@@ -228,12 +181,12 @@ def run_annotator(source: str, batch: _Batch, budget_s: float) -> dict[str, Any]
             else:
                 votes[i] = index
         done = n
-    except _Timeout:
+    except Timeout:
         votes[done:] = [ABSTAIN] * (n - done)
         faulted[done:] = b"\x01" * (n - done)
         first_error = first_error or f"timeout after {budget_s:.1f}s"
     finally:
-        _Alarm.stop()
+        Alarm.stop()
     return _reply(votes, sum(faulted), first_error, done < n, time.perf_counter() - started)
 
 
@@ -468,7 +421,7 @@ def main() -> None:
     _disable_network()
     report = confine.confine(args.memory_mb, args.cgroup_procs)
     _SECCOMP_ON = report["seccomp"].startswith("on")
-    signal.signal(signal.SIGPROF, _Alarm.fire)
+    signal.signal(signal.SIGPROF, Alarm.fire)
     pid = os.fork()
     if pid:
         _wait_for_init(pid, args.reply_fd)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all test-serial setup browser lint bench clean
+.PHONY: run test test-fast test-all test-serial setup browser lint bench clean
 
 # constraints.txt pins the versions the test suite passed with, so a fresh machine installs those.
 $(STAMP): pyproject.toml constraints.txt
@@ -32,6 +32,11 @@ run: $(STAMP)
 test: $(STAMP) browser
 	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+
+# the unit tier in about three minutes: everything but the browser, the `slow` and the `heavy` files (tests/conftest.py)
+test-fast: $(STAMP)
+	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 -m "not slow and not e2e and not heavy"
 
 test-all: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder

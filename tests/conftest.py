@@ -37,10 +37,22 @@ LONGEST_FIRST = ["test_e2e_browser.py", "test_corpus_ray.py", "test_cli.py", "te
                  "test_jobs.py", "test_experts.py", "test_workspaces.py"]
 
 
+# The integration tier: files that drive the CLI as subprocesses, evolved workspaces under AppTest, kill loops, a Ray
+# cluster or mypy. Marked `heavy`; `make test-fast` leaves them out (and the browser), `make test` runs them.
+HEAVY = {"test_e2e_browser.py", "test_corpus_ray.py", "test_cli.py", "test_pages.py", "test_corpus.py",
+         "test_figures_agree.py", "test_export_formats.py", "test_llm_runs.py", "test_multilabel.py", "test_kill.py",
+         "test_jobs.py", "test_experts.py", "test_workspaces.py", "test_types.py", "test_llm_endpoint_gone.py",
+         "test_label_queue.py", "test_evolve.py"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files in LONGEST_FIRST's order, then the rest as collected (a test's order within its file is kept)."""
+    """The files in LONGEST_FIRST's order, then the rest as collected (a test's order within its file is kept); the
+    HEAVY files' tests marked `heavy`."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    for item in items:
+        if item.path.name in HEAVY:
+            item.add_marker(pytest.mark.heavy)
 
 
 @pytest.fixture

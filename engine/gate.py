@@ -157,7 +157,7 @@ def _viability(score: AnnotatorScore, role: str, n_run: int, cfg: GateConfig,
         shown = (f"precision {score.precision:.2f} over {score.fires} dev fires and about {estimate:.2f} on the "
                  f"unlabeled sample (worth {weight:.0f} rows), lower bound {lower:.2f}")
     # chance is judged on the same bound: a raw 0.60 over a class share of 0.53, from a handful of fires and a
-    # guessed-label estimate, left a bound of 0.45 and a rule on digit counts in the pool (a browser walk)
+    # guessed-label estimate, left a bound of 0.45 and a rule on digit counts in the pool
     judged = lower if cfg.precision_z > 0 else score.precision
     if cfg.min_lift > 0 and score.fires and judged <= chance * cfg.min_lift + _TOL:
         fails.insert(0, f"no better than chance: precision {'lower bound ' if cfg.precision_z > 0 else ''}"

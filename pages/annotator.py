@@ -10,7 +10,7 @@ store = widgets.require_data()
 table = queries.annotator_table(store)
 annotator_id = annotator_ui.pick(store, table)
 annotator = store.annotator(annotator_id) if annotator_id else None
-# open while the gate's answer to the last one is shown: it closed on that answer and hid it (a browser walk)
+# open while the gate's answer to the last one is shown: it closed on that answer and hid it
 with st.expander("Write a new annotator", icon=":material/add:",
                  expanded=annotator is None or state.get(new_annotator_ui.NEW_RESULT) is not None):
     new_annotator_ui.new_annotator_form(store)
@@ -26,7 +26,7 @@ saved_score = store.scores([annotator.id]).get(annotator.id)
 saved_contribution = annotator_ui.contribution(store, annotator.id, votes)
 
 last_verdict = store.verdicts(annotator_id=annotator.id).tail(1)
-# a version retired for its edit reads "replaced", not "reject": nobody rejected it (a browser walk)
+# a version retired for its edit reads "replaced", not "reject": nobody rejected it
 replaced_by = review.replaced_by(str(last_verdict["note"].iloc[0])) if not last_verdict.empty else None
 cols = st.columns(6)
 cols[0].metric("Verdict", "replaced" if info["verdict"] == "reject" and replaced_by else info["verdict"],
@@ -53,7 +53,7 @@ with code_col:
     editor.containment_note()
     changed = source.strip() != annotator.source.strip()
     # never disabled: a plain text box sends its text with the click, so a button enabled by the text took a first
-    # click to wake and a second to re-score (a browser walk)
+    # click to wake and a second to re-score
     rescore = st.button("Re-score on dev", icon=":material/speed:", key="rescore",
                         help="run the edited code on the dev split in the sandbox")
     if rescore and not changed:

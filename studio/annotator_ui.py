@@ -118,7 +118,7 @@ def edit_name(source: str, parent: Annotator) -> str:
     else what an unedited template of the edit would be called ("SPAM: check*, subscribe* [sentence]"), so two
     versions that check different cues do not share a name. Free-form code keeps the parent's name unless its
     docstring's first line, which names it, was changed ("ABBR: ..." for an edit that now votes ABBR kept the
-    parent's "HUM: ..." before: a browser walk)."""
+    parent's "HUM: ..." before)."""
     edited, original = parse_spec(source), parse_spec(parent.source)
     if edited is None:
         title = docstring_title(source)

@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 HEIGHT = 340
 # the top margin holds the title low, just above the plot: Streamlit's element toolbar and plotly's modebar
-# float over the chart's top edge on hover and hid titles set in the middle of a 40-pixel margin (a browser walk)
+# float over the chart's top edge on hover and hid titles set in the middle of a 40-pixel margin
 MARGIN = {"l": 10, "r": 10, "t": 64, "b": 36}  # b: the legend's row
 VERDICT_COLORS = {"accept": "#2f6f5e", "approve": "#1f77b4", "reject": "#c0392b", "prune": "#e67e22",
                   "pending": "#999999"}

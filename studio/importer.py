@@ -197,7 +197,7 @@ def column_mapping(frame: pd.DataFrame, wrench_labels: tuple[str, ...] | None, d
         cells = frame[label_col] if label_col else pd.Series([], dtype=object)
         n_labeled = int((cells.notna() & cells.astype(str).str.strip().ne("")).sum())
         # another file (or label column) brings its own default: the box kept the last file's size and the plan
-        # said "dev 280" for a file whose own default was 417 (a browser walk)
+        # said "dev 280" for a file whose own default was 417
         widgets.default_from("map_dev", (dataset, label_col, n_labeled), max(20, min(IngestOptions.dev_size,
                                                                                       n_labeled)))
         dev_size = size_col.number_input("Dev size (labeled rows used as fitness)", 20, 100_000, step=50, key="map_dev",
@@ -244,7 +244,7 @@ def label_counts(frame: pd.DataFrame, column: str | None, separator: str | None 
 
 def found_labels_note(counts: dict[str, int]) -> str:
     """The labels the box was filled with, with their rows: a typo or a stray label holds a row or two, and read
-    as a set it looked confirmed (a browser walk)."""
+    as a set it looked confirmed."""
     shown = " · ".join(f"{escape_md(label)} {counts[label]:,}" for label in sorted(counts))
     rare = sorted(escape_md(label) for label, n in counts.items() if 0 < n <= 2)
     return (f"Found in the file (rows each): {shown}."
@@ -255,7 +255,7 @@ def found_labels_note(counts: dict[str, int]) -> str:
 def _descriptions(labels: tuple[str, ...]) -> dict[str, str]:
     """A description per label, typed in a table. What was typed is kept by label name (`state.IMPORT_DESCRIPTIONS`):
     the table is drawn anew for another label set (a label renamed in the box, a fixed file uploaded again), and
-    every description typed was lost with it (a browser walk)."""
+    every description typed was lost with it."""
     if not labels:
         return {}
     typed: dict[str, str] = st.session_state.setdefault(state.IMPORT_DESCRIPTIONS, {})
@@ -349,7 +349,7 @@ def progress(store: Store) -> None:
 def unseen_report(store: Store) -> ImportReport | None:
     """The report of this workspace's last finished import job, once per session, while the workspace still holds
     what it says: a reload long after, with rows labeled into dev since, showed "dev: 350, pool: 100" above metrics
-    that said 352 and 98 (a browser walk)."""
+    that said 352 and 98."""
     job = REGISTRY.latest(store.path.parent, "import")
     if job is None or job.status != "done" or state.get(state.IMPORT_SHOWN) == job.id:
         return None
@@ -378,7 +378,7 @@ def file_state(location: str) -> str:
 
 def show_problems(store: Store, now: str | None = None, listed: bool = False) -> None:
     """The last failed import: the message and a table naming each bad row and why. Not once the form differs from
-    the one it failed with (`now`, `asked`): its error stood below a form that had fixed it (a browser walk); the
+    the one it failed with (`now`, `asked`): its error stood below a form that had fixed it; the
     plan above the Import button tells where the form stands now."""
     job = REGISTRY.latest(store.path.parent, "import")
     if job is None or job.status != "failed":

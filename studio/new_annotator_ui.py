@@ -1,7 +1,7 @@
 """Write a new annotator from scratch in the studio: the gate weighs it against the pool, as `evopool pool add` does.
 
 The Evolve screen advises writing an annotator yourself when generations stall, but the Annotator screen only edited
-existing ones, and saving an edit retires its parent (a browser walk). This form submits a fresh one: checked, run on
+existing ones, and saving an edit retires its parent. This form submits a fresh one: checked, run on
 dev in the sandbox, judged by the gate against today's pool, and saved only when the gate accepts it or the expert
 adds it over the gate's rejection, with their reason logged.
 """

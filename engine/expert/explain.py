@@ -144,7 +144,7 @@ def why_the_verdict(verdict: str, reasons: Sequence[str], decided_by: str, names
         gain = float(found.group(2)) - float(found.group(1))
         parts.append(f"the pool's dev macro-F1 is {found.group(2)} with it and {found.group(1)} without "
                      f"({gain:+.3f})")
-    # the bar it cleared, not "precise enough": at 0.35 no expert would call it that (a browser walk)
+    # the bar it cleared, not "precise enough": at 0.35 no expert would call it that
     cleared = _find(r"^viable: .*?" + NUMBER + r" >= " + NUMBER + r" \((\w+)\)", reasons)
     luck = "allowing for luck, " if _find(r"^viable: .*lower bound", reasons) else ""
     bar = (f"Accepted: {luck}its precision is at least {cleared.group(1)}, over the {cleared.group(2)} "

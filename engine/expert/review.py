@@ -299,7 +299,7 @@ def submit(store: Store, executor: Executor, source: str, name: str = "", approv
     added = accepted or approve_anyway
     pruned: list[str] = []
     if accepted:
-        # the gate's verdict, not the expert's approval (which would lock it in: a browser walk), and the members it
+        # the gate's verdict, not the expert's approval (which would lock it in), and the members it
         # replaces (judged with them gone) leave in the same write
         members = set(store.pool_ids())
         prunes = [d for d in outcome.decisions if d.verdict == "prune" and d.annotator_id in members]

@@ -76,7 +76,7 @@ def stale_reason(store: Store, saved_pool: Sequence[str], key: str) -> str | Non
         return "The pool or the rows changed"
     rows = "The rows changed (rows labeled into dev, relabeled or returned to the pool, or rows imported)"
     if sorted(saved_pool) != sorted(store.pool_ids()):
-        # both, when the key differs with the saved pool put back (it named the pool alone: a browser walk)
+        # both, when the key differs with the saved pool put back (it named the pool alone)
         same_rows = key in (_key(store, store.expert_label_pairs(), saved_pool),
                             _key(store, [pair[0] for pair in store.expert_label_pairs()], saved_pool))
         return "The pool changed" if same_rows else "The pool changed, and " + rows[0].lower() + rows[1:]

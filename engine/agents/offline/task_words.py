@@ -59,7 +59,7 @@ def word_cue(word: str, widest: bool = True) -> str:
     """The widest safe cue for a word: its shortest stem prefix (`arriv*` for arrival), else the word itself. Not
     `widest` (a description's words, which are plainer and many): only an inflection comes off (`subscrib*`,
     `inhibit*`), since a derivation's stem can name the opposite (`activ*` of "activity" fires on "activates",
-    which a description of an inhibition class had planted: a browser walk)."""
+    which a description of an inhibition class had planted)."""
     if not widest:
         inflected = [word[: -len(end)] for end in INFLECTIONS
                      if word.endswith(end) and len(word) - len(end) >= MIN_PREFIX

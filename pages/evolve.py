@@ -8,7 +8,7 @@ from engine.llm.costs import META_KEY as BUDGET_KEY
 from engine.llm.costs import Budget
 from engine.llm.seam import LLMAuthError
 from studio import editor, figures, progress, queries, review_ui, state, widgets
-from studio.refresh import AppRefresh
+from studio.refresh import AppRefresh, poll_job
 
 DEFAULT_MAX_CALLS, DEFAULT_MAX_USD = 200, 2.0  # a first LLM run's limits, where the workspace has none yet
 
@@ -83,19 +83,14 @@ with st.container(border=True):
 st.subheader("Live")
 
 
-refresh_app = AppRefresh()
-
-
-@st.fragment(run_every=1.0 if job is not None else None)
-def live() -> None:
+def live(refresh_app: AppRefresh) -> None:
     current = REGISTRY.running(workdir, "evolve")
     if job is not None and current is None:
         refresh_app()  # the run just ended: refresh the timeline and the verdicts
     progress.live_panel(store, current or REGISTRY.latest(workdir, "evolve"), progress.latest_evolve_job_id(store))
 
 
-live()
-refresh_app.drawn()
+poll_job(live, 1.0 if job is not None else None)
 
 # ---- timeline --------------------------------------------------------------------------------------
 generations = store.generations()

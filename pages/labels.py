@@ -10,7 +10,7 @@ from engine.labeling.fit import THRESHOLD
 from engine.markdown import escape_md
 from engine.store.saved_labels import stale_reason
 from studio import corpus_ui, figures, labels_ui, regression_ui, state, widgets
-from studio.refresh import AppRefresh
+from studio.refresh import AppRefresh, poll_job
 
 widgets.header("Labels & export", "soft labels for every row, and the files to take away")
 store = widgets.require_data()
@@ -41,12 +41,10 @@ with st.container(border=True):
             st.error(f"Could not start: {err}")
 
 
-refresh_app = AppRefresh()
 drawn_from = labels_ui.saved_stamp(name, aggregator)  # the saved labels this run draws
 
 
-@st.fragment(run_every=1.0 if job is not None else None)
-def labels_progress() -> None:
+def labels_progress(refresh_app: AppRefresh) -> None:
     current = REGISTRY.running(workdir, "labels")
     if job is not None and (current is None or labels_ui.saved_stamp(name, aggregator) != drawn_from):
         refresh_app()  # the job ended, or saved the labels before its comparison: draw them
@@ -59,8 +57,7 @@ def labels_progress() -> None:
         st.error(f"Computing soft labels failed: {escape_md(latest.error)}")
 
 
-labels_progress()
-refresh_app.drawn()
+poll_job(labels_progress, 1.0 if job is not None else None)
 corpus_ui.corpus_panel(workdir, aggregator)
 if result is None:
     st.info("No soft labels for this aggregator yet: they are being computed (above)." if job is not None else

@@ -9,7 +9,7 @@ import streamlit as st
 from engine.jobs import REGISTRY, cluster_command, start_corpus_label
 from engine.markdown import escape_md
 from studio import widgets
-from studio.refresh import AppRefresh
+from studio.refresh import AppRefresh, poll_job
 
 
 def corpus_panel(workdir: Path, aggregator: str) -> None:
@@ -46,10 +46,7 @@ def corpus_panel(workdir: Path, aggregator: str) -> None:
 
 
 def _progress(workdir: Path, was_running: bool) -> None:
-    refresh_app = AppRefresh()
-
-    @st.fragment(run_every=1.0 if was_running else None)
-    def live() -> None:
+    def live(refresh_app: AppRefresh) -> None:
         job = REGISTRY.running(workdir, "corpus") or REGISTRY.latest(workdir, "corpus")
         if job is None:
             return
@@ -65,5 +62,4 @@ def _progress(workdir: Path, was_running: bool) -> None:
             st.success(f"Labeled {result['rows']:,} rows into {result['shards']} shards "
                        f"({result['rows_per_s'] or 0:,.0f} rows/s): `{result['manifest']}`")
 
-    live()
-    refresh_app.drawn()
+    poll_job(live, 1.0 if was_running else None)

@@ -25,7 +25,7 @@ from engine.jobs import REGISTRY, start_embed, start_import
 from engine.markdown import escape_md
 from engine.store.workspace import Store
 from studio import state, widgets, workspace
-from studio.refresh import AppRefresh
+from studio.refresh import AppRefresh, poll_job
 
 NONE = "(none)"
 
@@ -332,18 +332,14 @@ def progress(store: Store) -> None:
     if REGISTRY.running(workdir, "import") is None:
         return
 
-    refresh_app = AppRefresh()
-
-    @st.fragment(run_every=0.5)
-    def poll() -> None:
+    def poll(refresh_app: AppRefresh) -> None:
         job = REGISTRY.latest(workdir, "import")
         if job is None or not job.running:
             refresh_app()
             return
         st.progress(min(max(job.progress, 0.05), 1.0), text=f"Importing: {job.message}…")
 
-    poll()
-    refresh_app.drawn()
+    poll_job(poll, 0.5)
 
 
 def unseen_report(store: Store) -> ImportReport | None:

@@ -8,6 +8,8 @@ on, and the next tick, a second later, refreshes the app.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 
@@ -24,3 +26,16 @@ class AppRefresh:
 
     def drawn(self) -> None:
         self._armed = True
+
+
+def poll_job(draw: Callable[[AppRefresh], None], every: float | None) -> None:
+    """The one way a screen follows a background job: `draw(refresh)` now, then again every `every` seconds (None: not
+    again) in a fragment, where `refresh()` reruns the app once the job's end changes what the screens show."""
+    refresh_app = AppRefresh()
+
+    @st.fragment(run_every=every)
+    def live() -> None:
+        draw(refresh_app)
+
+    live()
+    refresh_app.drawn()

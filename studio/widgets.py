@@ -13,7 +13,7 @@ import streamlit as st
 from engine.jobs import REGISTRY, Job
 from engine.store.workspace import Store, WorkspaceLocked, WorkspaceUnavailable
 from studio import queries, state, workspace
-from studio.refresh import AppRefresh
+from studio.refresh import AppRefresh, poll_job
 
 APP_NAME = "EvoPool Studio"
 PROJECT_PAGE = "pages/project.py"
@@ -204,11 +204,9 @@ def _job_status(name: str) -> None:
             _job_lines(name)
         return
 
-    refresh_app = AppRefresh()
     ids = [job.id for job in running]
 
-    @st.fragment(run_every=1.5)
-    def live() -> None:
+    def live(refresh_app: AppRefresh) -> None:
         jobs = [job for job in map(REGISTRY.get, ids) if job is not None]
         # a finished job changes what the screens show, so the app redraws; the embeddings do not (the soft labels
         # read them when asked), and a redraw at a moment of their choosing would cut into the expert's typing
@@ -219,8 +217,7 @@ def _job_status(name: str) -> None:
         for job in jobs:
             _job_line(job)
 
-    live()
-    refresh_app.drawn()
+    poll_job(live, 1.5)
 
 
 def _job_lines(name: str) -> None:

@@ -17,6 +17,7 @@ SPLITS = ("pool", "dev", "test")  # pool: unlabeled work; dev: fitness; test: ho
 # import) are held back from them, so the pool's selection bias does not leak into choosing the aggregator
 FITNESS, AUDIT = "fitness", "audit"
 AUDIT_MIN_ROWS_TO_JUDGE = 50  # below this many audit rows, macro-F1 is too noisy to choose an aggregator by
+THIN_FITNESS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
 AGENT_ROLES = ("generator", "improver", "refiner")
 
 

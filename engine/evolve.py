@@ -18,10 +18,9 @@ from typing import Callable
 import numpy as np
 
 from engine.agents.base import ExpertFeedback, ProposalContext, Proposer
-from engine.apply.votes import ensure_votes
+from engine.apply.votes import ensure_votes, rescore_on_fitness
 from engine.domain import AGENT_ROLES, AUDIT, FIRST_FAULT, FITNESS, Annotator, Estimate, Generation
 from engine.events import EventKind, EventSink, RunStopped, quiet
-from engine.expert.rows import rescore_on_fitness
 from engine.gate import GateConfig, GateOutcome, run_gate
 from engine.metrics.estimate import estimate_macro_f1
 from engine.metrics.score import majority_vote, pool_macro_f1, score_annotator

@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.domain import AUDIT, FITNESS
+from engine.domain import AUDIT, FITNESS, THIN_FITNESS_ROWS
 from engine.expert import review
-from engine.expert.explain import THIN_CLASS_ROWS
 from engine.expert.rows import RowsLeftInDev, label_rows, regression_rows, rows_of_class, similar_rows, unlabel_rows
 from engine.store.saved_labels import LABELS_DIR, SavedLabels
 from engine.store.workspace import Store
@@ -70,11 +69,11 @@ def label_rows_for_dev(store: Store, labels: tuple[str, ...], multi_label: bool,
     order = sorted(range(len(labels)), key=lambda c: (counts[labels[c]], c))
     st.subheader("Label rows for dev")
     st.caption("Pick a class: the unlabeled rows most likely to be of it are listed, for you to label. They join dev "
-               f"with your name and the time. Classes with fewer than {THIN_CLASS_ROWS} dev rows come first: there one "
-               "row more or less right moves an annotator's precision by 10% or more.")
+               f"with your name and the time. Classes with fewer than {THIN_FITNESS_ROWS} dev rows come first: there "
+               "one row more or less right moves an annotator's precision by 10% or more.")
 
     def named(c: int) -> str:
-        thin = ", too few to judge an annotator" if counts[labels[c]] < THIN_CLASS_ROWS else ""
+        thin = ", too few to judge an annotator" if counts[labels[c]] < THIN_FITNESS_ROWS else ""
         return f"{labels[c]} ({counts[labels[c]]} dev row{'' if counts[labels[c]] == 1 else 's'}{thin})"
 
     # keyed by the counts it shows: a row labeled or returned redraws it (its shown count went stale), on the class

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from engine.domain import THIN_FITNESS_ROWS
 from engine.expert import review
 from engine.expert.explain import Explanation
 from engine.store.workspace import Store
@@ -153,7 +154,7 @@ def thin_class_note(store: Store) -> None:
     listed = widgets.name_a_few([f"**{queries.escape_md(label)}** ({rows})" for label, rows in thin],
                                 MAX_NAMED_CLASSES, f"classes (all {len(thin):,} listed below)")
     st.warning(f"Too few dev rows to judge annotators of {listed} (the rows the gate judges on; under "
-               f"{review.THIN_CLASS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
+               f"{THIN_FITNESS_ROWS} each): one lucky row moves a precision there by 10% or more, and each "
                "class weighs as much in macro-F1 as the biggest. Label more of them on the **Labels** screen "
                "(*Label rows for dev*: they join dev with your name and the time), import more, describe the class on "
                "the **Project** screen (*Describe a label*: the agents try its words as cues), or judge those "

@@ -1,9 +1,14 @@
-"""Votes in the store: every annotator that has none on a split yet is run (compiled or sandboxed) and saved."""
+"""Votes in the store: every annotator that has none on a split yet is run (compiled or sandboxed) and saved; and
+the annotators' scores recomputed on the fitness rows as they now stand."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pandas as pd
 
+from engine.domain import FITNESS
 from engine.events import EventKind, EventSink, quiet
+from engine.metrics.score import score_annotator
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 
@@ -40,3 +45,13 @@ def ensure_votes(store: Store, executor: Executor, annotator_ids: list[str], spl
                                      strict=True):
             store.add_votes(annotator.id, late["id"].tolist(), result.votes)
         done.update(joined)
+
+
+def rescore_on_fitness(store: Store, annotators: Sequence[str]) -> None:
+    """Each annotator's stored score recomputed on the fitness rows as they now stand (its dev votes already
+    cover them)."""
+    gold = store.gold(FITNESS)
+    votes = store.vote_matrix(list(annotators), FITNESS).votes
+    for j, annotator_id in enumerate(annotators):
+        faults = store.voted_splits(annotator_id)["dev"]["faults"]
+        store.save_score(score_annotator(annotator_id, votes[:, j], gold, faults=faults))

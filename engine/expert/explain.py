@@ -11,14 +11,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from engine.domain import FIRST_FAULT, REPLACED_BY, AnnotatorScore
+from engine.domain import FIRST_FAULT, REPLACED_BY, THIN_FITNESS_ROWS, AnnotatorScore
 from engine.markdown import escape_md
 from engine.metrics.score import lift
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 AT_CHANCE_LIFT = 1.0  # at or below: the precision says nothing about the class
 WEAK_LIFT = 1.5  # below: barely better than chance
-THIN_CLASS_ROWS = 10  # below this many fitness rows, a class's precision figures are mostly chance
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,7 @@ def explain(verdict: str, reasons: Sequence[str], score: AnnotatorScore | None, 
     at_chance, times = False, 0.0
     if score is not None:
         lines, at_chance, times = what_it_does(score, label, n_dev, chance)
-        if label and class_rows is not None and class_rows < THIN_CLASS_ROWS:
+        if label and class_rows is not None and class_rows < THIN_FITNESS_ROWS:
             lines.append(too_few_rows(label, class_rows))
     lines += why_the_verdict(verdict, reasons, decided_by, names or {}, note)
     return Explanation(tuple(lines), at_chance, chance, times)

@@ -4,7 +4,7 @@ A labeled row does three jobs here: it teaches the aggregator, it judges the ann
 the next generation's cues. So the queue scores every unlabeled row on four signals, each in [0, 1]:
   uncertain   1 - the text model's top probability (a logistic regression on the sentence embeddings, fitted on dev)
   disputed    the pool's majority vote names another class than the text model
-  thin        the row's likely class (the pool's vote, else the text's) has fewer than THIN_CLASS_ROWS fitness rows
+  thin        the row's likely class (the pool's vote, else the text's) has fewer than THIN_FITNESS_ROWS fitness rows
   unchecked   annotators fire on it that fired on fewer than UNCHECKED_FIRES dev rows (nobody has checked them)
 and picks greedily by the weighted sum, skipping a row too like one already picked (cosine of the embeddings above
 `SAME_CLUSTER`), so one cluster does not fill the queue (the batch-diversity idea of BatchBALD-style selection, in its
@@ -19,8 +19,7 @@ import numpy as np
 
 from engine.aggregators.evoagg import TextOnly
 from engine.apply.votes import ensure_votes
-from engine.domain import ABSTAIN, FITNESS
-from engine.expert.explain import THIN_CLASS_ROWS
+from engine.domain import ABSTAIN, FITNESS, THIN_FITNESS_ROWS
 from engine.expert.rows import label_rows
 from engine.labeling.features import text_features
 from engine.metrics.score import vote_counts
@@ -111,7 +110,7 @@ def _signals(store: Store, executor: Executor, frame, dev, embed: np.ndarray, k:
     unchecked_ids = np.array([scores[a].fires < UNCHECKED_FIRES if a in scores else True for a in pool], dtype=bool)
     firing = ((votes != ABSTAIN) & unchecked_ids[None, :]).sum(axis=1) if pool else np.zeros(len(frame), dtype=int)
     return _Signals(uncertain=1.0 - confidence, disputed=(voted & (pool_class != text_class)).astype(float),
-                    thin=(class_rows[likely] < THIN_CLASS_ROWS).astype(float),
+                    thin=(class_rows[likely] < THIN_FITNESS_ROWS).astype(float),
                     unchecked=np.minimum(firing, 2) / 2.0, text_class=text_class, pool_class=pool_class,
                     likely=likely, confidence=confidence, firing=firing)
 

@@ -17,6 +17,7 @@ from engine.domain import (
     ABSTAIN,
     FITNESS,
     REPLACED_BY,
+    THIN_FITNESS_ROWS,
     Annotator,
     AnnotatorScore,
     Candidate,
@@ -24,7 +25,7 @@ from engine.domain import (
     restored_by_undo,
 )
 from engine.evolve import build_context, current_dev_macro_f1, next_generation_config, pool_evidence
-from engine.expert.explain import THIN_CLASS_ROWS, Explanation, explain
+from engine.expert.explain import Explanation, explain
 from engine.gate import GateConfig, run_gate
 from engine.markdown import escape_md
 from engine.metrics.score import chance_precision, pool_macro_f1, score_annotator
@@ -259,7 +260,7 @@ def class_rows(store: Store) -> dict[str, int]:
 
 
 def thin_classes(store: Store, votes: np.ndarray | None = None,
-                 min_rows: int = THIN_CLASS_ROWS) -> list[tuple[str, int]]:
+                 min_rows: int = THIN_FITNESS_ROWS) -> list[tuple[str, int]]:
     """(label, fitness rows) of each class (only those `votes` vote for, when given) with fewer than `min_rows`
     dev rows the gate judges on: with 2-10 rows, one lucky or unlucky row moves its precision by 0.1-0.5, and
     each such class weighs as much in macro-F1 as the biggest one. The studio says so, and what the expert can do."""

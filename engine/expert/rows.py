@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from engine.apply.votes import frame_inputs
+from engine.apply.votes import frame_inputs, rescore_on_fitness
 from engine.domain import ABSTAIN, FITNESS
-from engine.metrics.score import score_annotator
 from engine.sandbox.executor import Executor
 from engine.store.workspace import Store
 
@@ -188,13 +187,3 @@ def unlabel_rows(store: Store, example_ids: Sequence[str]) -> list[str]:
     if moved:
         rescore_on_fitness(store, store.annotators_with_votes("dev"))
     return moved
-
-
-def rescore_on_fitness(store: Store, annotators: Sequence[str]) -> None:
-    """Each annotator's stored score recomputed on the fitness rows as they now stand (its dev votes already
-    cover them)."""
-    gold = store.gold(FITNESS)
-    votes = store.vote_matrix(list(annotators), FITNESS).votes
-    for j, annotator_id in enumerate(annotators):
-        faults = store.voted_splits(annotator_id)["dev"]["faults"]
-        store.save_score(score_annotator(annotator_id, votes[:, j], gold, faults=faults))

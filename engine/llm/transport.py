@@ -7,16 +7,30 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import openai
 
 from engine.llm import adapt
+from engine.llm.costs import Budget, Usage
 
-if TYPE_CHECKING:
-    from engine.llm.client import OpenAICompatibleClient
+
+class Attempts(Protocol):
+    """What the HTTP layer reads of the client above it (`client.OpenAICompatibleClient`) and tells it of each
+    attempt that got no usable answer."""
+
+    _current: threading.local  # the `Call` each thread is making
+    budget: Budget
+    usage: Usage
+    connection_failures: int
+    on_note: Callable[[str], None] | None
+    timeout_s: float
+
+    def _attempt_failed(self, call: Call | None, started: float, outcome: str, detail: str) -> None: ...
+
+    def _timed_out(self, in_flight: int, timeout_used: float) -> None: ...
 
 
 def apply_param_fixes(request: dict, fixes: set[str]) -> None:
@@ -227,7 +241,7 @@ class AttemptLoggingClient(openai.DefaultHttpxClient):
     one is logged here; a good answer is logged by `complete` once its tokens and cost are known.
     """
 
-    def __init__(self, adapter: OpenAICompatibleClient, slots: int, **kwargs: Any):
+    def __init__(self, adapter: Attempts, slots: int, **kwargs: Any):
         super().__init__(**kwargs)
         self._adapter = adapter
         self.slots = Slots(slots)

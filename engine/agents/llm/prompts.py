@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.agents.base import ProposalContext
-from engine.domain import ABSTAIN, Annotator, Example, Task
-from engine.expert.explain import THIN_CLASS_ROWS
+from engine.domain import ABSTAIN, THIN_FITNESS_ROWS, Annotator, Example, Task
 from engine.metrics.score import class_counts, majority_vote, per_class_f1
 from engine.sandbox.checks import ALLOWED_IMPORTS
 
@@ -286,7 +285,7 @@ def improver_messages(context: ProposalContext, rng: np.random.Generator, n: int
     weak = [c for c in order if f1[c] < WEAK_F1 and c in listed]
     gold = context.dev_label_sets if context.dev_label_sets is not None else context.dev_labels
     class_rows = class_counts(gold, k)
-    thin = [c for c in range(k) if class_rows[c] < THIN_CLASS_ROWS and c in listed]
+    thin = [c for c in range(k) if class_rows[c] < THIN_FITNESS_ROWS and c in listed]
     parts = [f"The pool has {len(context.annotators)} annotators. Dev F1 of its majority vote per label:"]
     parts += [f"- {json.dumps(label)}: {f1[c]:.2f}" + (" (weak)" if f1[c] < WEAK_F1 else "")
               + f", {class_rows[c]} dev row{'s' if class_rows[c] != 1 else ''}" + (" (few)" if c in thin else "")

@@ -130,7 +130,7 @@ def agreement(vectors: np.ndarray, reference: np.ndarray, rng: np.random.Generat
 
 def time_distillation() -> float:
     """Seconds to distil the default static table from scratch (into a throwaway cache dir)."""
-    from engine import embed_static
+    from engine.embed import static as embed_static
 
     default = StaticEmbedder()
     before = os.environ.get("EVOPOOL_CACHE_DIR")

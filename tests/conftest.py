@@ -31,10 +31,10 @@ os.environ.setdefault("EVOPOOL_CACHE", tempfile.mkdtemp(prefix="evopool-test-cac
 # The longest files (a minute or more each: a Ray cluster, `evopool` subprocesses, AppTest on evolved workspaces),
 # longest first: `make test` runs the suite on two pytest-xdist workers, whole files to a worker (--dist loadfile,
 # --no-loadscope-reorder), and a long file started last would leave one worker idle at the end.
-LONGEST_FIRST = ["test_e2e_browser.py", "test_corpus_ray.py", "test_cli.py", "test_pages.py", "test_corpus.py",
-                 "test_figures_agree.py", "test_evolve.py", "test_export_formats.py", "test_aggregators.py",
-                 "test_llm_runs.py", "test_multilabel.py", "test_kill.py", "test_student.py", "test_compiled.py",
-                 "test_jobs.py", "test_experts.py", "test_workspaces.py"]
+LONGEST_FIRST = ["test_e2e_browser.py", "test_corpus_ray.py", "test_types.py", "test_cli.py", "test_pages.py",
+                 "test_corpus.py", "test_figures_agree.py", "test_evolve.py", "test_export_formats.py",
+                 "test_aggregators.py", "test_llm_runs.py", "test_multilabel.py", "test_kill.py", "test_student.py",
+                 "test_compiled.py", "test_jobs.py", "test_experts.py", "test_workspaces.py"]
 
 
 # The integration tier: files that drive the CLI as subprocesses, evolved workspaces under AppTest, kill loops, a Ray

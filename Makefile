@@ -29,13 +29,11 @@ run: $(STAMP)
 # cores): whole files to a worker so each file's module fixtures (an evolved workspace, a Ray cluster) are built once,
 # the browser tests and the longest files first (tests/conftest.py), so no worker is left alone with a long file at
 # the end. `make test-serial` runs every test in one process.
-test: $(STAMP) browser
-	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
+test: lint browser
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # the unit tier in about three minutes: everything but the browser, the `slow` and the `heavy` files (tests/conftest.py)
-test-fast: $(STAMP)
-	$(BIN)/ruff check engine studio pages tests bench streamlit_app.py
+test-fast: lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 2 -m "not slow and not e2e and not heavy"
 
 test-all: $(STAMP) browser

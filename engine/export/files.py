@@ -403,7 +403,7 @@ def votes_all(rows, unsandboxed=False):
         return _unsandboxed_votes(rows)
     try:  # unedited template annotators run compiled (no code of theirs runs), the rest in the sandbox
         from engine.apply.executor import CompiledExecutor as Executor
-    except ImportError:  # an EvoPool from before compiled annotators
+    except ImportError:  # an EvoPool older than engine/apply/ (its compiled path lived elsewhere): all sandboxed
         Executor = SandboxExecutor
     pool = [Annotator(id=_id, name=_id, source=source, agent="export", generation=0)
             for _id, source in SOURCES.items()]

@@ -126,7 +126,8 @@ def _pool_votes(name: str, version: tuple, split: str) -> tuple[np.ndarray, np.n
 
 
 def pool_votes(store: Store, split: str = "dev") -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(votes (n, m), gold labels (n,) with -1 where unknown, pool ids) of the current pool on a split."""
+    """(votes (n, m), gold (`Store.gold`: (n,) class ids, -1 where unknown; (n, k) sets on a multi-label task), pool
+    ids) of the current pool on a split."""
     return _pool_votes(state.workspace_name(), workspace.version(store), split)
 
 

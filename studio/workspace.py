@@ -46,7 +46,7 @@ def holding(name: str) -> workspaces.Holding:
     """What a workspace holds (rows, generations, expert actions, size), cached until its files change."""
     folder = workdir(name)
     stats = ((p.name, p.stat()) for p in sorted(folder.iterdir()) if p.is_file()) if folder.is_dir() else ()
-    stamp = tuple((name, st.st_mtime_ns, st.st_size) for name, st in stats)
+    stamp = tuple((file, stat.st_mtime_ns, stat.st_size) for file, stat in stats)
     return _holding(str(home()), name, stamp)
 
 

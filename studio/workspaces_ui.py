@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine.jobs import REGISTRY
+from engine.jobs import REGISTRY, start_embed
 from engine.store import workspaces
 from engine.store.workspace import WorkspaceUnavailable
 from studio import queries, state, widgets, workspace
@@ -30,18 +30,21 @@ def manage() -> None:
     _restore()
 
 
-def _busy(name: str) -> str | None:
-    """Why the workspace cannot be moved now (a job of this studio runs on it), or None. Embedding ahead is not a
-    reason: it is stopped (what it saved stays) and the move goes on."""
-    running = REGISTRY.all_running(workspace.workdir(name))
-    blocking = next((job for job in running if job.kind != "embed"), None)
-    if blocking is not None:
-        return f"a {blocking.kind} job is running on {name}: wait for it or stop it first"
+def _blocking_job(name: str) -> str | None:
+    """Why the workspace cannot be moved now (a job of this studio other than embedding ahead runs on it), or None."""
+    blocking = next((job for job in REGISTRY.all_running(workspace.workdir(name)) if job.kind != "embed"), None)
+    return None if blocking is None else f"a {blocking.kind} job is running on {name}: wait for it or stop it first"
+
+
+def _stop_embedding(name: str) -> tuple[str | None, bool]:
+    """Stop the workspace's embedding ahead before it moves (what it saved stays): (why it could not yet, or None;
+    whether one was running, to start it again where the workspace went)."""
+    running = [job for job in REGISTRY.all_running(workspace.workdir(name)) if job.kind == "embed"]
     for job in running:
         job.stop(now=True)  # it stops at its next batch; the screen does not wait long for that
         if not job.wait(3):
-            return "its embedding is stopping; try again in a moment"
-    return None
+            return "its embedding is stopping; try again in a moment", True
+    return None, bool(running)
 
 
 def _rename() -> None:
@@ -54,7 +57,10 @@ def _rename() -> None:
     if not clicked:
         return
     new = new.strip()
-    problem = workspace.check_name(new) or _busy(current)
+    problem = workspace.check_name(new) or _blocking_job(current)
+    stopped = False
+    if problem is None:
+        problem, stopped = _stop_embedding(current)
     if problem:
         st.error(f"Not renamed: {problem}.")
         return
@@ -63,6 +69,8 @@ def _rename() -> None:
     except (FileExistsError, WorkspaceUnavailable, OSError) as err:
         st.error(f"Not renamed: {err}")
         return
+    if stopped:  # the work ahead goes on under the new name, from what it had saved
+        start_embed(workspace.workdir(new))
     state.select_workspace(new)
     state.flash(f"Renamed {queries.escape_md(current)} to {queries.escape_md(new)}.")
     st.rerun()
@@ -77,7 +85,7 @@ def _delete(names: list[str]) -> None:
                f"(`{workspace.home() / workspaces.TRASH}`): you can restore it here until the trash is emptied.")
     if widgets.confirm(DELETE_CONFIRM, f"Delete workspace **{queries.escape_md(chosen)}**? "
                        f"{queries.escape_md(held.sentence())}.", "Delete it"):
-        problem = _busy(chosen)
+        problem = _blocking_job(chosen) or _stop_embedding(chosen)[0]
         if problem:
             st.error(f"Not deleted: {problem}.")
             return

@@ -240,10 +240,21 @@ def test_the_masked_views_progress_counts_both_views_once(store, minilm, monkeyp
     import engine.embed.registry as registry
     from engine.labeling import features
 
-    monkeypatch.setattr(registry, "get_embedder", lambda name="minilm": minilm)
+    monkeypatch.setattr(registry, "get_embedder", lambda name="minilm", num_threads=None: minilm)
     frame = pd.DataFrame({"text": ["aspirin inhibits cox", "drug binds the receptor"],
                           "fields": [{"span1": [0, 7], "span2": [17, 20]}, {"span1": [0, 4], "span2": [15, 23]}]})
     events = []
     features.masked_embeddings(store, frame, lambda kind, payload: events.append((payload["done"], payload["total"])))
     done = [d for d, _ in events]
     assert done == sorted(done) and events[-1] == (4, 4) and {t for _, t in events} == {4}
+
+
+def test_an_embedder_asked_for_one_thread_keeps_to_it(tmp_path):
+    """The embedding ahead runs on one torch thread (the other core stays with the screens): the registry says so."""
+    from engine.embed.registry import workspace_embedder
+    from engine.store.workspace import Store
+
+    store = Store.open(tmp_path / "ws")
+    assert workspace_embedder(store, num_threads=1).num_threads == 1
+    assert get_embedder("minilm-int8", num_threads=1).num_threads == 1
+    assert get_embedder("minilm").num_threads is None  # left to its tuner

@@ -20,28 +20,24 @@ EMBEDDERS: dict[str, str] = {  # name -> what it is (measured in bench/results/e
 }
 
 
-def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
-    """The embedder registered as `name` (see `EMBEDDERS`). Models load lazily, once per process."""
-    if name == "minilm":
+def get_embedder(name: str = DEFAULT_EMBEDDER, num_threads: int | None = None) -> Embedder:
+    """The embedder registered as `name` (see `EMBEDDERS`). Models load lazily, once per process. `num_threads`: the
+    torch threads a MiniLM embedder uses (None: it chooses; the static table uses none)."""
+    if name in ("minilm", "minilm-bf16", "minilm-int8"):
         from engine.embed.minilm import MiniLMEmbedder
-        return MiniLMEmbedder()
-    if name == "minilm-bf16":
-        from engine.embed.minilm import MiniLMEmbedder
-        return MiniLMEmbedder(precision="bf16")
-    if name == "minilm-int8":
-        from engine.embed.minilm import MiniLMEmbedder
-        return MiniLMEmbedder(precision="int8")
+        return MiniLMEmbedder(precision={"minilm": "fp32", "minilm-bf16": "bf16", "minilm-int8": "int8"}[name],
+                              num_threads=num_threads)
     if name == "static":
         from engine.embed.static import StaticEmbedder
         return StaticEmbedder()
     raise KeyError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
 
 
-def workspace_embedder(store: Store) -> Embedder:
+def workspace_embedder(store: Store, num_threads: int | None = None) -> Embedder:
     """The embedder a workspace reads its texts with: the one chosen for it (`--embedder`), else the default, which
     is then kept as the workspace's own (a later change of the default must not swap its vectors and figures)."""
     name = store.get_meta("embedder", None)
     if name is None:
         name = DEFAULT_EMBEDDER
         store.set_meta("embedder", name)
-    return get_embedder(name)
+    return get_embedder(name, num_threads)

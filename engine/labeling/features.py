@@ -68,22 +68,26 @@ def text_features(store: Store, frame: pd.DataFrame, kinds: tuple[str, ...],
     of the text and, for "relation", TF-IDF of the words between and around the two entity mentions. The TF-IDF
     vocabularies are fitted on `fit_frame`'s texts (default: `frame`'s): pass every row of the workspace so a
     row gets the same features whichever splits are being labeled (no label is read there)."""
+    from engine.embed.registry import workspace_embedder
+
     texts = list(frame["text"])
     fit_texts = None if fit_frame is None else list(fit_frame["text"])
     out: dict[str, object] = {}
+    reads_vectors = bool({"embedding", "masked"} & set(kinds))
+    model = embedder or (workspace_embedder(store) if reads_vectors else None)  # once, for both views
     if "embedding" in kinds:
         from engine.embed.cache import embed_texts
-        from engine.embed.registry import workspace_embedder
 
         def progress(done: int, total: int) -> None:
             on_event(EventKind.EMBEDDING, {"done": done, "total": total})
 
-        out["embedding"] = embed_texts(store, texts, embedder or workspace_embedder(store), progress)
+        assert model is not None
+        out["embedding"] = embed_texts(store, texts, model, progress)
     if "tfidf" in kinds:
         out["tfidf"] = tfidf_rows(texts, fit_texts=fit_texts)
     distinct = distinct_pairs(frame) if {"masked", "relation"} & set(kinds) else None
     if "masked" in kinds:
-        out["masked"] = masked_embeddings(store, frame, on_event, distinct, embedder)
+        out["masked"] = masked_embeddings(store, frame, on_event, distinct, model)
     if "relation" in kinds:
         context = relation_texts(frame, distinct)
         if any(context):  # no well-formed entity pair anywhere: no such view to learn from
@@ -99,10 +103,8 @@ def warm_embeddings(store: Store, on_event: EventSink = quiet) -> int:
 
     kinds = tuple(k for k in feature_kinds(store.load_task(), DEFAULT_AGGREGATOR) if k in ("embedding", "masked"))
     frame = store.examples_frame()
-    embedder = workspace_embedder(store)
-    if hasattr(embedder, "num_threads"):  # one core for the work ahead, the other for the screens the expert uses
-        embedder.num_threads = 1
-    text_features(store, frame, kinds, on_event, embedder=embedder)
+    # one core for the work ahead, the other for the screens the expert uses
+    text_features(store, frame, kinds, on_event, embedder=workspace_embedder(store, num_threads=1))
     return len(frame)
 
 
